@@ -1,0 +1,308 @@
+"""Every config-time rule rejects the spec at load, naming the key and the value."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from flow_jobs.cli import main
+from flow_jobs.spec import SpecError, load_spec, parse_spec
+
+VALID = """
+name = "rules-check"
+
+[[sources]]
+name = "events"
+kind = "kafka"
+topic = "events"
+bootstrap_servers = "127.0.0.1:9092"
+format = "json"
+schema = "user_id STRING, amount DOUBLE, ts BIGINT"
+
+[transform.window]
+kind = "tumbling"
+duration_ms = 60000
+event_time_column = "ts"
+lateness_ms = 5000
+group_by = ["user_id"]
+
+[[transform.window.aggregations]]
+agg = "count"
+as = "n"
+
+[[transform.window.aggregations]]
+agg = "sum"
+column = "amount"
+as = "amount_sum"
+
+[target]
+kind = "delta"
+path = "./data/rules"
+"""
+
+
+def edit(old: str, new: str, text: str = VALID) -> str:
+    assert old in text, old
+    return text.replace(old, new, 1)
+
+
+WINDOW = '[transform.window]\nkind = "tumbling"\nduration_ms = 60000'
+
+# (case, spec text, the key the message must name, a fragment of the message)
+RULES = [
+    (
+        "hop_ms required for hopping",
+        edit('kind = "tumbling"', 'kind = "hopping"'),
+        "transform.window.hop_ms",
+        'required when kind = "hopping"',
+    ),
+    (
+        "hop_ms above duration_ms",
+        edit('kind = "tumbling"', 'kind = "hopping"\nhop_ms = 90000'),
+        "transform.window.hop_ms",
+        "hop_ms = 90000 must be <= duration_ms = 60000",
+    ),
+    (
+        "hop_ms on a tumbling window",
+        edit("duration_ms = 60000", "duration_ms = 60000\nhop_ms = 1000"),
+        "transform.window.hop_ms",
+        'only valid for kind = "hopping"',
+    ),
+    (
+        "as is required",
+        edit('agg = "count"\nas = "n"', 'agg = "count"'),
+        "transform.window.aggregations[0].as",
+        "required",
+    ),
+    (
+        "aliases are unique",
+        edit('as = "amount_sum"', 'as = "n"'),
+        "transform.window.aggregations",
+        "aggregations[1].as = 'n' repeats aggregations[0].as",
+    ),
+    (
+        "alias equal to a group_by column",
+        edit('as = "amount_sum"', 'as = "user_id"'),
+        "transform.window.aggregations",
+        "aggregations[1].as = 'user_id' equals a group_by column",
+    ),
+    (
+        "alias equal to a window column",
+        edit('as = "amount_sum"', 'as = "window_start"'),
+        "transform.window.aggregations",
+        "'window_start' equals a window column",
+    ),
+    (
+        "count_distinct exact without a cap",
+        edit(
+            'agg = "sum"\ncolumn = "amount"',
+            'agg = "count_distinct"\ncolumn = "amount"\nmode = "exact"',
+        ),
+        "transform.window.aggregations[1].max_distinct_values_per_group",
+        "required",
+    ),
+    (
+        "reopen without allowed_lateness_ms",
+        edit("lateness_ms = 5000", 'lateness_ms = 5000\nlate_data = "reopen"'),
+        "transform.window.allowed_lateness_ms",
+        'required when late_data = "reopen"',
+    ),
+    (
+        "late_data dlq is reserved",
+        edit("lateness_ms = 5000", 'lateness_ms = 5000\nlate_data = "dlq"'),
+        "transform.window.late_data",
+        "late_data = 'dlq' is not supported yet",
+    ),
+    (
+        "late_data reopen is not implemented yet",
+        edit(
+            "lateness_ms = 5000",
+            'lateness_ms = 5000\nlate_data = "reopen"\nallowed_lateness_ms = 1000',
+        ),
+        "transform.window.allowed_lateness_ms",
+        "late_data = 'reopen' is not supported yet",
+    ),
+    (
+        "crash_recovery kafka_eos is reserved",
+        edit("lateness_ms = 5000", 'lateness_ms = 5000\ncrash_recovery = "kafka_eos"'),
+        "transform.window.crash_recovery",
+        "'kafka_eos' is not supported yet",
+    ),
+    (
+        "crash_recovery persisted is reserved",
+        edit("lateness_ms = 5000", 'lateness_ms = 5000\ncrash_recovery = "persisted"'),
+        "transform.window.crash_recovery",
+        "'persisted' is not supported yet",
+    ),
+    (
+        "on_state_cap drop_new_groups is reserved",
+        edit("lateness_ms = 5000", 'lateness_ms = 5000\non_state_cap = "drop_new_groups"'),
+        "transform.window.on_state_cap",
+        "'drop_new_groups' is not supported yet",
+    ),
+    (
+        "on_state_cap backpressure is reserved",
+        edit("lateness_ms = 5000", 'lateness_ms = 5000\non_state_cap = "backpressure"'),
+        "transform.window.on_state_cap",
+        "'backpressure' is not supported yet",
+    ),
+    (
+        "a window kind not implemented yet",
+        edit('kind = "tumbling"', 'kind = "session"'),
+        "transform.window.kind",
+        "'session' is not supported yet",
+    ),
+    (
+        "a window kind that does not exist",
+        edit('kind = "tumbling"', 'kind = "weekly"'),
+        "transform.window.kind",
+        "Input should be",
+    ),
+    (
+        "unknown key",
+        edit("lateness_ms = 5000", "lateness_ms = 5000\nlatenes_ms = 1"),
+        "transform.window.latenes_ms",
+        "unknown key",
+    ),
+    ("unknown table", VALID + "\n[extras]\nx = 1\n", "extras", "unknown key"),
+    (
+        "pipeline name pattern",
+        edit('name = "rules-check"', 'name = "Rules Check"'),
+        "name",
+        "must match [a-z0-9_-]+",
+    ),
+    (
+        "duration must be positive",
+        edit("duration_ms = 60000", "duration_ms = 0"),
+        "transform.window.duration_ms",
+        "greater than 0",
+    ),
+    (
+        "json needs a schema",
+        edit('schema = "user_id STRING, amount DOUBLE, ts BIGINT"', ""),
+        "sources[0].schema",
+        'required when format = "json"',
+    ),
+    (
+        "payload column named _event_ts",
+        edit('ts BIGINT"', 'ts BIGINT, _event_ts BIGINT"'),
+        "sources[0].schema",
+        "collides",
+    ),
+    (
+        "sum needs a column",
+        edit('agg = "sum"\ncolumn = "amount"', 'agg = "sum"'),
+        "transform.window.aggregations[1].column",
+        'required for agg = "sum"',
+    ),
+    (
+        "group_by listed twice",
+        edit('group_by = ["user_id"]', 'group_by = ["user_id", "user_id"]'),
+        "transform.window.group_by",
+        "group_by[1] = 'user_id' is listed twice",
+    ),
+    (
+        "processing time with an event-time column",
+        edit("lateness_ms = 5000", 'lateness_ms = 5000\ntime_mode = "processing"'),
+        "transform.window.time_mode",
+        "would be ignored",
+    ),
+    (
+        "window and join both set",
+        VALID + '\n[transform.join]\nkind = "stream_stream_join"\n',
+        "transform",
+        "both set",
+    ),
+    (
+        "postgres target not implemented yet",
+        edit('kind = "delta"\npath = "./data/rules"', 'kind = "postgres"\ntable = "t"'),
+        "target",
+        "'postgres' is not supported yet",
+    ),
+    (
+        "duplicate source names",
+        edit(
+            "[transform.window]",
+            '[[sources]]\nname = "events"\ntopic = "b"\nbootstrap_servers = "x:1"\n'
+            'format = "raw"\n\n[transform]\nsql = "SELECT 1"\n\n[transform.window]',
+        ),
+        "sources",
+        "sources[1].name = 'events' repeats sources[0].name",
+    ),
+    (
+        "TOML syntax",
+        edit("duration_ms = 60000", "duration_ms = = 60000"),
+        "TOML syntax error",
+        "line",
+    ),
+    (
+        "an unset environment variable",
+        edit('bootstrap_servers = "127.0.0.1:9092"', 'bootstrap_servers = "${NO_SUCH_FLOW_VAR}"'),
+        "sources[0].bootstrap_servers",
+        "NO_SUCH_FLOW_VAR is not set",
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "text", "key", "fragment"), RULES, ids=[r[0] for r in RULES])
+def test_validate_rejects_naming_the_key(
+    case: str,
+    text: str,
+    key: str,
+    fragment: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    spec = tmp_path / "spec.toml"
+    spec.write_text(text)
+    assert main(["validate", str(spec)]) != 0
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if key in line]
+    assert lines, f"no line names {key!r}:\n{err}"
+    assert any(fragment in line for line in lines), f"{fragment!r} not in:\n{err}"
+
+
+def test_validate_accepts_a_valid_spec(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = tmp_path / "spec.toml"
+    spec.write_text(VALID)
+    assert main(["validate", str(spec)]) == 0
+    assert "valid" in capsys.readouterr().out
+
+
+def test_every_shipped_pipeline_validates() -> None:
+    specs = sorted(Path(__file__).parent.parent.glob("pipelines/*.toml"))
+    assert specs
+    for path in specs:
+        load_spec(path)
+
+
+def test_env_interpolation_with_default_and_override() -> None:
+    text = edit(
+        'bootstrap_servers = "127.0.0.1:9092"', 'bootstrap_servers = "${BROKER:-127.0.0.1:9092}"'
+    )
+    assert parse_spec(text, env={}).sources[0].bootstrap_servers == "127.0.0.1:9092"
+    assert parse_spec(text, env={"BROKER": "b:1"}).sources[0].bootstrap_servers == "b:1"
+
+
+def test_secret_values_never_appear_in_errors() -> None:
+    text = edit('format = "json"', 'format = "json"\nclient_config = { "sasl.password" = 12 }')
+    text = edit("duration_ms = 60000", "duration_ms = -1", text)
+    text = text.replace('"sasl.password" = 12', '"sasl.password" = ["hunter2-secret"]')
+    with pytest.raises(SpecError) as e:
+        parse_spec(text)
+    assert "hunter2" not in str(e.value)
+    assert re.search(r"sources\[0\]\.client_config", str(e.value))
+
+
+def test_output_columns_follow_the_seed_order() -> None:
+    spec = parse_spec(edit('group_by = ["user_id"]', 'group_by = ["user_id", "page"]'))
+    assert spec.output_columns() == [
+        "window_start",
+        "window_end",
+        "user_id",
+        "page",
+        "n",
+        "amount_sum",
+    ]
