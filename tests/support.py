@@ -1,0 +1,125 @@
+"""Test helpers: specs, generated streams, reading Delta results."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from flow_jobs.embedded.producer import Record, produce
+from flow_jobs.io.delta import read_delta
+from flow_jobs.spec.models import PipelineSpec
+
+CLICK_SCHEMA = "user_id STRING, page STRING, amount DOUBLE, qty BIGINT, ts BIGINT, at TIMESTAMP"
+BASE_MS = 1_700_000_000_000  # 2023-11-14T22:13:20Z, in the past: no skew rejections
+
+
+def make_spec(
+    workdir: Path,
+    bootstrap: str,
+    topic: str,
+    window: dict[str, Any],
+    *,
+    name: str = "test-pipeline",
+    sql: str | None = None,
+    schema: str = CLICK_SCHEMA,
+    source: dict[str, Any] | None = None,
+) -> PipelineSpec:
+    doc: dict[str, Any] = {
+        "name": name,
+        "sources": [
+            {
+                "name": "clicks",
+                "kind": "kafka",
+                "topic": topic,
+                "bootstrap_servers": bootstrap,
+                "format": "json",
+                "schema": schema,
+                **(source or {}),
+            }
+        ],
+        "transform": {"window": window, **({"sql": sql} if sql else {})},
+        "target": {"kind": "delta", "path": str(workdir / "target")},
+        "checkpoint": {"location": str(workdir / "checkpoint")},
+        "dead_letter": {"path": str(workdir / "dead_letters")},
+    }
+    return PipelineSpec.model_validate(doc)
+
+
+def random_clicks(
+    rng: random.Random,
+    n: int,
+    *,
+    keys: Sequence[str | None] = ("a", "b", "c", "d", None),
+    step_ms: int = 250,
+    disorder_ms: int = 0,
+    null_rate: float = 0.15,
+    start_ms: int = BASE_MS,
+) -> list[dict[str, Any]]:
+    """Events in production order; each is at most ``disorder_ms`` behind an earlier one."""
+    events = []
+    for i in range(n):
+        ts = start_ms + i * step_ms - rng.randint(0, disorder_ms)
+        events.append(
+            {
+                "user_id": rng.choice(keys),
+                "page": rng.choice(["/home", "/cart", "/pay", None]),
+                "amount": None if rng.random() < null_rate else round(rng.uniform(-5, 100), 2),
+                "qty": None if rng.random() < null_rate else rng.randint(0, 9),
+                "ts": ts,
+                "at": datetime.fromtimestamp(ts / 1000, tz=UTC).isoformat(timespec="milliseconds"),
+            }
+        )
+    return events
+
+
+def to_records(events: Sequence[dict[str, Any]], partitions: int = 2) -> list[Record]:
+    """Round-robin over partitions (both advance together in event time); Kafka
+    timestamp = the event's ts."""
+    return [
+        Record(
+            value=json.dumps(e).encode(),
+            partition=i % partitions,
+            key=(e["user_id"] or "").encode(),
+            timestamp_ms=e["ts"],
+        )
+        for i, e in enumerate(events)
+    ]
+
+
+def send(bootstrap: str, topic: str, records: Sequence[Record]) -> None:
+    assert produce(bootstrap, topic, records) == len(records)
+
+
+def read_windows(path: Path | str, key_columns: Sequence[str]) -> dict[tuple, dict[str, Any]]:
+    """The target as {natural key: row}; fails on a duplicate natural key."""
+    rows = read_delta(str(path)).to_pylist()
+    out: dict[tuple, dict[str, Any]] = {}
+    for row in rows:
+        key = tuple(row[c] for c in key_columns)
+        assert key not in out, f"duplicate natural key {key}"
+        out[key] = {c: v for c, v in row.items() if c not in key_columns}
+    return out
+
+
+def assert_same_windows(actual: dict[tuple, dict], expected: dict[tuple, dict]) -> None:
+    assert expected, "the reference closed no window: the test would prove nothing"
+    missing = expected.keys() - actual.keys()
+    extra = actual.keys() - expected.keys()
+    assert not missing and not extra, f"missing {sorted(missing)[:5]}, extra {sorted(extra)[:5]}"
+    for key, want in expected.items():
+        got = actual[key]
+        for column, value in want.items():
+            if isinstance(value, float) and got[column] is not None:
+                assert math.isclose(got[column], value, rel_tol=1e-9, abs_tol=1e-9), (
+                    key,
+                    column,
+                    got[column],
+                    value,
+                )
+            else:
+                assert got[column] == value, (key, column, got[column], value)
