@@ -1,0 +1,170 @@
+"""Sources: Kafka → decoded payload → event-time checks → dead-letter tap → SQL view.
+
+Each ``[[sources]]`` entry becomes a streaming DataFrame registered as a view under its
+name. What the view holds:
+
+* ``format = "json"``: the payload columns of the declared schema (decoded in the JVM
+  with ``from_json``), ``_event_ts`` (the Kafka timestamp; the arrival time in
+  processing-time mode) and ``_kafka`` (key, topic, partition, offset, timestamp);
+* ``format = "raw"``: key, value, topic, partition, offset, timestamp, ``_event_ts``.
+
+A record is dead-lettered here, with its original bytes and Kafka position, when its
+payload is NULL or empty, is not JSON matching the schema, or (when this source carries
+the window's event-time column) its event time is NULL or further ahead of the
+micro-batch's processing time than ``max_event_time_skew_ms``.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.functions import arrow_udf
+from pyspark.sql.types import StructType
+from pyspark.sql.utils import AnalysisException
+
+from flow_jobs.io.dead_letters import RECORD_DDL, DeadLetterStaging
+from flow_jobs.io.kafka_source import SOURCE_FORMAT
+from flow_jobs.plan.errors import PlanError
+from flow_jobs.plan.event_time import event_time_of
+from flow_jobs.spec.models import EVENT_TS, KafkaSource, WindowSpec
+
+_PAYLOAD = "__flow_payload"
+_CORRUPT = "__flow_corrupt_record"
+_REASON = "__flow_dead_letter_reason"
+_RECORD = "__flow_dead_letter_record"
+
+RAW_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", EVENT_TS)
+KAFKA_METADATA = ("key", "topic", "partition", "offset", "timestamp")
+_RECORD_FIELDS = ("topic", "partition", "offset", "key", "value", "timestamp")
+
+Reason = tuple[Column, str]
+
+
+def read_kafka(
+    spark: SparkSession, source: KafkaSource, pipeline: str, time_mode: str
+) -> DataFrame:
+    reader = (
+        spark.readStream.format(SOURCE_FORMAT)
+        .option("bootstrap_servers", source.bootstrap_servers)
+        .option("topic", source.topic)
+        .option("starting_offsets", source.starting_offsets)
+        .option("fail_on_data_loss", str(source.fail_on_data_loss).lower())
+        .option("time_mode", time_mode)
+        .option("group_id", f"flow-jobs-{pipeline}")
+    )
+    if source.max_offsets_per_trigger:
+        reader = reader.option("max_offsets_per_trigger", str(source.max_offsets_per_trigger))
+    for key, secret in source.client_config.items():
+        reader = reader.option(f"kafka.{key}", secret.get_secret_value())
+    return reader.load()
+
+
+def dead_letter_filter(staging: DeadLetterStaging) -> Column:
+    """A keep-flag column whose evaluation stages the rows it drops (see io.dead_letters)."""
+
+    @arrow_udf("boolean")  # type: ignore[call-overload]
+    def keep(reason, record):
+        return staging.stage(reason, record)
+
+    # Non-deterministic: the optimizer must neither drop, merge nor re-run this filter.
+    return keep.asNondeterministic()(F.col(_REASON), F.col(_RECORD))
+
+
+def compile_source(
+    spark: SparkSession,
+    source: KafkaSource,
+    index: int,
+    window: WindowSpec,
+    pipeline: str,
+    staging: DeadLetterStaging,
+) -> DataFrame:
+    """The streaming view of one source, bad records already diverted."""
+    frame = read_kafka(spark, source, pipeline, window.time_mode)
+    if source.format == "json":
+        frame, payload = _decode_json(frame, source, index)
+        view = [
+            *(F.col(f"{_PAYLOAD}.{f.name}").alias(f.name) for f in payload.fields),
+            F.col(EVENT_TS),
+            F.struct(*(F.col(c) for c in KAFKA_METADATA)).alias("_kafka"),
+        ]
+        reasons = _decode_reasons(index)
+    else:
+        payload = StructType()
+        view = [F.col(c) for c in RAW_COLUMNS]
+        reasons = []
+    reasons += _event_time_reasons(window, payload, index)
+    if reasons:
+        frame = _divert(frame, reasons, staging)
+    return frame.select(*view)
+
+
+def _decode_json(frame: DataFrame, source: KafkaSource, index: int) -> tuple[DataFrame, StructType]:
+    assert source.schema_ddl is not None
+    ddl = f"{source.schema_ddl.strip().rstrip(',')}, {_CORRUPT} STRING"
+    try:
+        decoded = frame.withColumn(
+            _PAYLOAD,
+            F.from_json(
+                F.col("value").cast("string"), ddl, {"columnNameOfCorruptRecord": _CORRUPT}
+            ),
+        )
+        fields = decoded.schema[_PAYLOAD].dataType
+    except AnalysisException as e:
+        raise PlanError(
+            f"sources[{index}].schema", f"not a valid Spark DDL schema: {e.getMessage()}"
+        ) from None
+    assert isinstance(fields, StructType)
+    return decoded, StructType([f for f in fields.fields if f.name != _CORRUPT])
+
+
+def _decode_reasons(index: int) -> list[Reason]:
+    return [
+        (F.col("value").isNull(), "null payload (a tombstone)"),
+        (F.col(_PAYLOAD).isNull(), "empty payload"),
+        (
+            F.col(f"{_PAYLOAD}.{_CORRUPT}").isNotNull(),
+            f"malformed JSON: not an object matching sources[{index}].schema",
+        ),
+    ]
+
+
+def _event_time_reasons(window: WindowSpec, payload: StructType, index: int) -> list[Reason]:
+    """Event-time checks, where this source carries the window's event-time column."""
+    if window.time_mode == "processing":
+        return []  # the arrival time is never NULL nor in the future
+    name = window.event_time_column
+    if name == EVENT_TS:
+        event_time = F.col(EVENT_TS)
+    elif name in payload.fieldNames():
+        event_time = event_time_of(
+            F.col(f"{_PAYLOAD}.{name}"),
+            payload[name].dataType,
+            "transform.window.event_time_column",
+            f"{name} (sources[{index}].schema)",
+        )
+    else:
+        return []  # produced by [transform].sql; checked after it (plan.windows)
+    skew = window.max_event_time_skew_ms
+    return [
+        (event_time.isNull(), f"missing event time: {name} is absent or NULL"),
+        (
+            F.unix_millis(event_time) > F.unix_millis(F.current_timestamp()) + F.lit(skew),
+            f"event time {name} is more than max_event_time_skew_ms={skew} ahead of "
+            "processing time",
+        ),
+    ]
+
+
+def _divert(frame: DataFrame, reasons: list[Reason], staging: DeadLetterStaging) -> DataFrame:
+    reason: Column = F.lit(None).cast("string")
+    for condition, text in reversed(reasons):
+        reason = F.when(condition, F.lit(text)).otherwise(reason)
+    # Only bad rows carry their record (bytes and position) into the Python tap.
+    record = F.when(F.col(_REASON).isNotNull(), F.struct(*(F.col(c) for c in _RECORD_FIELDS))).cast(
+        RECORD_DDL
+    )
+    return (
+        frame.withColumn(_REASON, reason)
+        .withColumn(_RECORD, record)
+        .where(dead_letter_filter(staging))
+    )

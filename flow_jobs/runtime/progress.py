@@ -1,0 +1,123 @@
+"""Per-batch progress: Spark's progress events joined with what the sink wrote."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from flow_jobs.runtime.sink import BatchOutcome
+
+log = logging.getLogger("flow_jobs.progress")
+
+Progress = dict[str, Any]
+
+
+def late_rows(progress: Progress) -> int:
+    return sum(
+        int(op.get("numRowsDroppedByWatermark", 0)) for op in progress.get("stateOperators", [])
+    )
+
+
+def state_rows(progress: Progress) -> int:
+    return sum(int(op.get("numRowsTotal", 0)) for op in progress.get("stateOperators", []))
+
+
+def watermark(progress: Progress) -> str | None:
+    return progress.get("eventTime", {}).get("watermark")
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    pipeline: str
+    query_id: str
+    batches: int
+    input_rows: int
+    windows_inserted: int
+    windows_updated: int
+    dead_lettered: int
+    late_rows_dropped: int
+    watermark: str | None
+    target_version: int | None
+    ended_by: str
+
+    def describe(self) -> str:
+        return (
+            f"pipeline {self.pipeline}: {self.batches} batches, {self.input_rows} rows in, "
+            f"{self.windows_inserted + self.windows_updated} window rows merged "
+            f"({self.windows_inserted} new, {self.windows_updated} updated), "
+            f"{self.dead_lettered} dead-lettered, {self.late_rows_dropped} late rows dropped, "
+            f"watermark {self.watermark or '-'}, target version "
+            f"{self.target_version if self.target_version is not None else '-'} "
+            f"({self.ended_by})"
+        )
+
+
+class ProgressTracker:
+    """Collects one query's progress reports (by batch id) and logs each batch once.
+
+    Fed by polling ``query.recentProgress`` (Spark keeps the last 100 reports) from the
+    thread that awaits the query, so no Python listener callback outlives the run.
+    """
+
+    def __init__(self, pipeline: str, outcomes: dict[int, BatchOutcome]) -> None:
+        self.pipeline = pipeline
+        self.outcomes = outcomes
+        self.progress: dict[int, Progress] = {}
+        self._lock = threading.Lock()
+
+    def poll(self, query: Any) -> None:
+        for report in query.recentProgress:
+            self.record(json.loads(report.json) if hasattr(report, "json") else report)
+
+    def record(self, progress: Progress) -> None:
+        with self._lock:
+            fresh = progress["batchId"] not in self.progress
+            self.progress[progress["batchId"]] = progress
+        if fresh:
+            self._log(progress)
+
+    def _log(self, p: Progress) -> None:
+        outcome = self.outcomes.get(p["batchId"])
+        merged = "no window closed"
+        if outcome is not None and outcome.merge is not None:
+            m = outcome.merge
+            merged = (
+                "already written (replayed batch skipped)"
+                if m.skipped
+                else f"{m.inserted + m.updated} window rows merged ({m.inserted} new, "
+                f"{m.updated} updated), target v{m.table_version}"
+            )
+        log.info(
+            "%s batch %s: %s rows in, %s; %s dead-lettered, %s late rows dropped, "
+            "%s state rows, watermark %s",
+            self.pipeline,
+            p["batchId"],
+            p.get("numInputRows", 0),
+            merged,
+            outcome.dead_lettered if outcome else 0,
+            late_rows(p),
+            state_rows(p),
+            watermark(p),
+        )
+
+    def summary(self, query_id: str, target_version: int | None, ended_by: str) -> RunSummary:
+        with self._lock:
+            progress = list(self.progress.values())
+        outcomes = [o for o in self.outcomes.values() if o.merge is not None]
+        last = max(progress, key=lambda p: p["batchId"]) if progress else {}
+        return RunSummary(
+            pipeline=self.pipeline,
+            query_id=query_id,
+            batches=len(progress),
+            input_rows=sum(int(p.get("numInputRows", 0)) for p in progress),
+            windows_inserted=sum(o.merge.inserted for o in outcomes if o.merge),
+            windows_updated=sum(o.merge.updated for o in outcomes if o.merge),
+            dead_lettered=sum(o.dead_lettered for o in self.outcomes.values()),
+            late_rows_dropped=sum(late_rows(p) for p in progress),
+            watermark=watermark(last) if last else None,
+            target_version=target_version,
+            ended_by=ended_by,
+        )

@@ -1,0 +1,125 @@
+"""Run one pipeline as a managed streaming query: start, watch, stop gracefully."""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from pathlib import Path
+
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import SparkSession
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.streaming import StreamingQuery
+
+from flow_jobs.io.dead_letters import DeadLetterTable
+from flow_jobs.io.delta import DeltaMergeTable
+from flow_jobs.plan.compile import CompiledPipeline, compile_pipeline
+from flow_jobs.runtime.progress import ProgressTracker, RunSummary
+from flow_jobs.runtime.session import pipeline_session, session_for
+from flow_jobs.runtime.sink import StopRequested, WindowBatchSink
+from flow_jobs.spec.models import PipelineSpec
+
+log = logging.getLogger(__name__)
+
+_PYTHON_ERROR = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception): ")
+
+
+class PipelineFailed(RuntimeError):
+    """The streaming query terminated with an error."""
+
+
+class PipelineRunner:
+    """One spec, one streaming query, one checkpoint."""
+
+    def __init__(
+        self,
+        spec: PipelineSpec,
+        spark: SparkSession | None = None,
+        stop_event: threading.Event | None = None,
+    ) -> None:
+        self.spec = spec
+        self.spark = pipeline_session(spark or session_for(spec.spark), spec.spark)
+        self.stop_event = stop_event or threading.Event()
+        self.checkpoint = str(Path(spec.checkpoint_location()).resolve())
+        self.dead_letters = DeadLetterTable(spec.dead_letter_path(), spec.name)
+        self.compiled: CompiledPipeline = compile_pipeline(self.spark, spec, self.dead_letters)
+        w = spec.window
+        self.target = DeltaMergeTable(
+            spec.target.path,
+            to_arrow_schema(self.compiled.frame.schema, timezone="UTC"),
+            spec.natural_key(),
+            nullable_key=w.group_by,
+            storage_options={
+                k: v.get_secret_value() for k, v in spec.target.storage_options.items()
+            },
+        )
+        self.sink = WindowBatchSink(spec.name, self.target, self.dead_letters)
+
+    def run(self, available_now: bool = False) -> RunSummary:
+        """Process until the input is drained (``available_now``) or a stop is requested."""
+        self.target.ensure()
+        self.dead_letters.ensure()
+        for choice in self.compiled.operators:
+            log.debug("%s: %s -> %s", self.spec.name, choice.feature, choice.operator)
+        writer = (
+            self.compiled.frame.writeStream.queryName(self.spec.name)
+            .outputMode(self.compiled.output_mode)
+            .option("checkpointLocation", self.checkpoint)
+            .foreachBatch(self.sink)
+        )
+        if available_now:
+            # Our source pins its end offsets (SupportsTriggerAvailableNow), and Spark
+            # then runs the no-data batch that emits the windows the last watermark
+            # closed before it terminates.
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(
+                processingTime=f"{self.spec.runtime.trigger_interval_ms} milliseconds"
+            )
+
+        tracker = ProgressTracker(self.spec.name, self.sink.outcomes)
+        query = writer.start()
+        self.sink.bind(query.id)
+        log.info(
+            "%s: started query %s (run %s), checkpoint %s, %s",
+            self.spec.name,
+            query.id,
+            query.runId,
+            self.checkpoint,
+            "available-now" if available_now else "continuous",
+        )
+        try:
+            ended_by = self._await(query, tracker, available_now)
+        finally:
+            tracker.poll(query)
+        summary = tracker.summary(query.id, self.target.open().version(), ended_by)
+        log.info("%s", summary.describe())
+        return summary
+
+    def _await(self, query: StreamingQuery, tracker: ProgressTracker, available_now: bool) -> str:
+        try:
+            while not query.awaitTermination(0.5):
+                tracker.poll(query)
+                if self.stop_event.is_set():
+                    log.info("%s: stop requested; finishing the batch in flight", self.spec.name)
+                    self.sink.request_stop()
+                    query.stop()
+                    return "stopped on request"
+        except StreamingQueryException as e:
+            if self.stop_event.is_set() and StopRequested.__name__ in str(e):
+                return "stopped on request"
+            raise PipelineFailed(f"pipeline {self.spec.name} failed: {_root_message(e)}") from e
+        return "input drained" if available_now else "query ended"
+
+
+def _root_message(error: StreamingQueryException) -> str:
+    """The line a user needs: our own raised message, or the innermost Python error."""
+    text = error.getMessage() if hasattr(error, "getMessage") else str(error)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for line in lines:
+        if "[USER_RAISED_EXCEPTION]" in line or "window state cap hit" in line:
+            return line
+    python_errors = [line for line in lines if _PYTHON_ERROR.match(line)]
+    head = lines[0] if lines else repr(error)
+    return f"{head} — caused by {python_errors[-1]}" if python_errors else head

@@ -1,0 +1,116 @@
+"""``flow-jobs run`` as a user runs it: a real process, its exit code, its signals."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import tomli_w
+
+from flow_jobs.embedded.broker import EmbeddedBroker
+from flow_jobs.io.delta import read_delta
+from tests.support import CLICK_SCHEMA, random_clicks, send, to_records
+
+
+def _write_spec(workdir: Path, broker: EmbeddedBroker, topic: str) -> Path:
+    spec = {
+        "name": "cli-check",
+        "sources": [
+            {
+                "name": "clicks",
+                "kind": "kafka",
+                "topic": topic,
+                "bootstrap_servers": broker.bootstrap_servers,
+                "schema": CLICK_SCHEMA,
+            }
+        ],
+        "transform": {
+            "window": {
+                "kind": "tumbling",
+                "duration_ms": 10_000,
+                "event_time_column": "ts",
+                "lateness_ms": 1_000,
+                "group_by": ["user_id"],
+                "aggregations": [{"agg": "count", "as": "n"}],
+            }
+        },
+        "target": {"kind": "delta", "path": str(workdir / "target")},
+        "checkpoint": {"location": str(workdir / "checkpoint")},
+        "dead_letter": {"path": str(workdir / "dead_letters")},
+        "spark": {
+            "master": "local[1]",
+            "shuffle_partitions": 1,
+            "conf": {"spark.ui.enabled": "false"},
+        },
+        "runtime": {"trigger_interval_ms": 200},
+    }
+    path = workdir / "spec.toml"
+    path.write_text(tomli_w.dumps(spec))
+    return path
+
+
+def _flow_jobs(*args: str) -> list[str]:
+    return [sys.executable, "-m", "flow_jobs.cli", *args]
+
+
+def test_run_available_now_exits_zero(broker: EmbeddedBroker, topic: str, workdir: Path) -> None:
+    events = random_clicks(random.Random(3), 300, step_ms=200)
+    send(broker.bootstrap_servers, topic, to_records(events))
+    spec = _write_spec(workdir, broker, topic)
+    done = subprocess.run(
+        _flow_jobs("run", str(spec), "--available-now"), capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "300 rows in" in done.stdout and "input drained" in done.stdout
+    rows = read_delta(str(workdir / "target"))
+    assert sum(rows.column("n").to_pylist()) == sum(
+        1
+        for e in events
+        if e["ts"] // 10_000 * 10_000 + 10_000 <= max(x["ts"] for x in events) - 1_000
+    )
+
+
+def test_continuous_run_stops_gracefully_on_sigterm(
+    broker: EmbeddedBroker, topic: str, workdir: Path
+) -> None:
+    send(broker.bootstrap_servers, topic, to_records(random_clicks(random.Random(4), 200)))
+    spec = _write_spec(workdir, broker, topic)
+    proc = subprocess.Popen(
+        _flow_jobs("run", str(spec)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ},
+    )
+    seen: list[str] = []
+    first_batch = threading.Event()
+
+    def watch() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            seen.append(line)
+            if "cli-check batch 0:" in line:
+                first_batch.set()
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        assert first_batch.wait(180), "".join(seen)[-3000:]
+        time.sleep(0.5)  # let it idle between triggers, as a long-running job would
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    watcher.join(timeout=10)
+    assert proc.stdout is not None
+    out = proc.stdout.read()
+    assert proc.returncode == 0, "".join(seen)[-3000:]
+    assert "stopped on request" in out
+    assert any("SIGTERM received" in line for line in seen)
