@@ -79,6 +79,10 @@ class ProgressTracker:
         if fresh:
             self._log(progress)
 
+    def input_rows(self) -> int:
+        with self._lock:
+            return sum(int(p.get("numInputRows", 0)) for p in self.progress.values())
+
     def _log(self, p: Progress) -> None:
         outcome = self.outcomes.get(p["batchId"])
         merged = "no window closed"

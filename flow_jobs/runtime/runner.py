@@ -55,6 +55,7 @@ class PipelineRunner:
             },
         )
         self.sink = WindowBatchSink(spec.name, self.target, self.dead_letters)
+        self.progress: ProgressTracker | None = None  # live while run() runs
 
     def run(self, available_now: bool = False) -> RunSummary:
         """Process until the input is drained (``available_now``) or a stop is requested."""
@@ -78,7 +79,7 @@ class PipelineRunner:
                 processingTime=f"{self.spec.runtime.trigger_interval_ms} milliseconds"
             )
 
-        tracker = ProgressTracker(self.spec.name, self.sink.outcomes)
+        tracker = self.progress = ProgressTracker(self.spec.name, self.sink.outcomes)
         query = writer.start()
         self.sink.bind(query.id)
         log.info(
