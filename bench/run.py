@@ -1,0 +1,295 @@
+"""``make bench``: end-to-end throughput of a tumbling pipeline, against its ceiling.
+
+One invocation, one broker, one topic, one SparkSession; every run reads the same
+events from offset 0 with a fresh checkpoint:
+
+* ``bare read``: confluent-kafka consumers, one process per partition, doing nothing
+  with the messages: the ceiling for any Kafka reader on this machine;
+* ``spark scan``: our Python data source inside Spark, rows only counted;
+* ``scan + decode``: the source view (JSON decoded in the JVM, dead-letter tap), counted;
+* ``tumbling -> delta``: the full pipeline (60 s tumbling window by user, four
+  aggregates, MERGE into Delta), available-now;
+* ``from_json alone``: Spark's built-in ``rate-micro-batch`` source formatting the same
+  JSON shape in the JVM, decoded by ``from_json``: the JSON decoder's own ceiling here,
+  with no Kafka and no Python involved.
+
+The differences between consecutive runs are the profile: what each layer costs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import platform
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+
+from flow_jobs.embedded.broker import EmbeddedBroker
+from flow_jobs.embedded.producer import produce
+from flow_jobs.embedded.sample_events import sample_clicks
+from flow_jobs.spec.models import PipelineSpec
+
+TOPIC = "bench-clicks"
+SCHEMA = "user_id STRING, page STRING, amount DOUBLE, ts BIGINT"
+
+
+@dataclass
+class Result:
+    name: str
+    events: int
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        return self.events / self.seconds
+
+
+def _read_partition(args: tuple[str, int, int]) -> int:
+    from confluent_kafka import Consumer, TopicPartition
+
+    bootstrap, partition, end = args
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench-bare",
+            "enable.auto.commit": False,
+            "fetch.queue.backoff.ms": 1,
+            "fetch.max.bytes": 64 * 1024 * 1024,
+            "max.partition.fetch.bytes": 16 * 1024 * 1024,
+        }
+    )
+    consumer.assign([TopicPartition(TOPIC, partition, 0)])
+    n, nxt = 0, 0
+    while nxt < end:
+        for m in consumer.consume(min(50_000, end - nxt), 1.0):
+            if m.error() is None:
+                n += 1
+                nxt = m.offset() + 1
+    consumer.close()
+    return n
+
+
+def bare_read(bootstrap: str, ends: dict[int, int]) -> Result:
+    started = time.perf_counter()
+    with mp.get_context("spawn").Pool(len(ends)) as pool:
+        n = sum(pool.map(_read_partition, [(bootstrap, p, e) for p, e in ends.items()]))
+    return Result("bare confluent-kafka read", n, time.perf_counter() - started)
+
+
+def spark_run(name: str, events: int, body: Callable[[Path], int]) -> Result:
+    workdir = Path(tempfile.mkdtemp(prefix="flow-bench-"))
+    try:
+        started = time.perf_counter()
+        seen = body(workdir)
+        elapsed = time.perf_counter() - started
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    if seen != events:
+        raise RuntimeError(f"{name}: read {seen} rows, expected {events}")
+    return Result(name, events, elapsed)
+
+
+def _spec(bootstrap: str, workdir: Path) -> PipelineSpec:
+    return PipelineSpec.model_validate(
+        {
+            "name": "bench-tumbling",
+            "sources": [
+                {"name": "clicks", "topic": TOPIC, "bootstrap_servers": bootstrap, "schema": SCHEMA}
+            ],
+            "transform": {
+                "window": {
+                    "kind": "tumbling",
+                    "duration_ms": 60_000,
+                    "event_time_column": "ts",
+                    "lateness_ms": 5_000,
+                    "group_by": ["user_id"],
+                    "aggregations": [
+                        {"agg": "count", "as": "clicks"},
+                        {"agg": "sum", "column": "amount", "as": "amount_sum"},
+                        {"agg": "avg", "column": "amount", "as": "amount_avg"},
+                        {"agg": "max", "column": "amount", "as": "amount_max"},
+                    ],
+                }
+            },
+            "target": {"kind": "delta", "path": str(workdir / "target")},
+            "checkpoint": {"location": str(workdir / "checkpoint")},
+            "dead_letter": {"path": str(workdir / "dead_letters")},
+        }
+    )
+
+
+def _count_query(frame: DataFrame, workdir: Path) -> int:
+    total = 0
+
+    def count(batch: DataFrame, _batch_id: int) -> None:
+        nonlocal total
+        total += batch.count()
+
+    query = (
+        frame.writeStream.foreachBatch(count)
+        .option("checkpointLocation", str(workdir / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    return total
+
+
+def from_json_alone(spark: SparkSession, events: int, workdir: Path) -> int:
+    from pyspark.sql import functions as F
+
+    raw = (
+        spark.readStream.format("rate-micro-batch")
+        .option("rowsPerBatch", events)
+        .option("numPartitions", 2)
+        .load()
+    )
+    payload = F.format_string(
+        '{"user_id": "u%d", "page": "/home", "amount": %.2f, "ts": %d}',
+        F.col("value") % 1000,
+        F.rand() * 100,
+        F.col("value") + 1_700_000_000_000,
+    )
+    decoded = raw.select(F.from_json(payload, SCHEMA).alias("j")).where(
+        F.col("j.user_id").isNotNull()
+    )
+    total = 0
+
+    def count(batch: DataFrame, _batch_id: int) -> None:
+        nonlocal total
+        total += batch.count()
+
+    # Exactly one micro-batch of `events` rows (this source never runs dry).
+    query = (
+        decoded.writeStream.foreachBatch(count)
+        .option("checkpointLocation", str(workdir / "checkpoint"))
+        .trigger(once=True)
+        .start()
+    )
+    query.awaitTermination()
+    return total
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="bench", description=__doc__)
+    parser.add_argument("--events", type=int, default=2_000_000)
+    parser.add_argument("--keys", type=int, default=1_000)
+    parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument("--out", default="bench/results")
+    args = parser.parse_args()
+
+    from flow_jobs.io.dead_letters import DeadLetterTable
+    from flow_jobs.plan.sources import compile_source, read_kafka
+    from flow_jobs.runtime.runner import PipelineRunner
+    from flow_jobs.runtime.session import build_spark_session, pipeline_session
+
+    results: list[Result] = []
+    with EmbeddedBroker() as broker:
+        bootstrap = broker.bootstrap_servers
+        broker.create_topic(TOPIC, partitions=args.partitions)
+        started = time.perf_counter()
+        start_ms = int(time.time() * 1000) - 86_400_000  # a day ago: well inside the skew limit
+        produced = produce(
+            bootstrap,
+            TOPIC,
+            sample_clicks(
+                args.events,
+                users=args.keys,
+                start_ms=start_ms,
+                step_ms=1,
+                partitions=args.partitions,
+            ),
+        )
+        print(f"produced {produced:,} events in {time.perf_counter() - started:.1f}s", flush=True)
+        from confluent_kafka import Consumer, TopicPartition
+
+        probe = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-probe"})
+        ends = {
+            p: probe.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=10)[1]
+            for p in range(args.partitions)
+        }
+        probe.close()
+        assert sum(ends.values()) == produced, (ends, produced)
+
+        results.append(bare_read(bootstrap, ends))
+        print(f"  {results[-1].name}: {results[-1].rate:,.0f} events/s", flush=True)
+
+        spark = build_spark_session(
+            f"local[{os.cpu_count() or 2}]",
+            {"spark.ui.enabled": "false", "spark.driver.memory": "4g"},
+            app_name="flow-jobs-bench",
+        )
+        probe_spec = _spec(bootstrap, Path(tempfile.gettempdir()))
+        session = pipeline_session(spark, probe_spec.spark)
+
+        def scan(workdir: Path) -> int:
+            frame = read_kafka(session, probe_spec.sources[0], "bench", "event")
+            return _count_query(frame, workdir)
+
+        def decode(workdir: Path) -> int:
+            staging = DeadLetterTable(str(workdir / "dead_letters"), "bench").staging("clicks")
+            view = compile_source(
+                session, probe_spec.sources[0], 0, probe_spec.window, "bench", staging
+            )
+            return _count_query(view, workdir)
+
+        def pipeline(workdir: Path) -> int:
+            return (
+                PipelineRunner(_spec(bootstrap, workdir), spark).run(available_now=True).input_rows
+            )
+
+        spark_run("warm-up (spark scan, not reported)", produced, scan)
+        for name, body in (
+            ("spark scan (Python source)", scan),
+            ("scan + JSON decode + dead-letter tap", decode),
+            ("tumbling 60 s -> Delta MERGE", pipeline),
+        ):
+            results.append(spark_run(name, produced, body))
+            print(f"  {name}: {results[-1].rate:,.0f} events/s", flush=True)
+        name = "from_json alone (JVM rate source, no Kafka)"
+        results.append(spark_run(name, produced, lambda w: from_json_alone(session, produced, w)))
+        print(f"  {name}: {results[-1].rate:,.0f} events/s", flush=True)
+        spark.stop()
+
+    ceiling = results[0].rate
+    pipeline_rate = next(r.rate for r in results if r.name.startswith("tumbling"))
+    lines = [
+        "| run | events | seconds | events/s | vs bare read | vs tumbling |",
+        "|---|---:|---:|---:|---:|---:|",
+        *(
+            f"| {r.name} | {r.events:,} | {r.seconds:.1f} | {r.rate:,.0f} | "
+            f"{r.rate / ceiling:.2f} | {r.rate / pipeline_rate:.2f} |"
+            for r in results
+        ),
+    ]
+    print()
+    print("\n".join(lines))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    (out / f"bench-{stamp}.json").write_text(
+        json.dumps(
+            {
+                "command": f"make bench N={args.events}",
+                "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+                "events": produced,
+                "keys": args.keys,
+                "partitions": args.partitions,
+                "results": [asdict(r) | {"events_per_s": r.rate} for r in results],
+            },
+            indent=2,
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
