@@ -1,84 +1,173 @@
 """An independent reference computation of window semantics, in plain Python.
 
-It shares no code with flow_jobs: windows are enumerated from their definition
-([start, end) aligned to the epoch, every window containing the row), aggregates follow
-SQL NULL rules, first/last are by event time with ties to the smallest/largest value.
+It shares no code with flow_jobs. Windows are enumerated from their definitions:
+
+* tumbling / hopping: every epoch-aligned [start, end) containing the event;
+* session: a group's events sorted by time; an event joins the running session when it
+  falls before the session's end (last event + gap); the session is [first, last + gap);
+* sliding: one window [max(0, t - duration), t] per distinct event time t of a group;
+* count: a group's events numbered in arrival order; window k holds events
+  [k * stride, k * stride + count - 1]; its bounds are the min and max event time.
+
+Time windows are returned when closed by the watermark (end <= watermark; sliding:
+end < watermark); count windows when complete. Aggregates follow SQL NULL rules;
+first/last/collect/reduce follow event time, ties by value (``ties="value"``, native
+windows) or by arrival (``ties="arrival"``, state-API windows).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 Row = dict[str, Any]
+# (agg, column, alias, options): options may hold initializer/reducer functions
+Agg = tuple[str, str | None, str, dict[str, Any]]
 
 
 def window_starts(t: int, duration: int, hop: int | None) -> list[int]:
     """Every window start s (a multiple of hop) with s <= t < s + duration."""
     step = hop or duration
-    last = t - t % step  # floor to the step, also for negative t
+    s = t - t % step  # floor to the step, also for negative t
     starts = []
-    s = last
     while s > t - duration:
         starts.append(s)
         s -= step
     return sorted(starts)
 
 
-def _aggregate(agg: str, column: str | None, rows: list[Row], time_key: str) -> Any:
-    if agg == "count":
-        return len(rows) if column is None else sum(r[column] is not None for r in rows)
-    values = [r[column] for r in rows if r[column] is not None]
-    if agg in ("first", "last"):
-        ordered = sorted((r[time_key], r[column]) for r in rows if r[column] is not None)
+def _sorted_members(rows: list[Row], column: str | None, time_key: str, ties: str) -> list[Row]:
+    def key(r: Row) -> tuple:
+        return (r[time_key], r["_arrival"] if ties == "arrival" else r[column])
+
+    return sorted(rows, key=key)
+
+
+def aggregate(agg: Agg, rows: list[Row], time_key: str, ties: str) -> list[Any]:
+    """One window's value(s) for one aggregation (two for count_distinct with a sketch)."""
+    name, column, _alias, options = agg
+    if name == "count":
+        return [len(rows) if column is None else sum(r[column] is not None for r in rows)]
+    if name == "reduce" and column is None:
+        ordered = sorted(rows, key=lambda r: (r[time_key], r["_arrival"]))
+        values = [{k: v for k, v in r.items() if not k.startswith("_")} for r in ordered]
+        return [_fold(values, options["initializer"], options["reducer"])]
+    present = [r for r in rows if r[column] is not None]
+    values = [r[column] for r in present]
+    if name in ("first", "last", "collect", "reduce"):
+        ordered = [r[column] for r in _sorted_members(present, column, time_key, ties)]
+        if name == "collect":
+            return [ordered]
+        if name == "reduce":
+            return [_fold(ordered, options["initializer"], options["reducer"])]
         if not ordered:
-            return None
-        return ordered[0][1] if agg == "first" else ordered[-1][1]
+            return [None]
+        return [ordered[0] if name == "first" else ordered[-1]]
+    if name == "count_distinct":
+        return [len(set(values))] + ([Ellipsis] if options.get("keep_sketch") else [])
+    if not values:
+        return [None]
+    if name == "sum":
+        return [sum(values)]
+    if name == "min":
+        return [min(values)]
+    if name == "max":
+        return [max(values)]
+    if name == "avg":
+        return [sum(values) / len(values)]
+    raise ValueError(name)
+
+
+def _fold(values: list[Any], initializer: Callable, reducer: Callable) -> Any:
     if not values:
         return None
-    if agg == "sum":
-        return sum(values)
-    if agg == "min":
-        return min(values)
-    if agg == "max":
-        return max(values)
-    if agg == "avg":
-        return sum(values) / len(values)
-    raise ValueError(agg)
+    acc = initializer(values[0])
+    for v in values[1:]:
+        acc = reducer(acc, v)
+    return acc
+
+
+def _ts(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
 def reference_windows(
     events: Iterable[Row],
     *,
+    kind: str = "tumbling",
     time_key: str,
-    duration_ms: int,
-    hop_ms: int | None,
+    duration_ms: int | None = None,
+    hop_ms: int | None = None,
+    gap_ms: int | None = None,
+    count: int | None = None,
+    step: int | None = None,
     group_by: Sequence[str],
-    aggregations: Sequence[tuple[str, str | None, str]],
-    watermark_ms: int,
+    aggregations: Sequence[Agg | tuple[str, str | None, str]],
+    watermark_ms: int | None = None,
+    ties: str = "value",
 ) -> dict[tuple, dict[str, Any]]:
-    """Windows closed by ``watermark_ms`` (end <= watermark), keyed by natural key.
+    """Closed windows keyed by natural key, each with its aggregate values by alias.
 
-    ``events`` carry their event time in epoch milliseconds under ``time_key``;
-    ``aggregations`` are (agg, column, alias).
+    ``events`` carry epoch milliseconds under ``time_key`` and, for count windows and
+    arrival ties, their arrival rank under ``_arrival``.
     """
-    groups: dict[tuple, list[Row]] = defaultdict(list)
+    aggs: list[Agg] = [a if len(a) == 4 else (*a, {}) for a in aggregations]  # type: ignore[misc]
+    by_group: dict[tuple, list[Row]] = defaultdict(list)
     for e in events:
-        for start in window_starts(e[time_key], duration_ms, hop_ms):
-            key = (start, start + duration_ms, *(e[g] for g in group_by))
-            groups[key].append(e)
+        by_group[tuple(e[g] for g in group_by)].append(e)
+
+    windows: list[tuple[tuple, list[Row]]] = []  # (natural key, members)
+    for group, rows in by_group.items():
+        if kind in ("tumbling", "hopping"):
+            assert duration_ms is not None and watermark_ms is not None
+            spans: dict[int, list[Row]] = defaultdict(list)
+            for r in rows:
+                for s in window_starts(r[time_key], duration_ms, hop_ms):
+                    spans[s].append(r)
+            for s, members in spans.items():
+                if s + duration_ms <= watermark_ms:
+                    windows.append(((_ts(s), _ts(s + duration_ms), *group), members))
+        elif kind == "session":
+            assert gap_ms is not None and watermark_ms is not None
+            ordered = sorted(rows, key=lambda r: r[time_key])
+            sessions: list[list[Row]] = []
+            for r in ordered:
+                if sessions and r[time_key] < sessions[-1][-1][time_key] + gap_ms:
+                    sessions[-1].append(r)
+                else:
+                    sessions.append([r])
+            for members in sessions:
+                start, end = members[0][time_key], members[-1][time_key] + gap_ms
+                if end <= watermark_ms:
+                    windows.append(((_ts(start), _ts(end), *group), members))
+        elif kind == "sliding":
+            assert duration_ms is not None and watermark_ms is not None
+            for t in sorted({r[time_key] for r in rows}):
+                if t < watermark_ms:
+                    start = max(0, t - duration_ms)
+                    members = [r for r in rows if start <= r[time_key] <= t]
+                    windows.append(((_ts(start), _ts(t), *group), members))
+        else:
+            assert count is not None
+            stride = {"count_tumbling": count, "count_sliding": 1}.get(kind, step)
+            assert stride is not None
+            ordered = sorted(rows, key=lambda r: r["_arrival"])
+            k = 0
+            while k * stride + count <= len(ordered):
+                members = ordered[k * stride : k * stride + count]
+                times = [r[time_key] for r in members]
+                windows.append(((_ts(min(times)), _ts(max(times)), k, *group), members))
+                k += 1
+
     out = {}
-    for (start, end, *keys), rows in groups.items():
-        if end > watermark_ms:
-            continue
-        natural = (_ts(start), _ts(end), *keys)
-        out[natural] = {
-            alias: _aggregate(agg, column, rows, time_key) for agg, column, alias in aggregations
-        }
+    for key, members in windows:
+        values: dict[str, Any] = {}
+        for agg in aggs:
+            results = aggregate(agg, members, time_key, ties)
+            values[agg[2]] = results[0]
+            if len(results) > 1:
+                values[agg[2] + "_sketch"] = results[1]
+        out[key] = values
     return out
-
-
-def _ts(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC)

@@ -149,10 +149,150 @@ RULES = [
         "'backpressure' is not supported yet",
     ),
     (
-        "a window kind not implemented yet",
-        edit('kind = "tumbling"', 'kind = "session"'),
-        "transform.window.kind",
-        "'session' is not supported yet",
+        "session needs gap_ms",
+        edit('kind = "tumbling"\nduration_ms = 60000', 'kind = "session"'),
+        "transform.window.gap_ms",
+        'gap_ms is required when kind = "session"',
+    ),
+    (
+        "session takes no duration_ms",
+        edit('kind = "tumbling"', 'kind = "session"\ngap_ms = 1000'),
+        "transform.window.duration_ms",
+        'only valid for kind = "tumbling" or "hopping" or "sliding"',
+    ),
+    (
+        "count windows need count",
+        edit('kind = "tumbling"\nduration_ms = 60000', 'kind = "count_tumbling"'),
+        "transform.window.count",
+        'count is required when kind = "count_tumbling"',
+    ),
+    (
+        "count_hopping needs step",
+        edit('kind = "tumbling"\nduration_ms = 60000', 'kind = "count_hopping"\ncount = 5'),
+        "transform.window.step",
+        'step is required when kind = "count_hopping"',
+    ),
+    (
+        "step above count",
+        edit(
+            'kind = "tumbling"\nduration_ms = 60000', 'kind = "count_hopping"\ncount = 5\nstep = 6'
+        ),
+        "transform.window.step",
+        "step = 6 must be <= count = 5",
+    ),
+    (
+        "step on a count_sliding window",
+        edit(
+            'kind = "tumbling"\nduration_ms = 60000', 'kind = "count_sliding"\ncount = 5\nstep = 2'
+        ),
+        "transform.window.step",
+        'only valid for kind = "count_hopping"',
+    ),
+    (
+        "count below 2",
+        edit('kind = "tumbling"\nduration_ms = 60000', 'kind = "count_tumbling"\ncount = 1'),
+        "transform.window.count",
+        "greater than or equal to 2",
+    ),
+    (
+        "lateness on a count window",
+        edit('kind = "tumbling"\nduration_ms = 60000', 'kind = "count_tumbling"\ncount = 3'),
+        "transform.window.lateness_ms",
+        "count windows close when they are full",
+    ),
+    (
+        "emit current on session windows",
+        edit(
+            'kind = "tumbling"\nduration_ms = 60000',
+            'kind = "session"\ngap_ms = 5\nemit = "current"',
+        ),
+        "transform.window.emit",
+        'emit = "current" is not supported for kind = "session"',
+    ),
+    (
+        "hll_precision with exact mode",
+        edit(
+            'agg = "sum"\ncolumn = "amount"',
+            'agg = "count_distinct"\ncolumn = "amount"\nmode = "exact"\n'
+            "max_distinct_values_per_group = 10\nhll_precision = 12",
+        ),
+        "transform.window.aggregations[1].hll_precision",
+        'only valid with agg = "count_distinct" and mode = "approximate"',
+    ),
+    (
+        "hll_precision out of range",
+        edit(
+            'agg = "sum"\ncolumn = "amount"',
+            'agg = "count_distinct"\ncolumn = "amount"\nhll_precision = 30',
+        ),
+        "transform.window.aggregations[1].hll_precision",
+        "less than or equal to 21",
+    ),
+    (
+        "keep_sketch on a sum",
+        edit(
+            'agg = "sum"\ncolumn = "amount"', 'agg = "sum"\ncolumn = "amount"\nkeep_sketch = true'
+        ),
+        "transform.window.aggregations[1].keep_sketch",
+        'only valid with agg = "count_distinct"',
+    ),
+    (
+        "a sketch column colliding with an alias",
+        edit(
+            'agg = "count"\nas = "n"',
+            'agg = "count_distinct"\ncolumn = "user_id"\nkeep_sketch = true\nas = "u"\n\n'
+            '[[transform.window.aggregations]]\nagg = "count"\nas = "u_sketch"',
+        ),
+        "transform.window.aggregations",
+        "aggregations[1].as = 'u_sketch' repeats aggregations[0].as",
+    ),
+    (
+        "reduce needs a reducer",
+        edit(
+            'agg = "sum"\ncolumn = "amount"',
+            'agg = "reduce"\ninitializer = "m:f"\nresult_type = "double"',
+        ),
+        "transform.window.aggregations[1].reducer",
+        'reducer is required for agg = "reduce"',
+    ),
+    (
+        "reduce functions are import paths",
+        edit(
+            'agg = "sum"\ncolumn = "amount"',
+            'agg = "reduce"\ninitializer = "not a path"\nreducer = "m:f"\nresult_type = "double"',
+        ),
+        "transform.window.aggregations[1].initializer",
+        "is not an import path (module:function)",
+    ),
+    (
+        "a postgres lookup needs a table",
+        edit(
+            "[transform.window]",
+            '[transform]\nsql = "SELECT * FROM events"\n\n[[transform.lookups]]\nname = "users"\n'
+            'kind = "postgres"\nurl = "postgresql://x"\n\n[transform.window]',
+        ),
+        "transform.lookups[0].table",
+        'table is required for kind = "postgres"',
+    ),
+    (
+        "a lookup named like a source",
+        edit(
+            "[transform.window]",
+            '[transform]\nsql = "SELECT * FROM events"\n\n[[transform.lookups]]\nname = "events"\n'
+            'kind = "parquet"\npath = "x.parquet"\n\n[transform.window]',
+        ),
+        "transform",
+        "lookups[0].name = 'events' is also sources[0].name",
+    ),
+    (
+        "lookups without SQL",
+        edit(
+            "[transform.window]",
+            '[[transform.lookups]]\nname = "users"\nkind = "parquet"\npath = "x.parquet"\n\n'
+            "[transform.window]",
+        ),
+        "transform.lookups",
+        "lookups are joined in [transform].sql, which is empty",
     ),
     (
         "a window kind that does not exist",

@@ -43,9 +43,10 @@ def compile_pipeline(
         )
         view.createOrReplaceTempView(source.name)
     frame = _pre_stage(spark, spec)
-    output = compile_window(frame, window)
-    assert output.columns == spec.output_columns(), (output.columns, spec.output_columns())
-    return CompiledPipeline(spec, output, "append", _operators(spec))
+    compiled = compile_window(frame, window, spec.name)
+    columns = compiled.frame.columns
+    assert columns == spec.output_columns(), (columns, spec.output_columns())
+    return CompiledPipeline(spec, compiled.frame, compiled.output_mode, _operators(spec))
 
 
 def _pre_stage(spark: SparkSession, spec: PipelineSpec) -> DataFrame:
@@ -64,38 +65,46 @@ def _pre_stage(spark: SparkSession, spec: PipelineSpec) -> DataFrame:
 
 def _operators(spec: PipelineSpec) -> tuple[OperatorChoice, ...]:
     w = spec.window
+    native = w.engine == "native"
+    late = (
+        "none: count windows close when full, every event counts"
+        if w.is_count_based
+        else "withWatermark(event_time); Spark drops rows behind it and counts them "
+        "(numRowsDroppedByWatermark)"
+    )
+    emit = (
+        "output mode update: every trigger, the windows it changed"
+        if w.emit == "current"
+        else "output mode append: each window once, when it closes"
+    )
     return (
         OperatorChoice(
             "sources",
-            "Python data source flow_kafka (confluent-kafka), "
-            "offsets in Spark's offset log; JSON decoded by from_json (JVM)",
+            "Python data source flow_kafka (confluent-kafka), offsets in Spark's offset log; "
+            "JSON decoded by from_json (JVM)",
         ),
         OperatorChoice(
             "bad records",
-            "Arrow UDF tap in the scan stage → staged parquet → "
-            "Delta MERGE on (source, topic, partition, offset)",
+            "Arrow UDF tap in the scan stage -> staged parquet -> Delta MERGE on "
+            "(source, topic, partition, offset)",
         ),
         OperatorChoice(
             "[transform].sql", "Spark SQL over the source views" if spec.transform.sql else "(none)"
         ),
         OperatorChoice(f"window kind = {w.kind}", WINDOW_KINDS[w.kind].compiles_to),
-        OperatorChoice(
-            f"lateness_ms = {w.lateness_ms}, late_data = {w.late_data}",
-            "withWatermark(event_time); Spark drops rows behind it and counts "
-            "them (numRowsDroppedByWatermark)",
-        ),
-        OperatorChoice(
-            f"emit = {w.emit}",
-            "output mode append: one row per window, when the watermark passes its end",
-        ),
+        OperatorChoice(f"lateness_ms = {w.lateness_ms}, late_data = {w.late_data}", late),
+        OperatorChoice(f"emit = {w.emit}", emit),
         *(
-            OperatorChoice(f"{a.as_} = {a.agg}({a.column or ''})", AGGREGATORS[a.agg].compiles_to)
+            OperatorChoice(
+                f"{a.as_} = {a.agg}({a.column or ''})",
+                AGGREGATORS[a.agg].native if native else AGGREGATORS[a.agg].state,
+            )
             for a in w.aggregations
         ),
         OperatorChoice("state", "Spark state store (RocksDB provider) in the checkpoint"),
         OperatorChoice(
             f"target {spec.target.kind}",
-            "foreachBatch → deltalake MERGE on "
-            f"({', '.join(spec.natural_key())}), txn (app id, batch id)",
+            f"foreachBatch -> deltalake MERGE on ({', '.join(spec.natural_key())}), "
+            "txn (app id, batch id)",
         ),
     )

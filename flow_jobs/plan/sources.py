@@ -16,6 +16,7 @@ micro-batch's processing time than ``max_event_time_skew_ms``.
 
 from __future__ import annotations
 
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.functions import arrow_udf
@@ -63,7 +64,7 @@ def dead_letter_filter(staging: DeadLetterStaging) -> Column:
     """A keep-flag column whose evaluation stages the rows it drops (see io.dead_letters)."""
 
     @arrow_udf("boolean")  # type: ignore[call-overload]
-    def keep(reason, record):
+    def keep(reason: pa.Array, record: pa.Array) -> pa.Array:
         return staging.stage(reason, record)
 
     # Non-deterministic: the optimizer must neither drop, merge nor re-run this filter.

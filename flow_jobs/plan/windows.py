@@ -1,12 +1,18 @@
 """Window operators: each kind a small named unit with the Spark operator it compiles to.
 
-Tumbling and hopping windows are Spark's native ``window()`` grouping with a watermark:
-a JVM hash aggregation whose partial aggregates are shuffled and kept in the state store,
-emitted in append mode once the watermark passes a window's end. ``window()`` aligns to
-the epoch and a row belongs to every window [start, end) that contains it (seed 000's
-hopping formula, ``[event_ts − duration + hop, event_ts]``, would miss the window that
-starts exactly ``duration − hop`` before the row when ``hop`` does not divide the time
-since epoch; Spark's is right).
+Native kinds (tumbling, hopping, session) are Spark's ``window()`` / ``session_window()``
+grouping with a watermark: a JVM hash aggregation whose partial aggregates are shuffled
+and kept in the state store. ``window()`` aligns to the epoch and a row belongs to every
+window [start, end) that contains it (seed 000's hopping formula,
+``[event_ts − duration + hop, event_ts]``, misses the window that starts exactly
+``duration − hop`` before the row when ``hop`` does not divide the time since epoch;
+Spark's is right). A session is [first event, last event + gap).
+
+Sliding and count-based windows have no native form: they run on Spark's
+arbitrary-state API (``flow_jobs.plan.state_windows``).
+
+``emit = "final"`` is output mode append (a window once, when the watermark passes its
+end); ``emit = "current"`` is update (every trigger, the windows it changed).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from flow_jobs.plan.aggregations import compile_aggregation
+from flow_jobs.plan.aggregations import aggregation_input, native_aggregate
 from flow_jobs.plan.errors import PlanError
 from flow_jobs.plan.event_time import event_time_of
 from flow_jobs.spec.models import WindowSpec
@@ -30,32 +36,48 @@ _WINDOW = "__flow_window"
 class WindowKind:
     name: str
     compiles_to: str
-    window: Callable[[Column, WindowSpec], Column]
+    window: Callable[[Column, WindowSpec], Column] | None = None  # native kinds only
 
 
 def _ms(value: int | None) -> str:
     return f"{value} milliseconds"
 
 
+_TWS = "transformWithStateInPandas (event-time timers), state in the state store"
 WINDOW_KINDS: dict[str, WindowKind] = {
     k.name: k
     for k in (
         WindowKind(
             "tumbling",
-            "groupBy(window(event_time, duration)) — native streaming aggregation",
+            "groupBy(window(event_time, duration)): native streaming aggregation",
             lambda t, w: F.window(t, _ms(w.duration_ms)),
         ),
         WindowKind(
             "hopping",
-            "groupBy(window(event_time, duration, hop)) — native streaming aggregation",
+            "groupBy(window(event_time, duration, hop)): native streaming aggregation",
             lambda t, w: F.window(t, _ms(w.duration_ms), _ms(w.hop_ms)),
         ),
+        WindowKind(
+            "session",
+            "groupBy(session_window(event_time, gap)): native session aggregation",
+            lambda t, w: F.session_window(t, _ms(w.gap_ms)),
+        ),
+        WindowKind("sliding", f"per-row windows on {_TWS}"),
+        WindowKind("count_tumbling", "count windows on transformWithStateInPandas"),
+        WindowKind("count_hopping", "count windows on transformWithStateInPandas"),
+        WindowKind("count_sliding", "count windows on transformWithStateInPandas"),
     )
 }
 
 
-def with_event_time(frame: DataFrame, window: WindowSpec) -> DataFrame:
-    """Add the watermarked event-time column the window groups on."""
+@dataclass(frozen=True)
+class CompiledWindow:
+    frame: DataFrame
+    output_mode: str  # "append" | "update"
+
+
+def with_event_time(frame: DataFrame, window: WindowSpec, watermark: bool = True) -> DataFrame:
+    """Add the (watermarked) event-time column the window groups on."""
     key = "transform.window.event_time_column"
     name = window.event_time_column
     if name not in frame.columns:
@@ -76,11 +98,11 @@ def with_event_time(frame: DataFrame, window: WindowSpec) -> DataFrame:
             )
         ),
     ).otherwise(event_time)
-    return frame.withColumn(EVENT_TIME, guarded).withWatermark(EVENT_TIME, _ms(window.lateness_ms))
+    timed = frame.withColumn(EVENT_TIME, guarded)
+    return timed.withWatermark(EVENT_TIME, _ms(window.lateness_ms)) if watermark else timed
 
 
-def compile_window(frame: DataFrame, window: WindowSpec) -> DataFrame:
-    """The windowed aggregation, with the output columns in the seed's order."""
+def check_group_by(frame: DataFrame, window: WindowSpec) -> None:
     for i, column in enumerate(window.group_by):
         if column not in frame.columns:
             raise PlanError(
@@ -88,18 +110,33 @@ def compile_window(frame: DataFrame, window: WindowSpec) -> DataFrame:
                 f"{column!r} is not a column of the window's input "
                 f"(columns: {', '.join(frame.columns)})",
             )
+
+
+def compile_window(frame: DataFrame, window: WindowSpec, pipeline: str) -> CompiledWindow:
+    """The windowed aggregation, with the output columns in the seed's order."""
+    check_group_by(frame, window)
+    if window.engine == "state":
+        from flow_jobs.plan.state_windows import compile_state_window
+
+        return compile_state_window(frame, window, pipeline)
     timed = with_event_time(frame, window)
     event_time = F.col(EVENT_TIME)
-    aggregations = [
-        compile_aggregation(a, i, timed, event_time) for i, a in enumerate(window.aggregations)
+    kind = WINDOW_KINDS[window.kind]
+    assert kind.window is not None
+    bounds = (F.col(f"{_WINDOW}.start"), F.col(f"{_WINDOW}.end"))
+    aggregates = [
+        native_aggregate(
+            aggregation_input(a, i, timed), event_time, bounds, window.group_by, pipeline
+        )
+        for i, a in enumerate(window.aggregations)
     ]
     grouped = timed.groupBy(
-        WINDOW_KINDS[window.kind].window(event_time, window).alias(_WINDOW),
+        kind.window(event_time, window).alias(_WINDOW), *(F.col(c) for c in window.group_by)
+    ).agg(*(c for a in aggregates for c in a.aggregates))
+    output = grouped.select(
+        bounds[0].alias(window.window_start_column),
+        bounds[1].alias(window.window_end_column),
         *(F.col(c) for c in window.group_by),
-    ).agg(*aggregations)
-    return grouped.select(
-        F.col(f"{_WINDOW}.start").alias(window.window_start_column),
-        F.col(f"{_WINDOW}.end").alias(window.window_end_column),
-        *(F.col(c) for c in window.group_by),
-        *(F.col(a.as_) for a in window.aggregations),
+        *(c for a in aggregates for c in a.outputs),
     )
+    return CompiledWindow(output, "update" if window.emit == "current" else "append")

@@ -15,9 +15,11 @@ from pyspark.sql.streaming import StreamingQuery
 from flow_jobs.io.dead_letters import DeadLetterTable
 from flow_jobs.io.delta import DeltaMergeTable
 from flow_jobs.plan.compile import CompiledPipeline, compile_pipeline
+from flow_jobs.plan.sizing import GB, estimate_state
+from flow_jobs.runtime.caps import GroupCap, WindowStateCapHit
 from flow_jobs.runtime.progress import ProgressTracker, RunSummary
 from flow_jobs.runtime.session import pipeline_session, session_for
-from flow_jobs.runtime.sink import StopRequested, WindowBatchSink
+from flow_jobs.runtime.sink import StopRequested, WindowBatchSink, last_progress
 from flow_jobs.spec.models import PipelineSpec
 
 log = logging.getLogger(__name__)
@@ -61,6 +63,15 @@ class PipelineRunner:
         """Process until the input is drained (``available_now``) or a stop is requested."""
         self.target.ensure()
         self.dead_letters.ensure()
+        estimate = estimate_state(self.spec.window)
+        if estimate.total > GB:
+            log.warning(
+                "%s: window state may reach %s (seed 000's upper bound; lower "
+                "max_groups_per_window, lateness_ms or hll_precision to reduce it)",
+                self.spec.name,
+                estimate.describe(),
+            )
+        caps = GroupCap(self.spark, self.spec, self.checkpoint)
         for choice in self.compiled.operators:
             log.debug("%s: %s -> %s", self.spec.name, choice.feature, choice.operator)
         writer = (
@@ -81,7 +92,7 @@ class PipelineRunner:
 
         tracker = self.progress = ProgressTracker(self.spec.name, self.sink.outcomes)
         query = writer.start()
-        self.sink.bind(query.id)
+        self.sink.bind(query, caps.check)
         log.info(
             "%s: started query %s (run %s), checkpoint %s, %s",
             self.spec.name,
@@ -92,6 +103,9 @@ class PipelineRunner:
         )
         try:
             ended_by = self._await(query, tracker, available_now)
+            caps.check(last_progress(query))  # the last batch has no next one to check it
+        except WindowStateCapHit as e:
+            raise PipelineFailed(f"pipeline {self.spec.name} failed: {e}") from e
         finally:
             tracker.poll(query)
         summary = tracker.summary(query.id, self.target.open().version(), ended_by)
@@ -119,7 +133,7 @@ def _root_message(error: StreamingQueryException) -> str:
     text = error.getMessage() if hasattr(error, "getMessage") else str(error)
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     for line in lines:
-        if "[USER_RAISED_EXCEPTION]" in line or "window state cap hit" in line:
+        if "[USER_RAISED_EXCEPTION]" in line or "cap hit:" in line:
             return line
     python_errors = [line for line in lines if _PYTHON_ERROR.match(line)]
     head = lines[0] if lines else repr(error)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from pyspark.sql import DataFrame
 
@@ -40,13 +43,21 @@ class WindowBatchSink:
         self.dead_letters = dead_letters
         self.outcomes: dict[int, BatchOutcome] = {}
         self._app_id: str | None = None
+        self._query: Any = None
+        self._guard: Callable[[dict[str, Any] | None], None] | None = None
         self._bound = threading.Event()
         self._writing = threading.Lock()
         self._stopping = False
 
-    def bind(self, query_id: str) -> None:
-        """The persistent query id (new for each fresh checkpoint) names the writer."""
-        self._app_id = f"flow-jobs/{self.pipeline}/{query_id}"
+    def bind(
+        self, query: Any, guard: Callable[[dict[str, Any] | None], None] | None = None
+    ) -> None:
+        """Attach the running query: its persistent id (new for each fresh checkpoint)
+        names the writer; ``guard`` sees the previous batch's progress before each batch
+        (the state cap check) and fails the batch by raising."""
+        self._query = query
+        self._guard = guard
+        self._app_id = f"flow-jobs/{self.pipeline}/{query.id}"
         self._bound.set()
 
     @property
@@ -67,6 +78,8 @@ class WindowBatchSink:
         with self._writing:
             if self._stopping:
                 raise StopRequested(f"batch {batch_id} not started: stop requested")
+            if self._guard is not None:
+                self._guard(last_progress(self._query))
             started = time.monotonic()
             # One action runs the whole micro-batch: the state store commits its new
             # version and the dead-letter tap stages bad rows. It must run even when
@@ -77,3 +90,10 @@ class WindowBatchSink:
             self.outcomes[batch_id] = BatchOutcome(
                 batch_id, rows.num_rows, merge, dead, time.monotonic() - started
             )
+
+
+def last_progress(query: Any) -> dict[str, Any] | None:
+    report = query.lastProgress
+    if report is None:
+        return None
+    return json.loads(report.json) if hasattr(report, "json") else dict(report)

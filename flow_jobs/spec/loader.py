@@ -34,20 +34,26 @@ class SpecError(ValueError):
 def _key_path(loc: tuple[int | str, ...]) -> str:
     out = ""
     for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        if isinstance(part, int) or str(part).startswith("["):
+            out += f"[{part}]" if isinstance(part, int) else str(part)
+        else:
+            out += f".{part}" if out else str(part)
     return out or "(top level)"
 
 
 def format_validation_error(err: ValidationError) -> list[str]:
     problems = []
     for e in err.errors():
-        key = _key_path(e["loc"])
-        msg = e["msg"].removeprefix("Value error, ")
+        loc, msg = e["loc"], e["msg"].removeprefix("Value error, ")
+        if e["type"] == "spec_key":  # raised by a model validator about one of its keys
+            ctx = e.get("ctx") or {}
+            loc, msg = (*loc, ctx["key"]), ctx["message"]
+        key = _key_path(loc)
         if e["type"] == "extra_forbidden":
             msg = "unknown key; check its spelling against the spec reference"
         elif e["type"] == "missing":
             msg = "required key is missing"
-        elif e["type"] not in ("value_error", "assertion_error") and not (
+        elif e["type"] not in ("value_error", "assertion_error", "spec_key") and not (
             _SECRET_KEYS & {str(p) for p in e["loc"]}
         ):
             msg = f"{msg} (got {e['input']!r})"

@@ -4,29 +4,40 @@ Every config-time rule lives here, in the model that owns the key, so a message 
 names the key and the value. Values the seeds reserve for later (``late_data = "dlq"``,
 ``crash_recovery = "kafka_eos"``, ...) are part of the accepted vocabulary and rejected
 with "not supported yet", so a user can tell a typo from a roadmap item.
+
+The same models are the Python facade: ``Window``, ``Aggregation`` and ``Lookup`` are
+importable from ``flow_jobs``, take callables where TOML takes import paths, and
+``PipelineSpec.to_toml()`` writes the file ``load_spec`` reads back.
 """
 
 from __future__ import annotations
 
+import importlib
 import re
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     SecretStr,
-    ValidationInfo,
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 PIPELINE_NAME = re.compile(r"^[a-z0-9_-]+$")
 SQL_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
 #: The column every source injects: the Kafka timestamp, or the arrival time in
 #: processing-time mode (seed 000).
 EVENT_TS = "_event_ts"
+#: The struct of Kafka metadata a JSON source view carries (key, topic, partition,
+#: offset, timestamp); count-based windows order a group's events by it.
+KAFKA_COLUMN = "_kafka"
 
 WindowKind = Literal[
     "tumbling",
@@ -37,31 +48,76 @@ WindowKind = Literal[
     "count_hopping",
     "count_sliding",
 ]
-IMPLEMENTED_WINDOW_KINDS = ("tumbling", "hopping")
+TIME_KINDS = ("tumbling", "hopping", "session", "sliding")
+COUNT_KINDS = ("count_tumbling", "count_hopping", "count_sliding")
+#: Kinds whose window bounds never move once a window exists: an update per trigger
+#: (emit = "current") supersedes itself under MERGE. Session and count windows grow.
+CURRENT_KINDS = ("tumbling", "hopping", "sliding")
 
 AggKind = Literal[
     "count", "sum", "min", "max", "avg", "first", "last", "count_distinct", "collect", "reduce"
 ]
-IMPLEMENTED_AGGS = ("count", "sum", "min", "max", "avg", "first", "last")
 
 
-def not_supported(key: str, value: object, supported: tuple[str, ...] | str) -> ValueError:
+def key_error(key: str, message: str) -> PydanticCustomError:
+    """An error about ``key`` of the model being validated.
+
+    The loader appends ``key`` to the error's location, so the user reads the full
+    dotted key (``transform.window.hop_ms``) whichever validator found the problem.
+    """
+    return PydanticCustomError("spec_key", "{key}: {message}", {"key": key, "message": message})
+
+
+def not_supported(key: str, value: object, supported: tuple[str, ...] | str) -> PydanticCustomError:
     shown = supported if isinstance(supported, str) else ", ".join(map(repr, supported))
-    return ValueError(f"{key} = {value!r} is not supported yet; supported: {shown}")
+    return key_error(key, f"{key} = {value!r} is not supported yet; supported: {shown}")
+
+
+def _identifier(key: str, value: str) -> None:
+    if not SQL_IDENTIFIER.match(value):
+        raise key_error(
+            key, f"{key} = {value!r} is not a plain SQL identifier ([A-Za-z_][A-Za-z0-9_]*)"
+        )
+
+
+def resolve_import_path(path: str) -> Callable[..., Any]:
+    """``"package.module:function"`` to the function it names."""
+    module_name, _, qualname = path.partition(":")
+    target: Any = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        target = getattr(target, part)
+    if not callable(target):
+        raise TypeError(f"{path} is not callable")
+    return target
+
+
+def _import_path(value: Any) -> Any:
+    """Facade: a callable becomes the import path TOML stores (and must resolve back)."""
+    if not callable(value):
+        return value
+    module, qualname = getattr(value, "__module__", None), getattr(value, "__qualname__", "")
+    if not module or "<" in qualname:
+        raise ValueError(
+            f"{qualname or value!r} is not a module-level function; TOML can only name "
+            "functions by import path (module:function)"
+        )
+    path = f"{module}:{qualname}"
+    try:
+        resolved = resolve_import_path(path)
+    except (ImportError, AttributeError, TypeError):
+        resolved = None
+    if resolved is not value:
+        raise ValueError(f"{path} does not resolve back to the function given")
+    return path
+
+
+ImportPath = Annotated[str, BeforeValidator(_import_path)]
 
 
 class SpecModel(BaseModel):
     """Base for every spec table: unknown keys are errors, models are immutable."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-
-def _identifier(key: str, value: str) -> str:
-    if not SQL_IDENTIFIER.match(value):
-        raise ValueError(
-            f"{key} = {value!r} is not a plain SQL identifier ([A-Za-z_][A-Za-z0-9_]*)"
-        )
-    return value
 
 
 class KafkaSource(SpecModel):
@@ -72,101 +128,130 @@ class KafkaSource(SpecModel):
     topic: str = Field(min_length=1)
     bootstrap_servers: str = Field(min_length=1)
     format: Literal["json", "raw"] = "json"
-    schema_ddl: str | None = Field(default=None, alias="schema", validate_default=True)
+    schema_ddl: str | None = Field(default=None, alias="schema")
     starting_offsets: Literal["earliest", "latest"] = "earliest"
     max_offsets_per_trigger: Annotated[int, Field(gt=0)] | None = None
     fail_on_data_loss: bool = True
     #: Extra librdkafka client properties (e.g. ``security.protocol``); kept secret.
     client_config: dict[str, SecretStr] = Field(default_factory=dict)
 
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        return _identifier("name", v)
-
-    @field_validator("schema_ddl")
-    @classmethod
-    def _schema(cls, v: str | None, info: ValidationInfo) -> str | None:
-        fmt = info.data.get("format", "json")
-        if fmt == "json" and not (v and v.strip()):
-            raise ValueError(
+    @model_validator(mode="after")
+    def _rules(self) -> KafkaSource:
+        _identifier("name", self.name)
+        ddl = self.schema_ddl
+        if self.format == "json" and not (ddl and ddl.strip()):
+            raise key_error(
+                "schema",
                 'schema is required when format = "json": the Spark DDL of the payload, '
-                'e.g. schema = "user_id STRING, amount DOUBLE, ts BIGINT"'
+                'e.g. schema = "user_id STRING, amount DOUBLE, ts BIGINT"',
             )
-        if fmt == "raw" and v:
-            raise ValueError('schema is only for format = "json"; remove it for raw')
-        if v and re.search(rf"(^|,)\s*`?{EVENT_TS}`?\s", v):
-            raise ValueError(
-                f"schema declares a payload column named {EVENT_TS!r}, which collides "
-                "with the event-time column every source injects; rename it in the schema"
-            )
-        return v
+        if self.format == "raw" and ddl:
+            raise key_error("schema", 'schema is only for format = "json"; remove it for raw')
+        for reserved in (EVENT_TS, KAFKA_COLUMN):
+            if ddl and re.search(rf"(^|,)\s*`?{reserved}`?\s", ddl):
+                raise key_error(
+                    "schema",
+                    f"schema declares a payload column named {reserved!r}, which collides "
+                    "with a column every source view carries; rename it in the schema",
+                )
+        return self
 
 
 class Aggregation(SpecModel):
     """One ``[[transform.window.aggregations]]`` entry."""
 
     agg: AggKind
-    column: str | None = Field(default=None, validate_default=True)
+    column: str | None = None
     as_: str = Field(alias="as", min_length=1)
+    #: count_distinct: "approximate" (HyperLogLog, the default) or "exact".
     mode: Literal["approximate", "exact"] | None = None
-    max_distinct_values_per_group: Annotated[int, Field(gt=0)] | None = Field(
-        default=None, validate_default=True
-    )
-
-    @field_validator("column")
-    @classmethod
-    def _column(cls, v: str | None, info: ValidationInfo) -> str | None:
-        agg = info.data.get("agg")
-        if agg is not None and agg != "count" and not v:
-            raise ValueError(f'column is required for agg = "{agg}"')
-        return v
-
-    @field_validator("max_distinct_values_per_group")
-    @classmethod
-    def _distinct_cap(cls, v: int | None, info: ValidationInfo) -> int | None:
-        agg, mode = info.data.get("agg"), info.data.get("mode")
-        if agg is not None and agg != "count_distinct" and mode is not None:
-            raise ValueError(f'mode = "{mode}" is only valid for agg = "count_distinct"')
-        if agg == "count_distinct" and mode == "exact" and v is None:
-            raise ValueError(
-                'max_distinct_values_per_group is required when agg = "count_distinct" '
-                'and mode = "exact" (exact distinct counts keep every value in state)'
-            )
-        if v is not None and not (agg == "count_distinct" and mode == "exact"):
-            raise ValueError(
-                'max_distinct_values_per_group is only valid with agg = "count_distinct" '
-                'and mode = "exact"'
-            )
-        return v
+    #: count_distinct approximate: log2 of the HLL register count (14: ~0.8% error).
+    hll_precision: Annotated[int, Field(ge=4, le=21)] | None = None
+    #: count_distinct approximate: also write the DataSketches HLL sketch (binary).
+    keep_sketch: bool | None = None
+    max_distinct_values_per_group: Annotated[int, Field(gt=0)] | None = None
+    #: reduce: ``module:function`` (or a function, in Python) called with the first value.
+    initializer: ImportPath | None = None
+    #: reduce: ``module:function`` called with (aggregate, value) for every later value.
+    reducer: ImportPath | None = None
+    #: reduce: the Spark DDL type of what the reducer returns, e.g. "DOUBLE".
+    result_type: str | None = None
 
     @model_validator(mode="after")
-    def _implemented(self) -> Aggregation:
-        if self.agg not in IMPLEMENTED_AGGS:
-            raise not_supported("agg", self.agg, IMPLEMENTED_AGGS)
+    def _rules(self) -> Aggregation:
+        _identifier("as", self.as_)
+        agg = self.agg
+        if agg not in ("count", "reduce") and not self.column:
+            raise key_error("column", f'column is required for agg = "{agg}"')
+        distinct = agg == "count_distinct"
+        if self.mode is not None and not distinct:
+            raise key_error(
+                "mode", f'mode = "{self.mode}" is only valid for agg = "count_distinct"'
+            )
+        approximate = distinct and self.mode != "exact"
+        for key in ("hll_precision", "keep_sketch"):
+            if getattr(self, key) is not None and not approximate:
+                raise key_error(
+                    key, f'{key} is only valid with agg = "count_distinct" and mode = "approximate"'
+                )
+        exact = distinct and self.mode == "exact"
+        if exact and self.max_distinct_values_per_group is None:
+            raise key_error(
+                "max_distinct_values_per_group",
+                'max_distinct_values_per_group is required when agg = "count_distinct" and '
+                'mode = "exact" (exact distinct counts keep every value in state)',
+            )
+        if self.max_distinct_values_per_group is not None and not exact:
+            raise key_error(
+                "max_distinct_values_per_group",
+                'max_distinct_values_per_group is only valid with agg = "count_distinct" '
+                'and mode = "exact"',
+            )
+        for key in ("initializer", "reducer", "result_type"):
+            value = getattr(self, key)
+            if agg == "reduce" and not value:
+                raise key_error(key, f'{key} is required for agg = "reduce"')
+            if agg != "reduce" and value is not None:
+                raise key_error(key, f'{key} is only valid for agg = "reduce"')
+            if key != "result_type" and value and not IMPORT_PATH.match(value):
+                raise key_error(key, f"{key} = {value!r} is not an import path (module:function)")
         return self
+
+    @property
+    def precision(self) -> int:
+        return self.hll_precision or 14
+
+    @property
+    def sketch_column(self) -> str | None:
+        return f"{self.as_}_sketch" if self.keep_sketch else None
+
+    def output_names(self) -> list[str]:
+        return [self.as_, *([self.sketch_column] if self.sketch_column else [])]
 
 
 class WindowSpec(SpecModel):
-    """``[transform.window]``: every key of seed 000's window block, plus ``emit``."""
+    """``[transform.window]``: every key of seed 000's window block, plus the other kinds."""
 
     kind: WindowKind
-    duration_ms: Annotated[int, Field(gt=0)]
-    hop_ms: Annotated[int, Field(gt=0)] | None = Field(default=None, validate_default=True)
+    duration_ms: Annotated[int, Field(gt=0)] | None = None
+    hop_ms: Annotated[int, Field(gt=0)] | None = None
+    gap_ms: Annotated[int, Field(gt=0)] | None = None
+    count: Annotated[int, Field(ge=2)] | None = None
+    step: Annotated[int, Field(ge=1)] | None = None
     event_time_column: str = EVENT_TS
     time_mode: Literal["event", "processing"] = "event"
     lateness_ms: Annotated[int, Field(ge=0)] = 0
     source_idleness_ms: Annotated[int, Field(gt=0)] = 60_000
     group_by: list[str] = Field(default_factory=list)
     late_data: Literal["drop", "dlq", "reopen"] = "drop"
-    allowed_lateness_ms: Annotated[int, Field(ge=0)] | None = Field(
-        default=None, validate_default=True
-    )
+    allowed_lateness_ms: Annotated[int, Field(ge=0)] | None = None
     max_groups_per_window: Annotated[int, Field(gt=0)] = 1_000_000
     crash_recovery: Literal["at_least_once", "kafka_eos", "persisted"] = "at_least_once"
     on_state_cap: Literal["fail", "drop_new_groups", "backpressure"] = "fail"
     window_start_column: str = "window_start"
     window_end_column: str = "window_end"
+    #: Count windows only: their bounds (first and last event time) need not be unique.
+    window_index_column: str = "window_index"
     emit: Literal["final", "current"] = "final"
     #: Rows whose event time is further ahead of the micro-batch's processing time are
     #: dead-lettered: one far-future row would otherwise push the watermark ahead and
@@ -174,141 +259,190 @@ class WindowSpec(SpecModel):
     max_event_time_skew_ms: Annotated[int, Field(gt=0)] = 300_000
     aggregations: list[Aggregation] = Field(min_length=1)
 
-    @field_validator("kind")
-    @classmethod
-    def _kind(cls, v: str) -> str:
-        if v not in IMPLEMENTED_WINDOW_KINDS:
-            raise not_supported("kind", v, IMPLEMENTED_WINDOW_KINDS)
-        return v
-
-    @field_validator("hop_ms")
-    @classmethod
-    def _hop(cls, v: int | None, info: ValidationInfo) -> int | None:
-        kind, duration = info.data.get("kind"), info.data.get("duration_ms")
-        if kind == "hopping":
-            if v is None:
-                raise ValueError('hop_ms is required when kind = "hopping"')
-            if duration is not None and v > duration:
-                raise ValueError(f"hop_ms = {v} must be <= duration_ms = {duration}")
-        elif v is not None and kind is not None:
-            raise ValueError(f'hop_ms is only valid for kind = "hopping", not "{kind}"')
-        return v
-
-    @field_validator("event_time_column")
-    @classmethod
-    def _event_time_column(cls, v: str) -> str:
-        return _identifier("event_time_column", v)
-
-    @field_validator("time_mode")
-    @classmethod
-    def _time_mode(cls, v: str, info: ValidationInfo) -> str:
-        column = info.data.get("event_time_column", EVENT_TS)
-        if v == "processing" and column != EVENT_TS:
-            raise ValueError(
-                f'time_mode = "processing" stamps rows with their arrival time in '
-                f"{EVENT_TS}; event_time_column = {column!r} would be ignored, remove it"
+    @model_validator(mode="after")
+    def _rules(self) -> WindowSpec:
+        self._size_rules()
+        self._time_rules()
+        self._late_data_rules()
+        if self.crash_recovery != "at_least_once":
+            raise not_supported("crash_recovery", self.crash_recovery, ("at_least_once",))
+        if self.on_state_cap != "fail":
+            raise not_supported("on_state_cap", self.on_state_cap, ("fail",))
+        if self.emit == "current" and self.kind not in CURRENT_KINDS:
+            raise key_error(
+                "emit",
+                f'emit = "current" is not supported for kind = "{self.kind}": its window '
+                "bounds move while it is open, so each update would leave a superseded row "
+                f'in the target; use emit = "final" (current works for {", ".join(CURRENT_KINDS)})',
             )
-        return v
+        self._output_rules()
+        return self
 
-    @field_validator("group_by")
-    @classmethod
-    def _group_by(cls, v: list[str]) -> list[str]:
-        seen: set[str] = set()
-        for i, column in enumerate(v):
-            _identifier(f"group_by[{i}]", column)
-            if column in seen:
-                raise ValueError(f"group_by[{i}] = {column!r} is listed twice")
-            seen.add(column)
-        return v
-
-    @field_validator("late_data")
-    @classmethod
-    def _late_data(cls, v: str) -> str:
-        if v == "dlq":
-            raise not_supported("late_data", v, ("drop",))
-        return v
-
-    @field_validator("allowed_lateness_ms")
-    @classmethod
-    def _allowed_lateness(cls, v: int | None, info: ValidationInfo) -> int | None:
-        late = info.data.get("late_data")
-        if late == "reopen" and v is None:
-            raise ValueError('allowed_lateness_ms is required when late_data = "reopen"')
-        if late is not None and late != "reopen" and v is not None:
-            raise ValueError('allowed_lateness_ms is only valid with late_data = "reopen"')
-        if late == "reopen":
-            raise not_supported("late_data", late, ("drop",))
-        return v
-
-    @field_validator("crash_recovery")
-    @classmethod
-    def _crash_recovery(cls, v: str) -> str:
-        if v != "at_least_once":
-            raise not_supported("crash_recovery", v, ("at_least_once",))
-        return v
-
-    @field_validator("on_state_cap")
-    @classmethod
-    def _on_state_cap(cls, v: str) -> str:
-        if v != "fail":
-            raise not_supported("on_state_cap", v, ("fail",))
-        return v
-
-    @field_validator("window_end_column")
-    @classmethod
-    def _window_columns(cls, v: str, info: ValidationInfo) -> str:
-        _identifier("window_end_column", v)
-        start = info.data.get("window_start_column")
-        if start is not None:
-            _identifier("window_start_column", start)
-            if start == v:
-                raise ValueError(f"window_end_column = {v!r} equals window_start_column")
-        for i, column in enumerate(info.data.get("group_by") or []):
-            if column in (start, v):
-                raise ValueError(
-                    f"group_by[{i}] = {column!r} collides with a window column name "
-                    f"({start!r}, {v!r}); rename window_start_column/window_end_column"
+    def _size_rules(self) -> None:
+        needs = _SIZE_KEYS[self.kind]
+        for key in ("duration_ms", "hop_ms", "gap_ms", "count", "step"):
+            value = getattr(self, key)
+            if key in needs and value is None:
+                raise key_error(key, f'{key} is required when kind = "{self.kind}"')
+            if key not in needs and value is not None:
+                valid = [k for k, keys in _SIZE_KEYS.items() if key in keys]
+                raise key_error(
+                    key,
+                    f"{key} is only valid for kind = "
+                    + " or ".join(f'"{k}"' for k in valid)
+                    + f', not "{self.kind}"',
                 )
-        return v
+        if (
+            self.hop_ms is not None
+            and self.duration_ms is not None
+            and self.hop_ms > self.duration_ms
+        ):
+            raise key_error(
+                "hop_ms", f"hop_ms = {self.hop_ms} must be <= duration_ms = {self.duration_ms}"
+            )
+        if self.step is not None and self.count is not None and self.step > self.count:
+            raise key_error("step", f"step = {self.step} must be <= count = {self.count}")
 
-    @field_validator("emit")
-    @classmethod
-    def _emit(cls, v: str) -> str:
-        if v != "final":
-            raise not_supported("emit", v, ("final",))
-        return v
+    def _time_rules(self) -> None:
+        _identifier("event_time_column", self.event_time_column)
+        if self.time_mode == "processing" and self.event_time_column != EVENT_TS:
+            raise key_error(
+                "time_mode",
+                f'time_mode = "processing" stamps rows with their arrival time in {EVENT_TS}; '
+                f"event_time_column = {self.event_time_column!r} would be ignored, remove it",
+            )
+        if self.is_count_based and self.lateness_ms:
+            raise key_error(
+                "lateness_ms",
+                f'lateness_ms does not apply to kind = "{self.kind}": count windows close when '
+                "they are full, not by event time",
+            )
 
-    @field_validator("aggregations")
-    @classmethod
-    def _aliases(cls, v: list[Aggregation], info: ValidationInfo) -> list[Aggregation]:
-        group_by = info.data.get("group_by") or []
-        window_columns = {
-            info.data.get("window_start_column", "window_start"),
-            info.data.get("window_end_column", "window_end"),
-        }
-        first_use: dict[str, int] = {}
-        for i, a in enumerate(v):
-            _identifier(f"aggregations[{i}].as", a.as_)
-            if a.as_ in first_use:
-                raise ValueError(
-                    f"aggregations[{i}].as = {a.as_!r} repeats aggregations"
-                    f"[{first_use[a.as_]}].as; every alias must be unique"
+    def _late_data_rules(self) -> None:
+        if self.late_data == "dlq":
+            raise not_supported("late_data", "dlq", ("drop",))
+        if self.late_data == "reopen" and self.allowed_lateness_ms is None:
+            raise key_error(
+                "allowed_lateness_ms", 'allowed_lateness_ms is required when late_data = "reopen"'
+            )
+        if self.late_data != "reopen" and self.allowed_lateness_ms is not None:
+            raise key_error(
+                "allowed_lateness_ms", 'allowed_lateness_ms is only valid with late_data = "reopen"'
+            )
+        if self.late_data == "reopen":
+            raise key_error(
+                "allowed_lateness_ms",
+                "late_data = 'reopen' is not supported yet; supported: 'drop'",
+            )
+
+    def _output_rules(self) -> None:
+        seen: dict[str, str] = {}
+
+        def claim(name: str, key: str) -> None:
+            _identifier(key, name)
+            if name in seen:
+                raise key_error(
+                    key,
+                    f"{key} = {name!r} collides with {seen[name]}; output columns must be unique",
                 )
-            if a.as_ in group_by:
-                raise ValueError(
-                    f"aggregations[{i}].as = {a.as_!r} equals a group_by column; "
-                    "output columns must be unique"
-                )
-            if a.as_ in window_columns:
-                raise ValueError(f"aggregations[{i}].as = {a.as_!r} equals a window column name")
-            first_use[a.as_] = i
-        return v
+            seen[name] = key
+
+        claim(self.window_start_column, "window_start_column")
+        claim(self.window_end_column, "window_end_column")
+        if self.is_count_based:
+            claim(self.window_index_column, "window_index_column")
+        for i, column in enumerate(self.group_by):
+            if column in self.group_by[:i]:
+                raise key_error("group_by", f"group_by[{i}] = {column!r} is listed twice")
+            claim(column, f"group_by[{i}]")
+        for i, a in enumerate(self.aggregations):
+            for name in a.output_names():
+                key = f"aggregations[{i}].as"
+                if name in seen and seen[name].endswith(".as"):
+                    raise key_error(
+                        "aggregations",
+                        f"{key} = {name!r} repeats {seen[name]}; every alias must be unique",
+                    )
+                if name in seen and seen[name].startswith("group_by"):
+                    raise key_error(
+                        "aggregations",
+                        f"{key} = {name!r} equals a group_by column; output columns must be unique",
+                    )
+                if name in seen:
+                    raise key_error("aggregations", f"{key} = {name!r} equals a window column name")
+                seen[name] = key
+
+    @property
+    def is_count_based(self) -> bool:
+        return self.kind in COUNT_KINDS
+
+    @property
+    def engine(self) -> Literal["native", "state"]:
+        """Where the window runs: Spark's native aggregation, or its arbitrary-state API."""
+        return "native" if self.kind in ("tumbling", "hopping", "session") else "state"
+
+    @property
+    def stride(self) -> int | None:
+        """Count windows: how many events apart consecutive windows start."""
+        if self.kind == "count_tumbling":
+            return self.count
+        if self.kind == "count_sliding":
+            return 1
+        return self.step
+
+
+_SIZE_KEYS = {
+    "tumbling": ("duration_ms",),
+    "hopping": ("duration_ms", "hop_ms"),
+    "session": ("gap_ms",),
+    "sliding": ("duration_ms",),
+    "count_tumbling": ("count",),
+    "count_hopping": ("count", "step"),
+    "count_sliding": ("count",),
+}
+
+LookupKind = Literal["delta", "postgres", "csv", "parquet"]
+
+
+class LookupSpec(SpecModel):
+    """``[[transform.lookups]]``: a static table joined in the SQL pre-stage, refreshed."""
+
+    name: str
+    kind: LookupKind
+    path: str | None = None
+    url: SecretStr | None = None
+    table: str | None = None
+    schema_ddl: str | None = Field(default=None, alias="schema")
+    options: dict[str, str] = Field(default_factory=dict)
+    #: Re-read at most this often (0: before every micro-batch); new contents take
+    #: effect from the next micro-batch.
+    refresh_interval_ms: Annotated[int, Field(ge=0)] = 60_000
+
+    @model_validator(mode="after")
+    def _rules(self) -> LookupSpec:
+        _identifier("name", self.name)
+        postgres = self.kind == "postgres"
+        if not postgres and not self.path:
+            raise key_error("path", f'path is required for kind = "{self.kind}"')
+        if postgres and self.path:
+            raise key_error("path", 'path is not used by kind = "postgres"; set url and table')
+        for key in ("url", "table"):
+            if postgres and not getattr(self, key):
+                raise key_error(key, f'{key} is required for kind = "postgres"')
+            if not postgres and getattr(self, key):
+                raise key_error(key, f'{key} is only valid for kind = "postgres"')
+        if self.table and not re.match(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)?$", self.table):
+            raise key_error("table", f"table = {self.table!r} must be table or schema.table")
+        if self.schema_ddl and self.kind != "csv":
+            raise key_error("schema", 'schema is only for kind = "csv" (others carry theirs)')
+        return self
 
 
 class TransformSpec(SpecModel):
-    """``[transform]``: an optional SQL pre-stage, then a window (or, later, a join)."""
+    """``[transform]``: an optional SQL pre-stage with lookups, then a window."""
 
     sql: str | None = None
+    lookups: list[LookupSpec] = Field(default_factory=list)
     window: WindowSpec | None = None
     join: dict[str, Any] | None = None
 
@@ -319,9 +453,20 @@ class TransformSpec(SpecModel):
                 "[transform.window] and [transform.join] are both set; a pipeline runs one of them"
             )
         if self.join is not None:
-            raise not_supported("[transform.join]", "stream_stream_join", "windows")
+            raise not_supported("join", "stream_stream_join", "windows")
         if self.window is None:
-            raise ValueError("[transform.window] is required: what should the pipeline aggregate?")
+            raise key_error("window", "[transform.window] is required: what should be aggregated?")
+        names: dict[str, int] = {}
+        for i, lookup in enumerate(self.lookups):
+            if lookup.name in names:
+                raise key_error(
+                    "lookups",
+                    f"lookups[{i}].name = {lookup.name!r} repeats "
+                    f"lookups[{names[lookup.name]}].name",
+                )
+            names[lookup.name] = i
+        if self.lookups and not self.sql:
+            raise key_error("lookups", "lookups are joined in [transform].sql, which is empty")
         return self
 
 
@@ -398,18 +543,6 @@ class PipelineSpec(SpecModel):
                 raise ValueError(f'sources[{i}].kind = "{kind}" is not supported; use "kafka"')
         return v
 
-    @field_validator("sources")
-    @classmethod
-    def _unique_sources(cls, v: list[KafkaSource]) -> list[KafkaSource]:
-        seen: dict[str, int] = {}
-        for i, s in enumerate(v):
-            if s.name in seen:
-                raise ValueError(
-                    f"sources[{i}].name = {s.name!r} repeats sources[{seen[s.name]}].name"
-                )
-            seen[s.name] = i
-        return v
-
     @field_validator("target", mode="before")
     @classmethod
     def _target_kind(cls, v: Any) -> Any:
@@ -419,7 +552,19 @@ class PipelineSpec(SpecModel):
         return v
 
     @model_validator(mode="after")
-    def _sources_feed_window(self) -> PipelineSpec:
+    def _rules(self) -> PipelineSpec:
+        seen: dict[str, str] = {}
+        for i, s in enumerate(self.sources):
+            if s.name in seen:
+                raise key_error("sources", f"sources[{i}].name = {s.name!r} repeats {seen[s.name]}")
+            seen[s.name] = f"sources[{i}].name"
+        for i, lookup in enumerate(self.transform.lookups):
+            if lookup.name in seen:
+                raise key_error(
+                    "transform",
+                    f"lookups[{i}].name = {lookup.name!r} is also {seen[lookup.name]}: "
+                    "views need distinct names",
+                )
         if len(self.sources) > 1 and not self.transform.sql:
             raise ValueError(
                 f"{len(self.sources)} sources are declared but [transform].sql is empty; "
@@ -440,8 +585,29 @@ class PipelineSpec(SpecModel):
 
     def natural_key(self) -> list[str]:
         w = self.window
-        return [w.window_start_column, w.window_end_column, *w.group_by]
+        index = [w.window_index_column] if w.is_count_based else []
+        return [w.window_start_column, w.window_end_column, *index, *w.group_by]
 
     def output_columns(self) -> list[str]:
         """The one place that knows the output column order (seed 000)."""
-        return [*self.natural_key(), *(a.as_ for a in self.window.aggregations)]
+        return [
+            *self.natural_key(),
+            *(n for a in self.window.aggregations for n in a.output_names()),
+        ]
+
+    def to_toml(self) -> str:
+        """The TOML ``load_spec`` reads back into an equal spec (secrets included)."""
+        import tomli_w
+
+        return tomli_w.dumps(_plain(self.model_dump(by_alias=True, exclude_defaults=True)))
+
+
+def _plain(value: Any) -> Any:
+    """model_dump output without SecretStr wrappers (TOML needs the value itself)."""
+    if isinstance(value, SecretStr):
+        return value.get_secret_value()
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value

@@ -1,0 +1,173 @@
+"""Memory caps fail loud with seed 000's message; the sizing bound warns at start-up."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from flow_jobs.embedded.broker import EmbeddedBroker
+from flow_jobs.embedded.producer import Record
+from flow_jobs.plan.sizing import GB, estimate_state
+from flow_jobs.runtime.runner import PipelineFailed, PipelineRunner
+from flow_jobs.spec.models import WindowSpec
+from tests.support import BASE_MS, make_spec, send
+
+MINUTE = BASE_MS - BASE_MS % 60_000  # 2023-11-14T22:13:00Z
+
+
+def _five_groups(broker: EmbeddedBroker, topic: str, per_group: int = 1) -> None:
+    """Five users in one minute, then one row a minute later to close it."""
+    rows = [(f"u{g}", MINUTE + 1_000 * i + g) for i in range(per_group) for g in range(5)]
+    rows.append(("u0", MINUTE + 125_000))
+    send(
+        broker.bootstrap_servers,
+        topic,
+        [
+            Record(json.dumps({"user_id": u, "qty": i, "ts": ts}).encode(), i % 2, timestamp_ms=ts)
+            for i, (u, ts) in enumerate(rows)
+        ],
+    )
+
+
+def _run(
+    spark: SparkSession, workdir: Path, broker: EmbeddedBroker, topic: str, window: dict[str, Any]
+) -> str:
+    window = {"event_time_column": "ts", "group_by": ["user_id"], **window}
+    spec = make_spec(
+        workdir,
+        broker.bootstrap_servers,
+        topic,
+        window,
+        schema="user_id STRING, qty BIGINT, ts BIGINT",
+        source={"max_offsets_per_trigger": 2},
+    )
+    with pytest.raises(PipelineFailed) as failure:
+        PipelineRunner(spec, spark).run(available_now=True)
+    return str(failure.value)
+
+
+def test_native_window_over_its_group_cap_fails(
+    spark: SparkSession,
+    broker: EmbeddedBroker,
+    topic: str,
+    workdir: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    _five_groups(broker, topic)
+    window = {
+        "kind": "tumbling",
+        "duration_ms": 60_000,
+        "max_groups_per_window": 3,
+        "aggregations": [
+            {"agg": "count_distinct", "column": "qty", "as": "d", "hll_precision": 21}
+        ],
+    }
+    with caplog.at_level(logging.WARNING, logger="flow_jobs.runtime.runner"):
+        message = _run(spark, workdir, broker, topic, window)
+    assert (
+        "window state cap hit: max_groups_per_window=3 reached on window "
+        "[2023-11-14T22:13:00Z, 2023-11-14T22:14:00Z) for pipeline test-pipeline"
+    ) in message
+    assert not (workdir / "target" / "_delta_log" / "00000000000000000001.json").exists()
+    # 3 windows x 3 groups x 2 MiB is far below 1 GB: the sizing bound stays quiet here.
+    assert not [r for r in caplog.records if "window state may reach" in r.getMessage()]
+
+
+def test_state_window_over_its_group_cap_fails(
+    spark: SparkSession, broker: EmbeddedBroker, topic: str, workdir: Path
+) -> None:
+    _five_groups(broker, topic)
+    window = {
+        "kind": "sliding",
+        "duration_ms": 30_000,
+        "max_groups_per_window": 3,
+        "aggregations": [{"agg": "count", "as": "n"}],
+    }
+    message = _run(spark, workdir, broker, topic, window)
+    assert "window state cap hit: max_groups_per_window=3 reached on window [" in message
+    assert "for pipeline test-pipeline" in message
+
+
+@pytest.mark.parametrize("kind", ["tumbling", "count_tumbling"])
+def test_exact_distinct_count_over_its_cap_fails(
+    kind: str, spark: SparkSession, broker: EmbeddedBroker, topic: str, workdir: Path
+) -> None:
+    rows = [("u0", MINUTE + 1_000 * i) for i in range(5)] + [("u0", MINUTE + 125_000)]
+    send(
+        broker.bootstrap_servers,
+        topic,
+        [
+            Record(json.dumps({"user_id": u, "qty": i, "ts": ts}).encode(), 0, timestamp_ms=ts)
+            for i, (u, ts) in enumerate(rows)
+        ],
+    )
+    size = {"duration_ms": 60_000} if kind == "tumbling" else {"count": 5}
+    window = {
+        "kind": kind,
+        **size,
+        "aggregations": [
+            {
+                "agg": "count_distinct",
+                "column": "qty",
+                "as": "d",
+                "mode": "exact",
+                "max_distinct_values_per_group": 3,
+            }
+        ],
+    }
+    message = _run(spark, workdir, broker, topic, window)
+    assert "count_distinct cap hit: max_distinct_values_per_group=3 exceeded by d" in message
+    assert "(5 values) on window [2023-11-14T22:13:00" in message
+    assert "test-pipeline" in message
+
+
+def test_sizing_bound_follows_seed_000() -> None:
+    window = WindowSpec.model_validate(
+        {
+            "kind": "hopping",
+            "duration_ms": 60_000,
+            "hop_ms": 20_000,
+            "lateness_ms": 20_000,
+            "max_groups_per_window": 1_000_000,
+            "aggregations": [{"agg": "count_distinct", "column": "x", "as": "d"}],
+        }
+    )
+    estimate = estimate_state(window)
+    assert estimate.active_windows == 4  # ceil((60 s + 20 s) / 20 s)
+    assert estimate.bytes_per_group == 1 << 14
+    assert estimate.total == 4 * 1_000_000 * (1 << 14) > GB
+
+
+def test_runner_warns_when_the_state_bound_exceeds_1_gb(
+    spark: SparkSession,
+    broker: EmbeddedBroker,
+    topic: str,
+    workdir: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    window = {
+        "kind": "tumbling",
+        "duration_ms": 60_000,
+        "event_time_column": "ts",
+        "aggregations": [
+            {"agg": "count_distinct", "column": "qty", "as": "d", "hll_precision": 21}
+        ],
+    }  # 2 MiB x 1,000,000 groups
+    spec = make_spec(
+        workdir,
+        broker.bootstrap_servers,
+        topic,
+        window,
+        schema="user_id STRING, qty BIGINT, ts BIGINT",
+    )
+    with caplog.at_level(logging.WARNING, logger="flow_jobs.runtime.runner"):
+        PipelineRunner(spec, spark).run(available_now=True)  # an empty topic: no batch
+    warnings = [
+        r.getMessage() for r in caplog.records if "window state may reach" in r.getMessage()
+    ]
+    assert warnings and "1,000,000 groups x 2,097,152 bytes" in warnings[0]
