@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
 from collections.abc import Iterator
@@ -48,3 +49,36 @@ def topic(broker: EmbeddedBroker, request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
     return tmp_path
+
+
+def _reachable(url: str) -> bool:
+    import psycopg
+
+    try:
+        psycopg.connect(url, connect_timeout=2).close()
+        return True
+    except psycopg.OperationalError:
+        return False
+
+
+MACHINE_POSTGRES = os.environ.get(
+    "FLOW_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
+)
+
+
+@pytest.fixture(scope="session")
+def embedded_postgres_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real PostgreSQL 16 started from the pgserver wheel."""
+    import pgserver
+
+    server = pgserver.get_server(tmp_path_factory.mktemp("pgdata"), cleanup_mode="stop")
+    yield server.get_uri()
+    server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def postgres_url(request: pytest.FixtureRequest) -> str:
+    """The machine's PostgreSQL when it answers, else the embedded one."""
+    if _reachable(MACHINE_POSTGRES):
+        return MACHINE_POSTGRES
+    return str(request.getfixturevalue("embedded_postgres_url"))

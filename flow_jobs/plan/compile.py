@@ -11,6 +11,7 @@ from pyspark.sql.utils import AnalysisException
 from flow_jobs.io.dead_letters import DeadLetterTable
 from flow_jobs.plan.aggregations import AGGREGATORS
 from flow_jobs.plan.errors import PlanError
+from flow_jobs.plan.lookups import Lookup, register_lookups
 from flow_jobs.plan.sources import compile_source
 from flow_jobs.plan.windows import WINDOW_KINDS, compile_window
 from flow_jobs.spec.models import PipelineSpec
@@ -30,6 +31,7 @@ class CompiledPipeline:
     frame: DataFrame
     output_mode: str
     operators: tuple[OperatorChoice, ...]
+    lookups: tuple[Lookup, ...] = ()
 
 
 def compile_pipeline(
@@ -42,11 +44,14 @@ def compile_pipeline(
             spark, source, i, window, spec.name, dead_letters.staging(source.name)
         )
         view.createOrReplaceTempView(source.name)
+    lookups = register_lookups(spark, spec.transform.lookups)
     frame = _pre_stage(spark, spec)
     compiled = compile_window(frame, window, spec.name)
     columns = compiled.frame.columns
     assert columns == spec.output_columns(), (columns, spec.output_columns())
-    return CompiledPipeline(spec, compiled.frame, compiled.output_mode, _operators(spec))
+    return CompiledPipeline(
+        spec, compiled.frame, compiled.output_mode, _operators(spec), tuple(lookups)
+    )
 
 
 def _pre_stage(spark: SparkSession, spec: PipelineSpec) -> DataFrame:
@@ -90,6 +95,14 @@ def _operators(spec: PipelineSpec) -> tuple[OperatorChoice, ...]:
         ),
         OperatorChoice(
             "[transform].sql", "Spark SQL over the source views" if spec.transform.sql else "(none)"
+        ),
+        *(
+            OperatorChoice(
+                f"lookup {lookup.name} ({lookup.kind})",
+                f"batch DataFrame, cached, re-read every {lookup.refresh_interval_ms} ms; "
+                "a stream-static join in the SQL",
+            )
+            for lookup in spec.transform.lookups
         ),
         OperatorChoice(f"window kind = {w.kind}", WINDOW_KINDS[w.kind].compiles_to),
         OperatorChoice(f"lateness_ms = {w.lateness_ms}, late_data = {w.late_data}", late),

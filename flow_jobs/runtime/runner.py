@@ -91,6 +91,7 @@ class PipelineRunner:
             )
 
         tracker = self.progress = ProgressTracker(self.spec.name, self.sink.outcomes)
+
         query = writer.start()
         self.sink.bind(query, caps.check)
         log.info(
@@ -116,6 +117,10 @@ class PipelineRunner:
         try:
             while not query.awaitTermination(0.5):
                 tracker.poll(query)
+                # Between micro-batches on the driver: Spark plans a batch (cached lookups
+                # included) before its foreachBatch runs, so refreshes run on their own clock.
+                for lookup in self.compiled.lookups:
+                    lookup.refresh_if_due(self.spark)
                 if self.stop_event.is_set():
                     log.info("%s: stop requested; finishing the batch in flight", self.spec.name)
                     self.sink.request_stop()

@@ -10,7 +10,10 @@ from collections.abc import Mapping
 from pyspark.sql import SparkSession
 
 from flow_jobs.io.kafka_source import KafkaDataSource
+from flow_jobs.io.lookup_sources import DeltaTableSource, PostgresTableSource
 from flow_jobs.spec.models import SparkSpec
+
+DATA_SOURCES = (KafkaDataSource, DeltaTableSource, PostgresTableSource)
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +30,7 @@ DEFAULT_CONF: dict[str, str] = {
 
 
 def register_sources(spark: SparkSession) -> None:
-    """Register flow-jobs' data sources with this session.
+    """Register flow-jobs' Python data sources with this session.
 
     Seen with PySpark 4.2: ``newSession().dataSource.register`` answers "already exists"
     (it reaches the parent's registration) while the child session's own manager does
@@ -36,16 +39,15 @@ def register_sources(spark: SparkSession) -> None:
     from pyspark.sql.udf import _wrap_function
 
     manager = spark._jsparkSession.sessionState().dataSourceManager()
-    name = KafkaDataSource.name()
-    if manager.dataSourceExists(name):
-        return
     sc = spark.sparkContext
     jvm = sc._jvm
     assert jvm is not None
-    builder = jvm.org.apache.spark.sql.execution.datasources.v2.python.UserDefinedPythonDataSource(
-        _wrap_function(sc, KafkaDataSource)
-    )
-    manager.registerDataSource(name, builder)
+    for source in DATA_SOURCES:
+        if manager.dataSourceExists(source.name()):
+            continue
+        python_source = jvm.org.apache.spark.sql.execution.datasources.v2.python
+        builder = python_source.UserDefinedPythonDataSource(_wrap_function(sc, source))
+        manager.registerDataSource(source.name(), builder)
 
 
 def build_spark_session(

@@ -44,19 +44,20 @@ class WindowBatchSink:
         self.outcomes: dict[int, BatchOutcome] = {}
         self._app_id: str | None = None
         self._query: Any = None
-        self._guard: Callable[[dict[str, Any] | None], None] | None = None
+        self._before_batch: Callable[[dict[str, Any] | None], None] | None = None
         self._bound = threading.Event()
         self._writing = threading.Lock()
         self._stopping = False
 
     def bind(
-        self, query: Any, guard: Callable[[dict[str, Any] | None], None] | None = None
+        self, query: Any, before_batch: Callable[[dict[str, Any] | None], None] | None = None
     ) -> None:
         """Attach the running query: its persistent id (new for each fresh checkpoint)
-        names the writer; ``guard`` sees the previous batch's progress before each batch
-        (the state cap check) and fails the batch by raising."""
+        names the writer; ``before_batch`` runs on the driver before each batch, with
+        the previous batch's progress (the state cap check, lookup refreshes), and fails
+        the batch by raising."""
         self._query = query
-        self._guard = guard
+        self._before_batch = before_batch
         self._app_id = f"flow-jobs/{self.pipeline}/{query.id}"
         self._bound.set()
 
@@ -78,8 +79,8 @@ class WindowBatchSink:
         with self._writing:
             if self._stopping:
                 raise StopRequested(f"batch {batch_id} not started: stop requested")
-            if self._guard is not None:
-                self._guard(last_progress(self._query))
+            if self._before_batch is not None:
+                self._before_batch(last_progress(self._query))
             started = time.monotonic()
             # One action runs the whole micro-batch: the state store commits its new
             # version and the dead-letter tap stages bad rows. It must run even when

@@ -414,8 +414,8 @@ class LookupSpec(SpecModel):
     table: str | None = None
     schema_ddl: str | None = Field(default=None, alias="schema")
     options: dict[str, str] = Field(default_factory=dict)
-    #: Re-read at most this often (0: before every micro-batch); new contents take
-    #: effect from the next micro-batch.
+    #: Cached, and re-read once this much time has passed (0: not cached, read by every
+    #: micro-batch); micro-batches planned after a refresh see the new contents.
     refresh_interval_ms: Annotated[int, Field(ge=0)] = 60_000
 
     @model_validator(mode="after")
