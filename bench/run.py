@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -46,6 +47,8 @@ class Result:
     name: str
     events: int
     seconds: float
+    write_seconds: float | None = None  # pipelines: MERGEing windows into Delta
+    windows: int | None = None  # pipelines: window rows written
 
     @property
     def rate(self) -> float:
@@ -84,7 +87,7 @@ def bare_read(bootstrap: str, ends: dict[int, int]) -> Result:
     return Result("bare confluent-kafka read", n, time.perf_counter() - started)
 
 
-def spark_run(name: str, events: int, body: Callable[[Path], int]) -> Result:
+def spark_run(name: str, events: int, body: Callable[[Path], int | Any]) -> Result:
     workdir = Path(tempfile.mkdtemp(prefix="flow-bench-"))
     try:
         started = time.perf_counter()
@@ -92,31 +95,55 @@ def spark_run(name: str, events: int, body: Callable[[Path], int]) -> Result:
         elapsed = time.perf_counter() - started
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+    written = windows = None
+    if not isinstance(seen, int):  # a PipelineRunner: rows in, and what its sink did
+        outcomes = seen.sink.outcomes.values()
+        written = sum(o.write_seconds for o in outcomes)
+        windows = sum(o.output_rows for o in outcomes)
+        seen = seen.progress.input_rows()
     if seen != events:
         raise RuntimeError(f"{name}: read {seen} rows, expected {events}")
-    return Result(name, events, elapsed)
+    return Result(name, events, elapsed, written, windows)
 
 
-def _spec(bootstrap: str, workdir: Path) -> PipelineSpec:
+AGGREGATIONS = [
+    {"agg": "count", "as": "clicks"},
+    {"agg": "sum", "column": "amount", "as": "amount_sum"},
+    {"agg": "avg", "column": "amount", "as": "amount_avg"},
+    {"agg": "max", "column": "amount", "as": "amount_max"},
+]
+TUMBLING = {"kind": "tumbling", "duration_ms": 60_000, "lateness_ms": 5_000}
+#: Every kind with the tumbling run's four aggregates (count_distinct adds its own).
+WINDOWS: dict[str, dict] = {
+    # ~1 click per user per second: a 2 s gap ends a session about every 7 clicks
+    "session (gap 2 s)": {"kind": "session", "gap_ms": 2_000, "lateness_ms": 5_000},
+    "sliding 60 s (per row)": {"kind": "sliding", "duration_ms": 60_000, "lateness_ms": 5_000},
+    "count_tumbling (100)": {"kind": "count_tumbling", "count": 100},
+    "count_hopping (100, step 10)": {"kind": "count_hopping", "count": 100, "step": 10},
+    "count_sliding (10)": {"kind": "count_sliding", "count": 10},
+    "tumbling + count_distinct (HLL)": {
+        **TUMBLING,
+        "aggregations": [
+            *AGGREGATIONS,
+            {"agg": "count_distinct", "column": "page", "as": "pages", "keep_sketch": True},
+        ],
+    },
+}
+
+
+def _spec(bootstrap: str, workdir: Path, window: dict | None = None) -> PipelineSpec:
     return PipelineSpec.model_validate(
         {
-            "name": "bench-tumbling",
+            "name": "bench",
             "sources": [
                 {"name": "clicks", "topic": TOPIC, "bootstrap_servers": bootstrap, "schema": SCHEMA}
             ],
             "transform": {
                 "window": {
-                    "kind": "tumbling",
-                    "duration_ms": 60_000,
                     "event_time_column": "ts",
-                    "lateness_ms": 5_000,
                     "group_by": ["user_id"],
-                    "aggregations": [
-                        {"agg": "count", "as": "clicks"},
-                        {"agg": "sum", "column": "amount", "as": "amount_sum"},
-                        {"agg": "avg", "column": "amount", "as": "amount_avg"},
-                        {"agg": "max", "column": "amount", "as": "amount_max"},
-                    ],
+                    "aggregations": AGGREGATIONS,
+                    **(window or TUMBLING),
                 }
             },
             "target": {"kind": "delta", "path": str(workdir / "target")},
@@ -241,16 +268,20 @@ def main() -> int:
             )
             return _count_query(view, workdir)
 
-        def pipeline(workdir: Path) -> int:
-            return (
-                PipelineRunner(_spec(bootstrap, workdir), spark).run(available_now=True).input_rows
-            )
+        def pipeline(window: dict | None = None) -> Callable[[Path], PipelineRunner]:
+            def run(workdir: Path) -> PipelineRunner:
+                runner = PipelineRunner(_spec(bootstrap, workdir, window), spark)
+                runner.run(available_now=True)
+                return runner
+
+            return run
 
         spark_run("warm-up (spark scan, not reported)", produced, scan)
         for name, body in (
             ("spark scan (Python source)", scan),
             ("scan + JSON decode + dead-letter tap", decode),
-            ("tumbling 60 s -> Delta MERGE", pipeline),
+            ("tumbling 60 s -> Delta MERGE", pipeline()),
+            *((f"{name} -> Delta MERGE", pipeline(w)) for name, w in WINDOWS.items()),
         ):
             results.append(spark_run(name, produced, body))
             print(f"  {name}: {results[-1].rate:,.0f} events/s", flush=True)
@@ -261,12 +292,17 @@ def main() -> int:
 
     ceiling = results[0].rate
     pipeline_rate = next(r.rate for r in results if r.name.startswith("tumbling"))
+
+    def optional(value: float | int | None, fmt: str) -> str:
+        return "" if value is None else format(value, fmt)
+
     lines = [
-        "| run | events | seconds | events/s | vs bare read | vs tumbling |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| run | events | seconds | events/s | vs bare read | vs tumbling | windows | write s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
         *(
             f"| {r.name} | {r.events:,} | {r.seconds:.1f} | {r.rate:,.0f} | "
-            f"{r.rate / ceiling:.2f} | {r.rate / pipeline_rate:.2f} |"
+            f"{r.rate / ceiling:.2f} | {r.rate / pipeline_rate:.2f} | "
+            f"{optional(r.windows, ',')} | {optional(r.write_seconds, '.1f')} |"
             for r in results
         ),
     ]

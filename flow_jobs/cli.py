@@ -20,7 +20,12 @@ EXIT_USAGE = 2  # argparse's own code for bad arguments
 
 def _describe(spec: PipelineSpec) -> str:
     w = spec.window
-    size = f"{w.duration_ms} ms" + (f" every {w.hop_ms} ms" if w.hop_ms else "")
+    size = {
+        "hopping": f"{w.duration_ms} ms every {w.hop_ms} ms",
+        "session": f"with a {w.gap_ms} ms gap",
+        "sliding": f"{w.duration_ms} ms per event",
+        "count_hopping": f"of {w.count} events every {w.step}",
+    }.get(w.kind, f"of {w.count} events" if w.is_count_based else f"{w.duration_ms} ms")
     return (
         f"pipeline {spec.name!r}: {w.kind} window {size} over "
         f"{', '.join(s.name for s in spec.sources)} -> {spec.target.kind} {spec.target.path}"

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from flow_jobs.operators.frame import EventFrame, Values, to_python
 
@@ -87,7 +88,15 @@ def range_reduce(x: np.ndarray, w: Ranges, op: np.ufunc) -> np.ndarray:
     return out
 
 
-def _nullable(values: np.ndarray, valid: np.ndarray) -> list[Any]:
+def _nullable(values: np.ndarray, valid: np.ndarray) -> Any:
+    """A typed output column: numpy when nothing is NULL, else a pandas masked array
+    (NULL stays NULL and a NaN stays NaN; a Python list would cost an object array)."""
+    if values.dtype.kind in "iu":
+        values = values.astype(np.int64)
+        return values if valid.all() else pd.arrays.IntegerArray(values, ~valid)
+    if values.dtype.kind == "f":
+        values = values.astype(np.float64)
+        return values if valid.all() else pd.arrays.FloatingArray(values, ~valid)
     out = values.tolist()
     for i in np.flatnonzero(~valid):
         out[i] = None
@@ -108,8 +117,8 @@ class WindowAggregator(ABC):
         self.outputs = outputs
 
     @abstractmethod
-    def compute(self, ctx: Context, w: Ranges) -> list[list[Any]]:
-        """One list of per-window values for each output column."""
+    def compute(self, ctx: Context, w: Ranges) -> list[Any]:
+        """One column of per-window values (array or list) for each output column."""
 
     def values(self, ctx: Context) -> Values:
         assert self.column is not None
@@ -119,8 +128,8 @@ class WindowAggregator(ABC):
 class Count(WindowAggregator):
     def compute(self, ctx: Context, w: Ranges) -> list[list[Any]]:
         if self.column is None:
-            return [(w.hi - w.lo + 1).tolist()]
-        return [range_sum(self.values(ctx).valid.astype(np.int64), w).tolist()]
+            return [w.hi - w.lo + 1]
+        return [range_sum(self.values(ctx).valid.astype(np.int64), w)]
 
 
 class Sum(WindowAggregator):

@@ -240,7 +240,7 @@ def native_aggregate(
             values = [r["v"].asDict(recursive=True) if as_dict else r["v"] for r in rows]
             return fold(values, initializer, reducer)
 
-        folded = F.udf(fold_window, rtype)(F.col(hidden))
+        folded = F.udf(fold_window, rtype, useArrow=False)(F.col(hidden))
         return NativeAggregate((items.alias(hidden),), (folded.alias(agg.as_),))
     raise PlanError(f"{a.key}.agg", f"{agg.agg!r} has no native compiler")
 
