@@ -69,10 +69,12 @@ class DeltaMergeTable:
         self.storage_options = storage_options or None
         # NULL-safe equality only where a key column can hold NULL (group_by columns):
         # plain equality keeps file skipping effective on the window columns.
+        # Each comparison in parentheses: delta-rs's parser binds IS NOT DISTINCT FROM
+        # looser than AND, so `a IS NOT DISTINCT FROM b AND c ...` would mis-parse.
         self._predicate = " AND ".join(
-            f"t.{_quoted(c)} IS NOT DISTINCT FROM s.{_quoted(c)}"
+            f"(t.{_quoted(c)} IS NOT DISTINCT FROM s.{_quoted(c)})"
             if c in nullable_key
-            else f"t.{_quoted(c)} = s.{_quoted(c)}"
+            else f"(t.{_quoted(c)} = s.{_quoted(c)})"
             for c in self.natural_key
         )
 
