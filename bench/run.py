@@ -35,7 +35,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from flow_jobs.embedded.broker import EmbeddedBroker
 from flow_jobs.embedded.producer import produce
-from flow_jobs.embedded.sample_events import sample_clicks
+from flow_jobs.embedded.sample_events import sample_clicks, sample_orders, sample_payments
 from flow_jobs.spec.models import PipelineSpec
 
 TOPIC = "bench-clicks"
@@ -49,6 +49,7 @@ class Result:
     seconds: float
     write_seconds: float | None = None  # pipelines: MERGEing windows into Delta
     windows: int | None = None  # pipelines: window rows written
+    peak_state_rows: int | None = None  # joins: the join's largest state
 
     @property
     def rate(self) -> float:
@@ -205,6 +206,120 @@ def from_json_alone(spark: SparkSession, events: int, workdir: Path) -> int:
     return total
 
 
+ORDERS_TOPIC, PAYMENTS_TOPIC = "bench-orders", "bench-payments"
+ORDERS = "order_id STRING, customer STRING, amount DOUBLE, ts BIGINT"
+PAYMENTS = "payment_id STRING, order_id STRING, paid DOUBLE, ts BIGINT"
+JOIN_PER_TRIGGER = 100_000  # records per source and micro-batch, for both runs
+
+
+def _join_spec(bootstrap: str, workdir: Path) -> PipelineSpec:
+    def source(name: str, topic: str, schema: str) -> dict:
+        return {
+            "name": name,
+            "topic": topic,
+            "bootstrap_servers": bootstrap,
+            "schema": schema,
+            "max_offsets_per_trigger": JOIN_PER_TRIGGER,
+        }
+
+    return PipelineSpec.model_validate(
+        {
+            "name": "bench-join",
+            "sources": [
+                source("orders", ORDERS_TOPIC, ORDERS),
+                source("payments", PAYMENTS_TOPIC, PAYMENTS),
+            ],
+            "transform": {
+                "join": {
+                    "kind": "stream_stream_join",
+                    "left_source": "orders",
+                    "right_source": "payments",
+                    "left_keys": ["order_id"],
+                    "right_keys": ["order_id"],
+                    "lower_bound_ms": -10_000,
+                    "upper_bound_ms": 60_000,
+                    "event_time_column": "ts",
+                    "lateness_ms": 10_000,
+                    "output_left_columns": ["order_id", "customer", "amount", "ts"],
+                    "output_right_columns": {
+                        "payment_id": "payment_id",
+                        "paid": "paid",
+                        "ts": "paid_ts",
+                    },
+                }
+            },
+            "target": {"kind": "delta", "path": str(workdir / "target")},
+            "checkpoint": {"location": str(workdir / "checkpoint")},
+            "dead_letter": {"path": str(workdir / "dead_letters")},
+        }
+    )
+
+
+def hand_written_join(spark: SparkSession, bootstrap: str, workdir: Path) -> dict[str, int]:
+    """The same join as a Spark user writes it by hand: read, decode, watermark, join,
+    append each micro-batch to Delta."""
+    from deltalake import write_deltalake
+    from pyspark.sql import functions as F
+
+    def side(topic: str, schema: str, alias: str) -> DataFrame:
+        raw = (
+            spark.readStream.format("flow_kafka")
+            .option("bootstrap_servers", bootstrap)
+            .option("topic", topic)
+            .option("max_offsets_per_trigger", str(JOIN_PER_TRIGGER))
+            .load()
+        )
+        rows = raw.select(F.from_json(F.col("value").cast("string"), schema).alias("j"))
+        timed = rows.select("j.*").withColumn("et", F.timestamp_millis("ts"))
+        return timed.withWatermark("et", "10 seconds").alias(alias)
+
+    orders, payments = side(ORDERS_TOPIC, ORDERS, "o"), side(PAYMENTS_TOPIC, PAYMENTS, "p")
+    joined = orders.join(
+        payments,
+        F.expr(
+            "o.order_id = p.order_id AND p.et >= o.et - INTERVAL 10 SECONDS "
+            "AND p.et <= o.et + INTERVAL 60 SECONDS"
+        ),
+    ).select(
+        "o.order_id",
+        "o.customer",
+        "o.amount",
+        "o.ts",
+        "p.payment_id",
+        "p.paid",
+        F.col("p.ts").alias("paid_ts"),
+    )
+    target = str(workdir / "hand_written")
+
+    def write(batch: DataFrame, _batch_id: int) -> None:
+        rows = batch.toArrow()
+        if rows.num_rows:
+            write_deltalake(target, rows, mode="append")
+
+    query = (
+        joined.writeStream.foreachBatch(write)
+        .option("checkpointLocation", str(workdir / "hand_checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    return _join_figures(query.recentProgress)
+
+
+def _join_figures(progress: list) -> dict[str, int]:
+    reports = [json.loads(p.json) if hasattr(p, "json") else p for p in progress]
+    joins = [
+        op
+        for r in reports
+        for op in r["stateOperators"]
+        if op["operatorName"] == "symmetricHashJoin"
+    ]
+    return {
+        "input": sum(r["numInputRows"] for r in reports),
+        "peak_state_rows": max((op["numRowsTotal"] for op in joins), default=0),
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(prog="bench", description=__doc__)
     parser.add_argument("--events", type=int, default=2_000_000)
@@ -214,6 +329,7 @@ def main() -> int:
     args = parser.parse_args()
 
     from flow_jobs.io.dead_letters import DeadLetterTable
+    from flow_jobs.plan.event_time import EventTime
     from flow_jobs.plan.sources import compile_source, read_kafka
     from flow_jobs.runtime.runner import PipelineRunner
     from flow_jobs.runtime.session import build_spark_session, pipeline_session
@@ -263,9 +379,8 @@ def main() -> int:
 
         def decode(workdir: Path) -> int:
             staging = DeadLetterTable(str(workdir / "dead_letters"), "bench").staging("clicks")
-            view = compile_source(
-                session, probe_spec.sources[0], 0, probe_spec.window, "bench", staging
-            )
+            settings = EventTime.of_window(probe_spec.window)
+            view = compile_source(session, probe_spec.sources[0], 0, settings, "bench", staging)
             return _count_query(view, workdir)
 
         def pipeline(window: dict | None = None) -> Callable[[Path], PipelineRunner]:
@@ -285,6 +400,46 @@ def main() -> int:
         ):
             results.append(spark_run(name, produced, body))
             print(f"  {name}: {results[-1].rate:,.0f} events/s", flush=True)
+        # -- orders x payments ------------------------------------------------------------
+        half = args.events // 2
+        join_start = int(time.time() * 1000) - 86_400_000
+        broker.create_topic(ORDERS_TOPIC, partitions=args.partitions)
+        broker.create_topic(PAYMENTS_TOPIC, partitions=args.partitions)
+        joined_events = produce(
+            bootstrap,
+            ORDERS_TOPIC,
+            sample_orders(half, start_ms=join_start, step_ms=2, partitions=args.partitions),
+        ) + produce(
+            bootstrap,
+            PAYMENTS_TOPIC,
+            sample_payments(half, start_ms=join_start, step_ms=2, partitions=args.partitions),
+        )
+        print(f"produced {joined_events:,} orders and payments", flush=True)
+        peaks: dict[str, int] = {}
+
+        def hand_join(workdir: Path) -> int:
+            figures = hand_written_join(spark, bootstrap, workdir)
+            peaks["hand-written"] = figures["peak_state_rows"]
+            return figures["input"]
+
+        def our_join(workdir: Path) -> int:
+            runner = PipelineRunner(_join_spec(bootstrap, workdir), spark)
+            runner.run(available_now=True)
+            reports = list(runner.progress.progress.values()) if runner.progress else []
+            peaks["flow-jobs"] = _join_figures(reports)["peak_state_rows"]
+            return runner.progress.input_rows() if runner.progress else 0
+
+        for name, body, label in (
+            ("orders x payments, hand-written Spark (baseline)", hand_join, "hand-written"),
+            ("orders x payments, flow-jobs join -> Delta MERGE", our_join, "flow-jobs"),
+        ):
+            results.append(spark_run(name, joined_events, body))
+            results[-1].peak_state_rows = peaks[label]
+            print(
+                f"  {name}: {results[-1].rate:,.0f} events/s, peak state {peaks[label]:,} rows",
+                flush=True,
+            )
+
         name = "from_json alone (JVM rate source, no Kafka)"
         results.append(spark_run(name, produced, lambda w: from_json_alone(session, produced, w)))
         print(f"  {name}: {results[-1].rate:,.0f} events/s", flush=True)
@@ -304,8 +459,22 @@ def main() -> int:
             f"{r.rate / ceiling:.2f} | {r.rate / pipeline_rate:.2f} | "
             f"{optional(r.windows, ',')} | {optional(r.write_seconds, '.1f')} |"
             for r in results
+            if r.peak_state_rows is None
         ),
     ]
+    joins = [r for r in results if r.peak_state_rows is not None]
+    if len(joins) == 2:
+        base = joins[0].rate
+        lines += [
+            "",
+            "| join run | events | seconds | events/s | vs hand-written | peak state rows |",
+            "|---|---:|---:|---:|---:|---:|",
+            *(
+                f"| {r.name} | {r.events:,} | {r.seconds:.1f} | {r.rate:,.0f} | "
+                f"{r.rate / base:.2f} | {r.peak_state_rows:,} |"
+                for r in joins
+            ),
+        ]
     print()
     print("\n".join(lines))
     out = Path(args.out)
