@@ -22,11 +22,15 @@ def asset_name(pipeline: str) -> str:
 def pipeline_asset(spec_path: Path) -> AssetsDefinition:
     spec = load_spec(spec_path)  # an invalid spec fails loading the code location, loudly
 
+    operator = (
+        f"{spec.transform.join.how} join" if spec.transform.join else f"{spec.window.kind} window"
+    )
+
     @asset(
         name=asset_name(spec.name),
         group_name="pipelines",
-        description=f"{spec.window.kind} window over "
-        f"{', '.join(s.topic for s in spec.sources)} -> {spec.target.path} ({spec_path.name})",
+        description=f"{operator} over {', '.join(s.topic for s in spec.sources)} -> "
+        f"{spec.target.path} ({spec_path.name})",
         kinds={"spark", "delta"},
     )
     def _pipeline() -> MaterializeResult:

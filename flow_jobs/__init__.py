@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from flow_jobs.spec.loader import SpecError, load_spec, parse_spec
 from flow_jobs.spec.models import Aggregation, DeltaTarget
+from flow_jobs.spec.models import JoinSpec as Join
 from flow_jobs.spec.models import KafkaSource as Source
 from flow_jobs.spec.models import LookupSpec as Lookup
 from flow_jobs.spec.models import PipelineSpec as Pipeline
@@ -41,6 +42,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Aggregation",
     "DeltaTarget",
+    "Join",
     "Lookup",
     "Pipeline",
     "Source",

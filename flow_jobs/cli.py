@@ -19,6 +19,16 @@ EXIT_USAGE = 2  # argparse's own code for bad arguments
 
 
 def _describe(spec: PipelineSpec) -> str:
+    join = spec.transform.join
+    target = f"{spec.target.kind} {spec.target.path}"
+    if join is not None:
+        lower, upper = join.bounds
+        then = f", then a {spec.window.kind} window" if spec.has_window else ""
+        return (
+            f"pipeline {spec.name!r}: {join.how} join of {join.left_source} and "
+            f"{join.right_source} on {', '.join(join.left_keys)} within "
+            f"[{lower}, {upper}] ms{then} -> {target}"
+        )
     w = spec.window
     size = {
         "hopping": f"{w.duration_ms} ms every {w.hop_ms} ms",

@@ -7,7 +7,16 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from flow_jobs import Aggregation, Lookup, Pipeline, Source, Window, load_spec, parse_spec
+from flow_jobs import (
+    Aggregation,
+    Join,
+    Lookup,
+    Pipeline,
+    Source,
+    Window,
+    load_spec,
+    parse_spec,
+)
 from tests import reduce_fns
 
 
@@ -98,3 +107,48 @@ def test_facade_validates_like_toml() -> None:
             hop_ms=90_000,
             aggregations=[Aggregation(agg="count", as_="n")],
         )
+
+
+def test_a_join_round_trips_through_toml() -> None:
+    pipeline = Pipeline(
+        name="orders-payments",
+        sources=[
+            Source(
+                name="orders",
+                topic="orders",
+                bootstrap_servers="b:9092",
+                schema="order_id STRING, amount DOUBLE, ts BIGINT",
+            ),
+            Source(
+                name="payments",
+                topic="payments",
+                bootstrap_servers="b:9092",
+                schema="order_id STRING, paid DOUBLE, ts BIGINT",
+            ),
+        ],
+        transform={
+            "join": Join(
+                kind="stream_stream_join",
+                left_source="orders",
+                right_source="payments",
+                left_keys=["order_id"],
+                right_keys=["order_id"],
+                how="full",
+                lower_bound_ms=-1_000,
+                upper_bound_ms=60_000,
+                event_time_column="ts",
+                output_right_columns={"paid": "amount_paid", "ts": "paid_at"},
+            ),
+            "window": Window(
+                kind="tumbling",
+                duration_ms=60_000,
+                event_time_column="paid_at",
+                aggregations=[Aggregation(agg="sum", column="amount_paid", as_="paid")],
+            ),
+            "chain": ["join", "window"],
+        },
+        target={"kind": "delta", "path": "./data/paid"},
+    )
+    text = pipeline.to_toml()
+    assert parse_spec(text) == pipeline
+    assert "[transform.join.output_right_columns]" in text

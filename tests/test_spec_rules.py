@@ -43,6 +43,24 @@ path = "./data/rules"
 """
 
 
+JOIN = """
+[transform.join]
+kind = "stream_stream_join"
+left_source = "events"
+right_source = "payments"
+left_keys = ["user_id"]
+right_keys = ["user_id"]
+time_window_ms = 1000
+"""
+PAYMENTS = """
+[[sources]]
+name = "payments"
+topic = "payments"
+bootstrap_servers = "127.0.0.1:9092"
+schema = "user_id STRING, paid DOUBLE, ts BIGINT"
+"""
+
+
 def edit(old: str, new: str, text: str = VALID) -> str:
     assert old in text, old
     return text.replace(old, new, 1)
@@ -295,6 +313,112 @@ RULES = [
         "lookups are joined in [transform].sql, which is empty",
     ),
     (
+        "join keys empty",
+        edit(
+            "[transform.window]",
+            PAYMENTS + "\n[transform.window]",
+            edit("[target]", JOIN + "\n[target]").replace(
+                'left_keys = ["user_id"]', "left_keys = []"
+            ),
+        ),
+        "transform.join.left_keys",
+        "left_keys is empty: a join without keys would pair every row",
+    ),
+    (
+        "join keys of unequal length",
+        edit(
+            "[transform.window]",
+            PAYMENTS + "\n[transform.window]",
+            edit("[target]", JOIN + "\n[target]").replace(
+                'right_keys = ["user_id"]', 'right_keys = ["user_id", "paid"]'
+            ),
+        ),
+        "transform.join.right_keys",
+        "left_keys has 1 columns and right_keys 2",
+    ),
+    (
+        "join of an unknown source",
+        edit(
+            "[target]",
+            JOIN.replace(
+                "[transform.join]", '[transform]\nchain = ["join", "window"]\n\n[transform.join]'
+            )
+            + "\n[target]",
+        ),
+        "transform",
+        "join.right_source = 'payments' is not a declared source",
+    ),
+    (
+        "join with both a symmetric and asymmetric bound",
+        edit(
+            "[transform.window]",
+            PAYMENTS + "\n[transform.window]",
+            edit(
+                "[target]",
+                JOIN.replace(
+                    "time_window_ms = 1000",
+                    "time_window_ms = 1000\nlower_bound_ms = 0\nupper_bound_ms = 5",
+                )
+                + "\n[target]",
+            ),
+        ),
+        "transform.join.time_window_ms",
+        "time_window_ms and lower_bound_ms/upper_bound_ms are both set",
+    ),
+    (
+        "join without a time bound",
+        edit(
+            "[transform.window]",
+            PAYMENTS + "\n[transform.window]",
+            edit(
+                "[target]",
+                JOIN.replace("time_window_ms = 1000", "lower_bound_ms = 0") + "\n[target]",
+            ),
+        ),
+        "transform.join.upper_bound_ms",
+        "a join needs a time bound",
+    ),
+    (
+        "join bounds reversed",
+        edit(
+            "[transform.window]",
+            PAYMENTS + "\n[transform.window]",
+            edit(
+                "[target]",
+                JOIN.replace("time_window_ms = 1000", "lower_bound_ms = 10\nupper_bound_ms = 5")
+                + "\n[target]",
+            ),
+        ),
+        "transform.join.upper_bound_ms",
+        "upper_bound_ms = 5 is below lower_bound_ms = 10",
+    ),
+    (
+        "join of a source with itself",
+        edit(
+            "[target]",
+            JOIN.replace('right_source = "payments"', 'right_source = "events"') + "\n[target]",
+        ),
+        "transform.join.right_source",
+        "right_source = 'events' is also left_source",
+    ),
+    (
+        "chain without a join",
+        edit("[transform.window]", '[transform]\nchain = ["join", "window"]\n\n[transform.window]'),
+        "transform.chain",
+        "chain needs both [transform.join] and [transform.window]",
+    ),
+    (
+        "join with a SQL pre-stage",
+        edit(
+            "[transform.window]",
+            PAYMENTS
+            + '\n[transform]\nsql = "SELECT 1"\nchain = ["join", "window"]\n\n[transform.window]',
+            edit("[target]", JOIN + "\n[target]"),
+        ),
+        "transform.sql",
+        "[transform].sql and lookups with a join are not supported yet",
+    ),
+    (
         "a window kind that does not exist",
         edit('kind = "tumbling"', 'kind = "weekly"'),
         "transform.window.kind",
@@ -350,10 +474,14 @@ RULES = [
         "would be ignored",
     ),
     (
-        "window and join both set",
-        VALID + '\n[transform.join]\nkind = "stream_stream_join"\n',
-        "transform",
-        "both set",
+        "window and join both set without a chain",
+        edit(
+            "[transform.window]",
+            PAYMENTS + "\n[transform.window]",
+            edit("[target]", JOIN + "\n[target]"),
+        ),
+        "transform.join",
+        'add chain = ["join", "window"]',
     ),
     (
         "postgres target not implemented yet",

@@ -38,3 +38,36 @@ def sample_clicks(
                 f'{{"user_id": "u{user}", "page": "{page}", "amount": {amount:.2f}, "ts": {ts}}}'
             ).encode()
         yield Record(value, partition=user % partitions, key=b"u%d" % user, timestamp_ms=ts)
+
+
+def sample_orders(
+    n: int, *, start_ms: int, step_ms: int, partitions: int, customers: int = 1_000
+) -> Iterator[Record]:
+    """``n`` orders ``o<i>``, ``step_ms`` apart, keyed by order id."""
+    for i in range(n):
+        ts = start_ms + i * step_ms
+        value = (
+            f'{{"order_id": "o{i}", "customer": "c{i % customers}", '
+            f'"amount": {(i % 500) + 0.5}, "ts": {ts}}}'
+        ).encode()
+        yield Record(value, partition=i % partitions, key=b"o%d" % i, timestamp_ms=ts)
+
+
+def sample_payments(
+    n: int, *, start_ms: int, step_ms: int, partitions: int, seed: int = 2
+) -> Iterator[Record]:
+    """Payments for 9 orders in 10, 0-30 s after them, in payment-time order (within
+    the second); the tenth pays nothing."""
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        if i % 10 == 9:
+            continue
+        ts = start_ms + i * step_ms + rng.randrange(0, 30_000)
+        rows.append((ts, i))
+    rows.sort(key=lambda r: r[0] // 1_000)
+    for ts, i in rows:
+        value = (
+            f'{{"payment_id": "p{i}", "order_id": "o{i}", "paid": {(i % 500) + 0.5}, "ts": {ts}}}'
+        )
+        yield Record(value.encode(), partition=i % partitions, key=b"o%d" % i, timestamp_ms=ts)

@@ -1,4 +1,8 @@
-"""Compile a spec into one streaming DataFrame: sources → SQL pre-stage → window."""
+"""Compile a spec into one streaming DataFrame.
+
+sources -> dead-letter tap -> [SQL pre-stage with lookups] -> window
+sources -> dead-letter tap -> join [-> window, with chain = ["join", "window"]]
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,8 @@ from pyspark.sql.utils import AnalysisException
 from flow_jobs.io.dead_letters import DeadLetterTable
 from flow_jobs.plan.aggregations import AGGREGATORS
 from flow_jobs.plan.errors import PlanError
+from flow_jobs.plan.event_time import EventTime
+from flow_jobs.plan.joins import compile_join
 from flow_jobs.plan.lookups import Lookup, register_lookups
 from flow_jobs.plan.sources import compile_source
 from flow_jobs.plan.windows import WINDOW_KINDS, compile_window
@@ -31,6 +37,8 @@ class CompiledPipeline:
     frame: DataFrame
     output_mode: str
     operators: tuple[OperatorChoice, ...]
+    natural_key: tuple[str, ...]  # what the target MERGEs on
+    nullable_key: tuple[str, ...]  # natural-key columns that may hold NULL
     lookups: tuple[Lookup, ...] = ()
 
 
@@ -38,10 +46,17 @@ def compile_pipeline(
     spark: SparkSession, spec: PipelineSpec, dead_letters: DeadLetterTable
 ) -> CompiledPipeline:
     """Build the query; ``spark`` should be this pipeline's own session (temp views)."""
+    if spec.transform.join is not None:
+        return _compile_join_pipeline(spark, spec, dead_letters)
     window = spec.window
     for i, source in enumerate(spec.sources):
         view = compile_source(
-            spark, source, i, window, spec.name, dead_letters.staging(source.name)
+            spark,
+            source,
+            i,
+            EventTime.of_window(window),
+            spec.name,
+            dead_letters.staging(source.name),
         )
         view.createOrReplaceTempView(source.name)
     lookups = register_lookups(spark, spec.transform.lookups)
@@ -50,7 +65,63 @@ def compile_pipeline(
     columns = compiled.frame.columns
     assert columns == spec.output_columns(), (columns, spec.output_columns())
     return CompiledPipeline(
-        spec, compiled.frame, compiled.output_mode, _operators(spec), tuple(lookups)
+        spec,
+        compiled.frame,
+        compiled.output_mode,
+        _operators(spec),
+        tuple(spec.natural_key()),
+        tuple(window.group_by),
+        tuple(lookups),
+    )
+
+
+def _compile_join_pipeline(
+    spark: SparkSession, spec: PipelineSpec, dead_letters: DeadLetterTable
+) -> CompiledPipeline:
+    joined = compile_join(spark, spec, dead_letters)
+    if not spec.has_window:
+        return CompiledPipeline(
+            spec,
+            joined.frame.select(*joined.columns),
+            "append",
+            _operators(spec),
+            joined.natural_key,
+            joined.nullable_key,
+        )
+    window = spec.window
+    join = spec.transform.join
+    assert join is not None
+    # Only a preserved side's time is on every joined row (a NULL time would put a row
+    # in no window, silently): inner keeps both, left/right theirs, full neither.
+    preserved = {"inner": ("left", "right"), "left": ("left",), "right": ("right",)}
+    usable = {
+        name: hidden
+        for name, hidden in joined.side_times.items()
+        if any(hidden.endswith(f"_{side}_time") for side in preserved.get(join.how, ()))
+    }
+    time = usable.get(window.event_time_column)
+    if time is None and join.how == "full":
+        raise PlanError(
+            "transform.window.event_time_column",
+            "a window after a full outer join has no event time on every row (either side "
+            "may be missing); window a left or right join on its preserved side",
+        )
+    if time is None:
+        raise PlanError(
+            "transform.window.event_time_column",
+            f"{window.event_time_column!r}: a window after a join groups on one side's event "
+            f"time present on every row, the only times the join's watermarks follow; use "
+            f"one of {', '.join(sorted(usable))}",
+        )
+    compiled = compile_window(joined.frame, window, spec.name, watermarked_time=time)
+    assert compiled.frame.columns == spec.output_columns()
+    return CompiledPipeline(
+        spec,
+        compiled.frame,
+        compiled.output_mode,
+        _operators(spec),
+        tuple(spec.natural_key()),
+        tuple(window.group_by),
     )
 
 
@@ -68,7 +139,60 @@ def _pre_stage(spark: SparkSession, spec: PipelineSpec) -> DataFrame:
     return frame
 
 
+_SOURCE_CHOICES = (
+    OperatorChoice(
+        "sources",
+        "Python data source flow_kafka (confluent-kafka), offsets in Spark's offset log; "
+        "JSON decoded by from_json (JVM)",
+    ),
+    OperatorChoice(
+        "bad records",
+        "Arrow UDF tap in the scan stage -> staged parquet -> Delta MERGE on "
+        "(source, topic, partition, offset)",
+    ),
+)
+
+
 def _operators(spec: PipelineSpec) -> tuple[OperatorChoice, ...]:
+    """Which Spark operator each spec feature compiles to, in pipeline order."""
+    join = spec.transform.join
+    pre_stage: tuple[OperatorChoice, ...] = ()
+    if join is not None:
+        lower, upper = join.bounds
+        pre_stage = (
+            OperatorChoice(
+                f"{join.how} join on {', '.join(join.left_keys)} = {', '.join(join.right_keys)}",
+                f"Spark stream-stream join (symmetric hash join), right time - left time in "
+                f"[{lower}, {upper}] ms; withWatermark({join.lateness_ms} ms) on each side "
+                "evicts state and releases outer rows",
+            ),
+        )
+    else:
+        pre_stage = (
+            OperatorChoice(
+                "[transform].sql",
+                "Spark SQL over the source views" if spec.transform.sql else "(none)",
+            ),
+            *(
+                OperatorChoice(
+                    f"lookup {lookup.name} ({lookup.kind})",
+                    f"batch DataFrame, cached, re-read every {lookup.refresh_interval_ms} ms; "
+                    "a stream-static join in the SQL",
+                )
+                for lookup in spec.transform.lookups
+            ),
+        )
+    if not spec.has_window:
+        target = OperatorChoice(
+            f"target {spec.target.kind}",
+            "foreachBatch -> deltalake MERGE on the join keys, both event times and the row "
+            "id, txn (app id, batch id)",
+        )
+        return (*_SOURCE_CHOICES, *pre_stage, target)
+    return (*_SOURCE_CHOICES, *pre_stage, *_window_operators(spec))
+
+
+def _window_operators(spec: PipelineSpec) -> tuple[OperatorChoice, ...]:
     w = spec.window
     native = w.engine == "native"
     late = (
@@ -83,27 +207,6 @@ def _operators(spec: PipelineSpec) -> tuple[OperatorChoice, ...]:
         else "output mode append: each window once, when it closes"
     )
     return (
-        OperatorChoice(
-            "sources",
-            "Python data source flow_kafka (confluent-kafka), offsets in Spark's offset log; "
-            "JSON decoded by from_json (JVM)",
-        ),
-        OperatorChoice(
-            "bad records",
-            "Arrow UDF tap in the scan stage -> staged parquet -> Delta MERGE on "
-            "(source, topic, partition, offset)",
-        ),
-        OperatorChoice(
-            "[transform].sql", "Spark SQL over the source views" if spec.transform.sql else "(none)"
-        ),
-        *(
-            OperatorChoice(
-                f"lookup {lookup.name} ({lookup.kind})",
-                f"batch DataFrame, cached, re-read every {lookup.refresh_interval_ms} ms; "
-                "a stream-static join in the SQL",
-            )
-            for lookup in spec.transform.lookups
-        ),
         OperatorChoice(f"window kind = {w.kind}", WINDOW_KINDS[w.kind].compiles_to),
         OperatorChoice(f"lateness_ms = {w.lateness_ms}, late_data = {w.late_data}", late),
         OperatorChoice(f"emit = {w.emit}", emit),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -15,8 +17,36 @@ from pyspark.sql.types import (
 )
 
 from flow_jobs.plan.errors import PlanError
+from flow_jobs.spec.models import JoinSpec, WindowSpec
 
 _EPOCH_MILLIS = (LongType, IntegerType, ShortType, ByteType)
+
+
+@dataclass(frozen=True)
+class EventTime:
+    """Where a source's rows get their event time, and how it is checked."""
+
+    column: str
+    mode: str  # "event" | "processing"
+    max_skew_ms: int
+    key: str  # the spec key naming the column, for errors
+
+    @staticmethod
+    def of_window(w: WindowSpec) -> EventTime:
+        return EventTime(
+            w.event_time_column,
+            w.time_mode,
+            w.max_event_time_skew_ms,
+            "transform.window.event_time_column",
+        )
+
+    @staticmethod
+    def of_join(j: JoinSpec, side: str) -> EventTime:
+        override = f"{side}_event_time_column"
+        key = override if getattr(j, override) else "event_time_column"
+        return EventTime(
+            j.side_event_time(side), j.time_mode, j.max_event_time_skew_ms, f"transform.join.{key}"
+        )
 
 
 def event_time_of(column: Column, data_type: DataType, key: str, name: str) -> Column:

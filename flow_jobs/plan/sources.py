@@ -26,8 +26,8 @@ from pyspark.sql.utils import AnalysisException
 from flow_jobs.io.dead_letters import RECORD_DDL, DeadLetterStaging
 from flow_jobs.io.kafka_source import SOURCE_FORMAT
 from flow_jobs.plan.errors import PlanError
-from flow_jobs.plan.event_time import event_time_of
-from flow_jobs.spec.models import EVENT_TS, KafkaSource, WindowSpec
+from flow_jobs.plan.event_time import EventTime, event_time_of
+from flow_jobs.spec.models import EVENT_TS, KafkaSource
 
 _PAYLOAD = "__flow_payload"
 _CORRUPT = "__flow_corrupt_record"
@@ -75,12 +75,12 @@ def compile_source(
     spark: SparkSession,
     source: KafkaSource,
     index: int,
-    window: WindowSpec,
+    event_time: EventTime,
     pipeline: str,
     staging: DeadLetterStaging,
 ) -> DataFrame:
     """The streaming view of one source, bad records already diverted."""
-    frame = read_kafka(spark, source, pipeline, window.time_mode)
+    frame = read_kafka(spark, source, pipeline, event_time.mode)
     if source.format == "json":
         frame, payload = _decode_json(frame, source, index)
         view = [
@@ -93,7 +93,7 @@ def compile_source(
         payload = StructType()
         view = [F.col(c) for c in RAW_COLUMNS]
         reasons = []
-    reasons += _event_time_reasons(window, payload, index)
+    reasons += _event_time_reasons(event_time, payload, index)
     if reasons:
         frame = _divert(frame, reasons, staging)
     return frame.select(*view)
@@ -129,23 +129,23 @@ def _decode_reasons(index: int) -> list[Reason]:
     ]
 
 
-def _event_time_reasons(window: WindowSpec, payload: StructType, index: int) -> list[Reason]:
-    """Event-time checks, where this source carries the window's event-time column."""
-    if window.time_mode == "processing":
+def _event_time_reasons(settings: EventTime, payload: StructType, index: int) -> list[Reason]:
+    """Event-time checks, where this source carries the event-time column."""
+    if settings.mode == "processing":
         return []  # the arrival time is never NULL nor in the future
-    name = window.event_time_column
+    name = settings.column
     if name == EVENT_TS:
         event_time = F.col(EVENT_TS)
     elif name in payload.fieldNames():
         event_time = event_time_of(
             F.col(f"{_PAYLOAD}.{name}"),
             payload[name].dataType,
-            "transform.window.event_time_column",
+            settings.key,
             f"{name} (sources[{index}].schema)",
         )
     else:
         return []  # produced by [transform].sql; checked after it (plan.windows)
-    skew = window.max_event_time_skew_ms
+    skew = settings.max_skew_ms
     return [
         (event_time.isNull(), f"missing event time: {name} is absent or NULL"),
         (

@@ -54,9 +54,13 @@ from flow_jobs.spec.models import KAFKA_COLUMN, WindowSpec
 _ALL = "flowop_all"  # the single group when group_by is empty
 
 
-def compile_state_window(frame: DataFrame, window: WindowSpec, pipeline: str) -> CompiledWindow:
+def compile_state_window(
+    frame: DataFrame, window: WindowSpec, pipeline: str, watermarked_time: str | None = None
+) -> CompiledWindow:
     count_based = window.is_count_based
-    timed = with_event_time(frame, window, watermark=not count_based)
+    timed = with_event_time(
+        frame, window, watermark=not count_based, watermarked_time=watermarked_time
+    )
     inputs = [aggregation_input(a, i, timed) for i, a in enumerate(window.aggregations)]
 
     columns: dict[str, tuple[Column, DataType]] = {}

@@ -76,8 +76,18 @@ class CompiledWindow:
     output_mode: str  # "append" | "update"
 
 
-def with_event_time(frame: DataFrame, window: WindowSpec, watermark: bool = True) -> DataFrame:
-    """Add the (watermarked) event-time column the window groups on."""
+def with_event_time(
+    frame: DataFrame,
+    window: WindowSpec,
+    watermark: bool = True,
+    watermarked_time: str | None = None,
+) -> DataFrame:
+    """Add the (watermarked) event-time column the window groups on.
+
+    After a join, Spark refuses a second watermark: the window then groups on one side's
+    time, already watermarked (``watermarked_time``)."""
+    if watermarked_time is not None:
+        return frame.withColumn(EVENT_TIME, F.col(watermarked_time))
     key = "transform.window.event_time_column"
     name = window.event_time_column
     if name not in frame.columns:
@@ -112,14 +122,16 @@ def check_group_by(frame: DataFrame, window: WindowSpec) -> None:
             )
 
 
-def compile_window(frame: DataFrame, window: WindowSpec, pipeline: str) -> CompiledWindow:
+def compile_window(
+    frame: DataFrame, window: WindowSpec, pipeline: str, watermarked_time: str | None = None
+) -> CompiledWindow:
     """The windowed aggregation, with the output columns in the seed's order."""
     check_group_by(frame, window)
     if window.engine == "state":
         from flow_jobs.plan.state_windows import compile_state_window
 
-        return compile_state_window(frame, window, pipeline)
-    timed = with_event_time(frame, window)
+        return compile_state_window(frame, window, pipeline, watermarked_time)
+    timed = with_event_time(frame, window, watermarked_time=watermarked_time)
     event_time = F.col(EVENT_TIME)
     kind = WINDOW_KINDS[window.kind]
     assert kind.window is not None

@@ -23,8 +23,10 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from flow_jobs.operators.processor import STATE_VARIABLE
-from flow_jobs.runtime.progress import Progress, state_rows
+from flow_jobs.runtime.progress import Progress
 from flow_jobs.spec.models import PipelineSpec
+
+_JOIN = "symmetricHashJoin"
 
 
 class WindowStateCapHit(RuntimeError):
@@ -44,16 +46,20 @@ class GroupCap:
         self.spark = spark
         self.spec = spec
         self.checkpoint = checkpoint
-        self.cap = spec.window.max_groups_per_window
+        self.cap = spec.window.max_groups_per_window if spec.has_window else None
         self._checked: set[int] = set()
+        self._operator_id: int | None = None
 
     def check(self, progress: Progress | None) -> None:
         """Raise WindowStateCapHit if the state after this batch breaks the cap."""
-        if not progress or progress["batchId"] in self._checked:
+        if self.cap is None or not progress or progress["batchId"] in self._checked:
             return
         batch = int(progress["batchId"])
         self._checked.add(batch)
-        if state_rows(progress) <= self.cap:
+        windows = [
+            op for op in progress.get("stateOperators", []) if op.get("operatorName") != _JOIN
+        ]
+        if sum(int(op.get("numRowsTotal", 0)) for op in windows) <= self.cap:
             return
         hit = self._find(batch)
         if hit is not None:
@@ -64,8 +70,20 @@ class GroupCap:
                 f"({groups} groups after micro-batch {batch})"
             )
 
+    def _window_operator(self) -> int:
+        """The window's stateful operator id (a join before it has its own)."""
+        if self._operator_id is None:
+            operators = self.spark.read.format("state-metadata").load(self.checkpoint)
+            ids = [r["operatorId"] for r in operators.collect() if r["operatorName"] != _JOIN]
+            self._operator_id = max(ids) if ids else 0
+        return self._operator_id
+
     def _find(self, batch: int) -> tuple[int, Any, Any, str] | None:
-        reader = self.spark.read.format("statestore").option("batchId", batch)
+        reader = (
+            self.spark.read.format("statestore")
+            .option("batchId", batch)
+            .option("operatorId", self._window_operator())
+        )
         kind = self.spec.window.kind
         if kind in ("tumbling", "hopping"):
             state = reader.load(self.checkpoint)

@@ -46,12 +46,11 @@ class PipelineRunner:
         self.checkpoint = str(Path(spec.checkpoint_location()).resolve())
         self.dead_letters = DeadLetterTable(spec.dead_letter_path(), spec.name)
         self.compiled: CompiledPipeline = compile_pipeline(self.spark, spec, self.dead_letters)
-        w = spec.window
         self.target = DeltaMergeTable(
             spec.target.path,
             to_arrow_schema(self.compiled.frame.schema, timezone="UTC"),
-            spec.natural_key(),
-            nullable_key=w.group_by,
+            self.compiled.natural_key,
+            nullable_key=self.compiled.nullable_key,
             storage_options={
                 k: v.get_secret_value() for k, v in spec.target.storage_options.items()
             },
@@ -63,8 +62,8 @@ class PipelineRunner:
         """Process until the input is drained (``available_now``) or a stop is requested."""
         self.target.ensure()
         self.dead_letters.ensure()
-        estimate = estimate_state(self.spec.window)
-        if estimate.total > GB:
+        estimate = estimate_state(self.spec.window) if self.spec.has_window else None
+        if estimate is not None and estimate.total > GB:
             log.warning(
                 "%s: window state may reach %s (seed 000's upper bound; lower "
                 "max_groups_per_window, lateness_ms or hll_precision to reduce it)",

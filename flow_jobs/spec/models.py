@@ -401,6 +401,114 @@ _SIZE_KEYS = {
     "count_sliding": ("count",),
 }
 
+JoinHow = Literal["inner", "left", "right", "full"]
+#: Output column lists: names kept as they are, or a table of column -> new name.
+OutputColumns = list[str] | dict[str, str]
+
+
+class JoinSpec(SpecModel):
+    """``[transform.join]``: seed 001's keyed, time-bounded stream-stream join, plus
+    outer joins and asymmetric bounds."""
+
+    kind: Literal["stream_stream_join"]
+    left_source: str
+    right_source: str
+    left_keys: list[str]
+    right_keys: list[str]
+    how: JoinHow = "inner"
+    #: Symmetric bound: |left time - right time| <= time_window_ms.
+    time_window_ms: Annotated[int, Field(ge=0)] | None = None
+    #: Asymmetric bounds: right time - left time within [lower_bound_ms, upper_bound_ms].
+    lower_bound_ms: int | None = None
+    upper_bound_ms: int | None = None
+    event_time_column: str = EVENT_TS
+    left_event_time_column: str | None = None
+    right_event_time_column: str | None = None
+    time_mode: Literal["event", "processing"] = "event"
+    lateness_ms: Annotated[int, Field(ge=0)] = 0
+    late_data: Literal["drop", "dlq", "reopen"] = "drop"
+    max_event_time_skew_ms: Annotated[int, Field(gt=0)] = 300_000
+    output_left_columns: OutputColumns | None = None
+    output_right_columns: OutputColumns | None = None
+    #: Output columns that identify a joined row; default: join_row_id, a hash of both
+    #: sides' Kafka positions.
+    row_id: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _rules(self) -> JoinSpec:
+        if self.left_source == self.right_source:
+            raise key_error(
+                "right_source", f"right_source = {self.right_source!r} is also left_source"
+            )
+        for side in ("left_keys", "right_keys"):
+            keys = getattr(self, side)
+            if not keys:
+                raise key_error(
+                    side,
+                    f"{side} is empty: a join without keys would pair every row of a "
+                    "time range (a cross join); name the key columns",
+                )
+            for i, k in enumerate(keys):
+                _identifier(f"{side}[{i}]", k)
+        if len(self.left_keys) != len(self.right_keys):
+            raise key_error(
+                "right_keys",
+                f"left_keys has {len(self.left_keys)} columns and right_keys "
+                f"{len(self.right_keys)}: they pair up one to one",
+            )
+        symmetric = self.time_window_ms is not None
+        bounds = (self.lower_bound_ms, self.upper_bound_ms)
+        if symmetric and any(b is not None for b in bounds):
+            raise key_error(
+                "time_window_ms",
+                "time_window_ms and lower_bound_ms/upper_bound_ms are both set; use one",
+            )
+        if not symmetric and None in bounds:
+            missing = "upper_bound_ms" if self.upper_bound_ms is None else "lower_bound_ms"
+            raise key_error(
+                missing,
+                "a join needs a time bound: time_window_ms, or both lower_bound_ms and "
+                "upper_bound_ms",
+            )
+        lower, upper = self.bounds
+        if lower > upper:
+            raise key_error(
+                "upper_bound_ms", f"upper_bound_ms = {upper} is below lower_bound_ms = {lower}"
+            )
+        for key in ("event_time_column", "left_event_time_column", "right_event_time_column"):
+            if getattr(self, key) is not None:
+                _identifier(key, getattr(self, key))
+        if self.time_mode == "processing" and (
+            self.event_time_column != EVENT_TS
+            or self.left_event_time_column
+            or self.right_event_time_column
+        ):
+            raise key_error(
+                "time_mode",
+                f'time_mode = "processing" joins on arrival time ({EVENT_TS}); remove the '
+                "event-time columns",
+            )
+        if self.late_data != "drop":
+            raise not_supported("late_data", self.late_data, ("drop",))
+        for side in ("output_left_columns", "output_right_columns"):
+            columns = getattr(self, side)
+            if columns is not None and not columns:
+                raise key_error(side, f"{side} is empty: list the columns to keep")
+        return self
+
+    @property
+    def bounds(self) -> tuple[int, int]:
+        """right time - left time must lie within these (inclusive), in ms."""
+        if self.time_window_ms is not None:
+            return -self.time_window_ms, self.time_window_ms
+        assert self.lower_bound_ms is not None and self.upper_bound_ms is not None
+        return self.lower_bound_ms, self.upper_bound_ms
+
+    def side_event_time(self, side: str) -> str:
+        override = self.left_event_time_column if side == "left" else self.right_event_time_column
+        return override or self.event_time_column
+
+
 LookupKind = Literal["delta", "postgres", "csv", "parquet"]
 
 
@@ -439,23 +547,50 @@ class LookupSpec(SpecModel):
 
 
 class TransformSpec(SpecModel):
-    """``[transform]``: an optional SQL pre-stage with lookups, then a window."""
+    """``[transform]``: a SQL pre-stage with lookups then a window, or a join (then,
+    with ``chain = ["join", "window"]``, a window over the joined stream)."""
 
     sql: str | None = None
     lookups: list[LookupSpec] = Field(default_factory=list)
     window: WindowSpec | None = None
-    join: dict[str, Any] | None = None
+    join: JoinSpec | None = None
+    chain: list[Literal["join", "window"]] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _join_kind(cls, data: Any) -> Any:
+        join = data.get("join") if isinstance(data, dict) else None
+        if (
+            isinstance(join, dict)
+            and join.get("kind", "stream_stream_join") != "stream_stream_join"
+        ):
+            raise key_error("join", f'join.kind = {join["kind"]!r}: use "stream_stream_join"')
+        return data
 
     @model_validator(mode="after")
     def _operator(self) -> TransformSpec:
-        if self.window is not None and self.join is not None:
-            raise ValueError(
-                "[transform.window] and [transform.join] are both set; a pipeline runs one of them"
+        if self.chain is not None and self.chain != ["join", "window"]:
+            raise key_error(
+                "chain", f'chain = {self.chain!r}: the supported chain is ["join", "window"]'
             )
-        if self.join is not None:
-            raise not_supported("join", "stream_stream_join", "windows")
-        if self.window is None:
-            raise key_error("window", "[transform.window] is required: what should be aggregated?")
+        if self.window is not None and self.join is not None and self.chain is None:
+            raise key_error(
+                "join",
+                "[transform.window] and [transform.join] are both set: to aggregate the "
+                'joined stream, add chain = ["join", "window"]; otherwise keep one of them',
+            )
+        if self.chain is not None and (self.window is None or self.join is None):
+            raise key_error("chain", "chain needs both [transform.join] and [transform.window]")
+        if self.window is None and self.join is None:
+            raise key_error(
+                "window", "[transform.window] or [transform.join] is required: what should run?"
+            )
+        if self.join is not None and (self.sql or self.lookups):
+            raise key_error(
+                "sql",
+                "[transform].sql and lookups with a join are not supported yet: the join reads "
+                "the source views directly",
+            )
         names: dict[str, int] = {}
         for i, lookup in enumerate(self.lookups):
             if lookup.name in names:
@@ -565,7 +700,17 @@ class PipelineSpec(SpecModel):
                     f"lookups[{i}].name = {lookup.name!r} is also {seen[lookup.name]}: "
                     "views need distinct names",
                 )
-        if len(self.sources) > 1 and not self.transform.sql:
+        join = self.transform.join
+        if join is not None:
+            names = [src.name for src in self.sources]
+            for side in ("left_source", "right_source"):
+                if getattr(join, side) not in names:
+                    raise key_error(
+                        "transform",
+                        f"join.{side} = {getattr(join, side)!r} is not a declared source "
+                        f"(sources: {', '.join(names)})",
+                    )
+        elif len(self.sources) > 1 and not self.transform.sql:
             raise ValueError(
                 f"{len(self.sources)} sources are declared but [transform].sql is empty; "
                 "a SQL pre-stage must combine them (e.g. a UNION ALL of the source views)"
@@ -574,8 +719,12 @@ class PipelineSpec(SpecModel):
 
     @property
     def window(self) -> WindowSpec:
-        assert self.transform.window is not None  # enforced by TransformSpec
+        assert self.transform.window is not None, "this pipeline has no window"
         return self.transform.window
+
+    @property
+    def has_window(self) -> bool:
+        return self.transform.window is not None
 
     def checkpoint_location(self) -> str:
         return self.checkpoint.location or f"./.flow/{self.name}/checkpoint"
@@ -584,6 +733,8 @@ class PipelineSpec(SpecModel):
         return self.dead_letter.path or f"./.flow/{self.name}/dead_letters"
 
     def natural_key(self) -> list[str]:
+        """A windowed pipeline's natural key (a join's depends on the sources' schemas:
+        see ``flow_jobs.plan.joins``)."""
         w = self.window
         index = [w.window_index_column] if w.is_count_based else []
         return [w.window_start_column, w.window_end_column, *index, *w.group_by]

@@ -1,0 +1,462 @@
+"""Stream-stream joins equal an independent reference; state stays bounded; chaining."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from flow_jobs.embedded.broker import EmbeddedBroker
+from flow_jobs.embedded.producer import Record
+from flow_jobs.io.delta import read_delta
+from flow_jobs.plan.errors import PlanError
+from flow_jobs.runtime.runner import PipelineRunner
+from flow_jobs.spec.models import PipelineSpec
+from tests.reference import reference_windows
+from tests.reference_join import reference_join
+from tests.support import BASE_MS, assert_same_windows, read_windows, send
+
+ORDERS = "order_id STRING, region STRING, amount DOUBLE, ts BIGINT"
+PAYMENTS = "order_id STRING, region STRING, paid DOUBLE, ts BIGINT"
+KEYS = ["order_id", "region"]
+COMPARED = [
+    "left_order_id",
+    "left_region",
+    "left_amount",
+    "left_ts",
+    "right_order_id",
+    "right_region",
+    "right_paid",
+    "right_ts",
+]
+LATENESS = 10_000
+
+
+def _streams(rng: random.Random, n: int = 300) -> tuple[list[dict], list[dict]]:
+    """Orders and payments: repeated keys (several matches), NULL keys, payments before,
+    inside and outside the bounds, unrelated payments, each stream out of order within
+    1.5 s."""
+    orders, payments = [], []
+    for i in range(n):
+        order = {
+            "order_id": None if rng.random() < 0.05 else f"o{i % 110}",
+            "region": rng.choice(["eu", "us"]),
+            "amount": round(rng.uniform(1, 500), 2),
+            "ts": BASE_MS + i * 400 + rng.randint(0, 1_500),
+        }
+        orders.append(order)
+        for _ in range(rng.choice([0, 1, 1, 2])):
+            payments.append(
+                {
+                    "order_id": order["order_id"] if rng.random() > 0.05 else None,
+                    "region": order["region"],
+                    "paid": round(rng.uniform(1, 500), 2),
+                    "ts": order["ts"] + rng.randint(-3_000, 7_000),
+                }
+            )
+    for i in range(20):  # payments for no order
+        payments.append(
+            {
+                "order_id": f"x{i}",
+                "region": "eu",
+                "paid": 1.0,
+                "ts": BASE_MS + rng.randint(0, n * 400),
+            }
+        )
+    payments.sort(key=lambda p: p["ts"] + rng.randint(0, 1_500))
+    return orders, payments
+
+
+def _closing() -> tuple[dict, dict]:
+    """One row per side, far ahead, matching nothing: the watermark passes every row."""
+    late = BASE_MS + 3_600_000
+    return (
+        {"order_id": "close-l", "region": "eu", "amount": 0.0, "ts": late},
+        {"order_id": "close-r", "region": "eu", "paid": 0.0, "ts": late},
+    )
+
+
+def _send(broker: EmbeddedBroker, topic: str, rows: list[dict]) -> None:
+    send(
+        broker.bootstrap_servers,
+        topic,
+        [Record(json.dumps(r).encode(), i % 2, timestamp_ms=r["ts"]) for i, r in enumerate(rows)],
+    )
+
+
+def _spec(
+    workdir: Path,
+    broker: EmbeddedBroker,
+    topics: tuple[str, str],
+    join: dict[str, Any],
+    window: dict[str, Any] | None = None,
+    per_trigger: int = 120,
+) -> PipelineSpec:
+    transform: dict[str, Any] = {
+        "join": {
+            "kind": "stream_stream_join",
+            "left_source": "orders",
+            "right_source": "payments",
+            "left_keys": KEYS,
+            "right_keys": KEYS,
+            "event_time_column": "ts",
+            "lateness_ms": LATENESS,
+            **join,
+        }
+    }
+    if window:
+        transform |= {"window": window, "chain": ["join", "window"]}
+    return PipelineSpec.model_validate(
+        {
+            "name": "join-check",
+            "sources": [
+                {
+                    "name": "orders",
+                    "topic": topics[0],
+                    "bootstrap_servers": broker.bootstrap_servers,
+                    "schema": ORDERS,
+                    "max_offsets_per_trigger": per_trigger,
+                },
+                {
+                    "name": "payments",
+                    "topic": topics[1],
+                    "bootstrap_servers": broker.bootstrap_servers,
+                    "schema": PAYMENTS,
+                    "max_offsets_per_trigger": per_trigger,
+                },
+            ],
+            "transform": transform,
+            "target": {"kind": "delta", "path": str(workdir / "target")},
+            "checkpoint": {"location": str(workdir / "checkpoint")},
+            "dead_letter": {"path": str(workdir / "dead_letters")},
+        }
+    )
+
+
+@pytest.fixture
+def topics(broker: EmbeddedBroker, topic: str) -> tuple[str, str]:
+    broker.create_topic(topic + "-pay", partitions=2)
+    return topic, topic + "-pay"
+
+
+def _load(rng_seed: str, broker: EmbeddedBroker, topics: tuple[str, str]) -> tuple[list, list]:
+    orders, payments = _streams(random.Random(rng_seed))
+    close_l, close_r = _closing()
+    _send(broker, topics[0], [*orders, close_l])
+    _send(broker, topics[1], [*payments, close_r])
+    return orders, payments
+
+
+CASES = {
+    "inner": {"how": "inner", "time_window_ms": 4_000},
+    "left": {"how": "left", "time_window_ms": 4_000},
+    "right": {"how": "right", "time_window_ms": 4_000},
+    "full": {"how": "full", "time_window_ms": 4_000},
+    "asymmetric-left": {"how": "left", "lower_bound_ms": 0, "upper_bound_ms": 5_000},
+    "asymmetric-full-negative": {"how": "full", "lower_bound_ms": -6_000, "upper_bound_ms": -500},
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_join_equals_reference(
+    case: str,
+    spark: SparkSession,
+    broker: EmbeddedBroker,
+    topics: tuple[str, str],
+    workdir: Path,
+) -> None:
+    orders, payments = _load(case, broker, topics)
+    spec = _spec(workdir, broker, topics, CASES[case])
+    runner = PipelineRunner(spec, spark)
+    summary = runner.run(available_now=True)
+
+    assert summary.late_rows_dropped == 0
+    assert summary.batches >= 4
+    table = read_delta(spec.target.path)
+    assert table.column_names == [
+        "left_order_id",
+        "left_region",
+        "left_amount",
+        "left_ts",
+        "left__event_ts",
+        "right_order_id",
+        "right_region",
+        "right_paid",
+        "right_ts",
+        "right__event_ts",
+        "join_row_id",
+    ]
+    rows = table.to_pylist()
+    lower, upper = spec.transform.join.bounds if spec.transform.join else (0, 0)
+    expected = reference_join(
+        orders,
+        payments,
+        left_keys=KEYS,
+        right_keys=KEYS,
+        left_time="ts",
+        right_time="ts",
+        lower=lower,
+        upper=upper,
+        how=CASES[case]["how"],
+        left_columns=["order_id", "region", "amount", "ts"],
+        right_columns=["order_id", "region", "paid", "ts"],
+    )
+    actual = sorted(
+        (tuple(r[c] for c in COMPARED) for r in rows),
+        key=lambda t: tuple((v is None, v if v is not None else 0) for v in t),
+    )
+    assert expected, "the reference produced no row: the test would prove nothing"
+    assert actual == expected
+    assert len({r["join_row_id"] for r in rows}) == len(rows)
+    natural = {tuple(r[c] for c in runner.compiled.natural_key) for r in rows}
+    assert len(natural) == len(rows)
+
+
+def test_join_state_is_evicted_and_replays_do_not_duplicate(
+    spark: SparkSession, broker: EmbeddedBroker, topics: tuple[str, str], workdir: Path
+) -> None:
+    orders, payments = _load("eviction", broker, topics)
+    # 30 records per source and trigger: ~12 s of orders per micro-batch
+    spec = _spec(workdir, broker, topics, {"how": "full", "time_window_ms": 4_000}, per_trigger=30)
+    runner = PipelineRunner(spec, spark)
+    runner.run(available_now=True)
+    joins = [
+        next(op for op in p["stateOperators"] if op["operatorName"] == "symmetricHashJoin")
+        for _, p in sorted(runner.progress.progress.items())
+    ]
+    total = len(orders) + len(payments) + 2
+    peak = max(op["numRowsTotal"] for op in joins)
+    # Buffered rows stay within one micro-batch plus the watermark horizon (lateness +
+    # bounds: ~14 s, ~35 orders and their payments), not the whole input.
+    assert peak < 0.35 * total, (peak, total)
+    assert joins[-1]["numRowsTotal"] <= 4  # after the closing rows, only they remain
+    before = read_delta(spec.target.path).to_pylist()
+
+    shutil.rmtree(spec.checkpoint_location())  # a fresh checkpoint re-reads everything
+    PipelineRunner(spec, spark).run(available_now=True)
+    after = read_delta(spec.target.path).to_pylist()
+    key = lambda r: r["join_row_id"]  # noqa: E731
+    assert sorted(after, key=key) == sorted(before, key=key)
+
+
+def test_window_after_a_join(
+    spark: SparkSession, broker: EmbeddedBroker, topics: tuple[str, str], workdir: Path
+) -> None:
+    orders, payments = _load("chain", broker, topics)
+    window = {
+        "kind": "tumbling",
+        "duration_ms": 20_000,
+        "event_time_column": "left_ts",
+        "group_by": ["left_region"],
+        "aggregations": [
+            {"agg": "count", "as": "payments"},
+            {"agg": "sum", "column": "right_paid", "as": "paid"},
+            {"agg": "max", "column": "left_amount", "as": "max_order"},
+        ],
+    }
+    spec = _spec(workdir, broker, topics, {"how": "inner", "time_window_ms": 4_000}, window)
+    summary = PipelineRunner(spec, spark).run(available_now=True)
+    assert summary.late_rows_dropped == 0
+
+    pairs = reference_join(
+        orders,
+        payments,
+        left_keys=KEYS,
+        right_keys=KEYS,
+        left_time="ts",
+        right_time="ts",
+        lower=-4_000,
+        upper=4_000,
+        how="inner",
+        left_columns=["region", "amount", "ts"],
+        right_columns=["paid"],
+    )
+    joined = [
+        {"left_region": r, "left_amount": a, "left_ts": t, "right_paid": p} for r, a, t, p in pairs
+    ]
+    expected = reference_windows(
+        joined,
+        time_key="left_ts",
+        duration_ms=20_000,
+        group_by=["left_region"],
+        aggregations=[
+            ("count", None, "payments"),
+            ("sum", "right_paid", "paid"),
+            ("max", "left_amount", "max_order"),
+        ],
+        watermark_ms=2**62,
+    )
+    assert_same_windows(read_windows(spec.target.path, spec.natural_key()), expected)
+
+
+def test_output_columns_can_be_chosen_and_renamed(
+    spark: SparkSession, broker: EmbeddedBroker, topics: tuple[str, str], workdir: Path
+) -> None:
+    orders, payments = _load("renames", broker, topics)
+    join = {
+        "how": "inner",
+        "time_window_ms": 4_000,
+        "output_left_columns": {"order_id": "order", "amount": "order_amount", "ts": "ordered_at"},
+        "output_right_columns": ["paid", "ts"],
+    }
+    spec = _spec(workdir, broker, topics, join)
+    runner = PipelineRunner(spec, spark)
+    runner.run(available_now=True)
+    assert runner.compiled.natural_key == ("order", "ordered_at", "ts", "join_row_id")
+    table = read_delta(spec.target.path)
+    assert table.column_names == [
+        "order",
+        "order_amount",
+        "ordered_at",
+        "paid",
+        "ts",
+        "join_row_id",
+    ]
+    expected = reference_join(
+        orders,
+        payments,
+        left_keys=KEYS,
+        right_keys=KEYS,
+        left_time="ts",
+        right_time="ts",
+        lower=-4_000,
+        upper=4_000,
+        how="inner",
+        left_columns=["order_id", "amount", "ts"],
+        right_columns=["paid", "ts"],
+    )
+    got = sorted(tuple(r[c] for c in table.column_names[:-1]) for r in table.to_pylist())
+    assert got == sorted(expected)
+
+
+def test_colliding_output_columns_are_refused(
+    spark: SparkSession, broker: EmbeddedBroker, topics: tuple[str, str], workdir: Path
+) -> None:
+    join = {
+        "how": "inner",
+        "time_window_ms": 1_000,
+        "output_left_columns": ["ts"],
+        "output_right_columns": ["ts"],
+    }
+    with pytest.raises(PlanError, match="output column 'ts' appears twice"):
+        PipelineRunner(_spec(workdir, broker, topics, join), spark)
+
+
+@pytest.mark.parametrize("how", ["inner", "left", "right", "full"])
+def test_shipped_join_spec_runs_through_the_cli(
+    how: str,
+    spark: SparkSession,
+    broker: EmbeddedBroker,
+    topics: tuple[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """pipelines/orders_payments_join.toml, its how set through ${JOIN_HOW}."""
+    from flow_jobs.cli import main
+    from flow_jobs.spec import load_spec
+
+    rng = random.Random(how)
+    orders = [
+        {
+            "order_id": None if i % 17 == 0 else f"o{i % 60}",
+            "customer": f"c{i % 7}",
+            "amount": float(i),
+            "ts": BASE_MS + 20_000 * i,
+        }
+        for i in range(120)
+    ]
+    payments = [
+        {
+            "payment_id": f"p{j}",
+            "order_id": o["order_id"],
+            "paid": float(j),
+            "ts": o["ts"] + rng.randint(-90_000, 2_400_000),
+        }
+        for j, o in enumerate(orders)
+        if rng.random() < 0.8
+    ]
+    payments.sort(key=lambda p: p["ts"] + rng.randint(0, 1_500))
+    _send(
+        broker,
+        topics[0],
+        [
+            *orders,
+            {"order_id": "close", "customer": "-", "amount": 0.0, "ts": BASE_MS + 86_400_000},
+        ],
+    )
+    _send(
+        broker,
+        topics[1],
+        [
+            *payments,
+            {"payment_id": "close", "order_id": "close-r", "paid": 0.0, "ts": BASE_MS + 86_400_000},
+        ],
+    )
+    for name, value in (
+        ("KAFKA_BOOTSTRAP_SERVERS", broker.bootstrap_servers),
+        ("ORDERS_TOPIC", topics[0]),
+        ("PAYMENTS_TOPIC", topics[1]),
+        ("JOIN_HOW", how),
+        ("FLOW_DATA_DIR", str(tmp_path)),
+    ):
+        monkeypatch.setenv(name, value)
+    path = Path(__file__).parent.parent / "pipelines" / "orders_payments_join.toml"
+    assert main(["run", str(path), "--available-now"]) == 0, capsys.readouterr().err[-2000:]
+
+    spec = load_spec(path)
+    columns = ["left_order_id", "left_amount", "left_ts", "right_payment_id", "right_ts"]
+    rows = read_delta(spec.target.path).to_pylist()
+    expected = reference_join(
+        orders,
+        payments,
+        left_keys=["order_id"],
+        right_keys=["order_id"],
+        left_time="ts",
+        right_time="ts",
+        lower=-60_000,
+        upper=1_800_000,
+        how=how,
+        left_columns=["order_id", "amount", "ts"],
+        right_columns=["payment_id", "ts"],
+    )
+    assert expected
+    assert (
+        sorted(
+            (tuple(r[c] for c in columns) for r in rows),
+            key=lambda t: tuple((v is None, v if v is not None else 0) for v in t),
+        )
+        == expected
+    )
+
+
+@pytest.mark.parametrize(
+    ("how", "time_column", "message"),
+    [
+        ("left", "right_ts", "use one of left_ts"),
+        ("full", "left_ts", "a window after a full outer join has no event time on every row"),
+    ],
+)
+def test_a_window_needs_an_event_time_on_every_joined_row(
+    how: str,
+    time_column: str,
+    message: str,
+    spark: SparkSession,
+    broker: EmbeddedBroker,
+    topics: tuple[str, str],
+    workdir: Path,
+) -> None:
+    window = {
+        "kind": "tumbling",
+        "duration_ms": 20_000,
+        "event_time_column": time_column,
+        "aggregations": [{"agg": "count", "as": "n"}],
+    }
+    spec = _spec(workdir, broker, topics, {"how": how, "time_window_ms": 4_000}, window)
+    with pytest.raises(PlanError, match=message):
+        PipelineRunner(spec, spark)
