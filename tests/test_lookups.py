@@ -181,8 +181,8 @@ def test_lookup_refreshes_within_a_run(
     try:
         produce(first, 0)
         await_rows(len(first))
-        changed = time.monotonic()
         _write(kind, workdir, after, "", "")
+        changed = time.monotonic()  # a snapshot read from now on sees the new table
         if refreshed:  # wait for a refresh after the change (the runner's own clock)
             deadline = time.monotonic() + 60
             while runner.compiled.lookups[0].refreshed_at <= changed:

@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 class Lookup:
     spec: LookupSpec
     frame: DataFrame
+    #: When the cached snapshot's read began: it holds the table as of at least then.
     refreshed_at: float = field(default_factory=time.monotonic)
 
     @property
@@ -44,11 +45,12 @@ class Lookup:
             return False
         if (time.monotonic() - self.refreshed_at) * 1000 < self.spec.refresh_interval_ms:
             return False
+        started = time.monotonic()
         self.frame.unpersist(blocking=True)
         if self.spec.kind in ("csv", "parquet") and self.spec.path:
             spark.catalog.refreshByPath(self.spec.path)  # new files, not just new contents
         rows = self.frame.cache().count()
-        self.refreshed_at = time.monotonic()
+        self.refreshed_at = started
         log.info("lookup %s refreshed: %s rows", self.spec.name, rows)
         return True
 
