@@ -1,0 +1,67 @@
+"""Spec fingerprints (pure logic): which changes a checkpoint can resume under."""
+
+from __future__ import annotations
+
+import pytest
+
+from flow_jobs.spec import parse_spec
+from flow_jobs.spec.fingerprint import changed_fields, fingerprint_fields, fingerprint_of
+from tests.test_spec_rules import VALID, edit
+
+
+def _fingerprint(text: str) -> tuple[str, dict]:
+    fields = fingerprint_fields(parse_spec(text))
+    return fingerprint_of(fields), fields
+
+
+BASE, BASE_FIELDS = _fingerprint(VALID)
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ('path = "./data/rules"', 'path = "./data/elsewhere"'),
+        ('bootstrap_servers = "127.0.0.1:9092"', 'bootstrap_servers = "kafka:9093"'),
+        ('format = "json"', 'format = "json"\nmax_offsets_per_trigger = 10'),
+        ('format = "json"', 'format = "json"\nstarting_offsets = "latest"'),
+        ("lateness_ms = 5000", "lateness_ms = 5000\nmax_groups_per_window = 10"),
+        ("lateness_ms = 5000", "lateness_ms = 5000\nmax_event_time_skew_ms = 10"),
+        ('path = "./data/rules"', 'path = "./data/rules"\n\n[runtime]\ntrigger_interval_ms = 5'),
+        ('path = "./data/rules"', 'path = "./data/rules"\n\n[spark]\nmaster = "spark://x:7077"'),
+        # writing a default out explicitly is no change
+        ('event_time_column = "ts"', 'event_time_column = "ts"\nemit = "final"'),
+    ],
+)
+def test_safe_changes_keep_the_fingerprint(old: str, new: str) -> None:
+    assert _fingerprint(edit(old, new))[0] == BASE
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "key"),
+    [
+        ("duration_ms = 60000", "duration_ms = 30000", "transform.window.duration_ms"),
+        ("kind = \"tumbling\"\nduration_ms = 60000", "kind = \"session\"\ngap_ms = 1000",
+         "transform.window.kind"),
+        ('group_by = ["user_id"]', "group_by = []", "transform.window.group_by"),
+        ("lateness_ms = 5000", "lateness_ms = 1", "transform.window.lateness_ms"),
+        ('event_time_column = "ts"', "", "transform.window.event_time_column"),
+        ('as = "amount_sum"', 'as = "total"', "transform.window.aggregations.total.as"),
+        ('agg = "sum"', 'agg = "max"', "transform.window.aggregations.amount_sum.agg"),
+        ('topic = "events"', 'topic = "events2"', "sources.events.topic"),
+        ("amount DOUBLE", "amount BIGINT", "sources.events.schema"),
+        ("[transform.window]", '[transform]\nsql = "SELECT * FROM events"\n\n[transform.window]',
+         "transform.sql"),
+    ],
+)  # fmt: skip
+def test_state_changes_alter_the_fingerprint_and_are_named(old: str, new: str, key: str) -> None:
+    fingerprint, fields = _fingerprint(edit(old, new))
+    assert fingerprint != BASE
+    changes = changed_fields(BASE_FIELDS, fields)
+    assert any(change.startswith(f"{key}: ") for change in changes), changes
+
+
+def test_no_secret_in_the_fingerprinted_fields() -> None:
+    text = edit(
+        'format = "json"', 'format = "json"\nclient_config = { "sasl.password" = "s3cr3t" }'
+    )
+    assert "s3cr3t" not in repr(fingerprint_fields(parse_spec(text)))
