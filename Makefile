@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test bench lint validate clean
+.PHONY: demo test soak bench lint validate clean
 
 $(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,10 @@ demo: $(STAMP)
 ## test: the whole suite (real Kafka-protocol broker, Spark, Delta)
 test: $(STAMP)
 	$(PY) -m pytest
+
+## soak: the crash-recovery test with more SIGKILLs (KILLS=50 by default)
+soak: $(STAMP)
+	FLOW_CRASH_KILLS=$(or $(KILLS),50) $(PY) -m pytest tests/test_crash_recovery.py -x
 
 ## bench: end-to-end events/s against a bare confluent-kafka read (N=2000000 by default)
 bench: $(STAMP)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dagster import AssetsDefinition, MaterializeResult, MetadataValue, asset
+from dagster import AssetsDefinition, MaterializeResult, asset
 
 from flow_jobs.spec import load_spec
 
@@ -30,8 +30,8 @@ def pipeline_asset(spec_path: Path) -> AssetsDefinition:
         name=asset_name(spec.name),
         group_name="pipelines",
         description=f"{operator} over {', '.join(s.topic for s in spec.sources)} -> "
-        f"{spec.target.path} ({spec_path.name})",
-        kinds={"spark", "delta"},
+        f"{spec.target.kind} {spec.target.describe()} ({spec_path.name})",
+        kinds={"spark", spec.target.kind},
     )
     def _pipeline() -> MaterializeResult:
         from flow_jobs.runtime.runner import PipelineRunner
@@ -46,8 +46,8 @@ def pipeline_asset(spec_path: Path) -> AssetsDefinition:
                 "late_rows_dropped": summary.late_rows_dropped,
                 "watermark": summary.watermark or "",
                 "batches": summary.batches,
-                "target_version": summary.target_version or 0,
-                "target": MetadataValue.path(spec.target.path),
+                "target_version": summary.target_version or "",
+                "target": f"{spec.target.kind} {spec.target.describe()}",
             }
         )
 

@@ -1,14 +1,25 @@
-"""``flow-jobs validate SPEC.toml`` and ``flow-jobs run SPEC.toml [--available-now]``."""
+"""``flow-jobs validate|run|reset|state show``: the command-line contract (MISSION.md)."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
 from collections.abc import Sequence
+from typing import Any
 
+from flow_jobs.io.state_store import (
+    DEFAULT_SCHEMA,
+    IncompatibleSpec,
+    StateStore,
+    default_embedded_dir,
+    embedded_url,
+    state_store_schema,
+    state_store_url,
+)
 from flow_jobs.plan.errors import PlanError
 from flow_jobs.spec import SpecError, load_spec
 from flow_jobs.spec.models import PipelineSpec
@@ -20,7 +31,7 @@ EXIT_USAGE = 2  # argparse's own code for bad arguments
 
 def _describe(spec: PipelineSpec) -> str:
     join = spec.transform.join
-    target = f"{spec.target.kind} {spec.target.path}"
+    target = f"{spec.target.kind} {spec.target.describe()}"
     if join is not None:
         lower, upper = join.bounds
         then = f", then a {spec.window.kind} window" if spec.has_window else ""
@@ -38,7 +49,7 @@ def _describe(spec: PipelineSpec) -> str:
     }.get(w.kind, f"of {w.count} events" if w.is_count_based else f"{w.duration_ms} ms")
     return (
         f"pipeline {spec.name!r}: {w.kind} window {size} over "
-        f"{', '.join(s.name for s in spec.sources)} -> {spec.target.kind} {spec.target.path}"
+        f"{', '.join(s.name for s in spec.sources)} -> {spec.target.kind} {spec.target.describe()}"
     )
 
 
@@ -71,11 +82,105 @@ def _run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, request_stop)
     try:
         summary = PipelineRunner(spec, stop_event=stop).run(available_now=args.available_now)
-    except PipelineFailed as e:
+    except (PipelineFailed, IncompatibleSpec) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_INVALID
     print(summary.describe())
     return EXIT_OK
+
+
+def _store_for(args: argparse.Namespace) -> tuple[StateStore, PipelineSpec | None, str]:
+    """The state store a NAME (or a spec file) lives in: the spec's ``[state_store]``
+    when a spec is given, else ``--url`` / ``FLOW_STATE_STORE_URL`` / the embedded one."""
+    spec = load_spec(args.pipeline) if args.pipeline.endswith(".toml") else None
+    if spec is None and args.spec:
+        spec = load_spec(args.spec)
+    name = spec.name if spec is not None else args.pipeline
+    if args.url:
+        url = args.url
+    elif spec is not None:
+        url = state_store_url(spec)
+    else:
+        url = os.environ.get("FLOW_STATE_STORE_URL") or embedded_url(default_embedded_dir())
+    schema = args.schema or (state_store_schema(spec) if spec else None)
+    store = StateStore(url, schema or os.environ.get("FLOW_STATE_STORE_SCHEMA") or DEFAULT_SCHEMA)
+    store.migrate()
+    return store, spec, name
+
+
+def _reset(args: argparse.Namespace) -> int:
+    store, spec, name = _store_for(args)
+    checkpoint = spec.checkpoint_location() if spec is not None else args.checkpoint
+    if checkpoint is None:
+        print(
+            f"error: give the spec (flow-jobs reset {name} --spec SPEC.toml) or --checkpoint: "
+            "reset moves the current checkpoint aside",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    try:
+        version = store.reset(name, checkpoint)
+    except (KeyError, ValueError) as e:
+        print(f"error: {e.args[0]}", file=sys.stderr)
+        return EXIT_INVALID
+    print(
+        f"pipeline {name}: state version {version} starts with the next run (a new "
+        f"checkpoint at {checkpoint}; the previous one is kept beside it)"
+    )
+    return EXIT_OK
+
+
+def _show(args: argparse.Namespace) -> int:
+    store, _spec, name = _store_for(args)
+    rows = store.recent_batches(name, args.limit)
+    if not rows:
+        print(f"pipeline {name}: no batches in the ledger ({store.schema})")
+        return EXIT_OK
+    print(format_batches(rows))
+    return EXIT_OK
+
+
+def format_batches(rows: list[dict[str, Any]]) -> str:
+    """The ledger's rows as a plain-text table, oldest first."""
+
+    def offsets(value: dict[str, Any] | None) -> str:
+        if not value:
+            return "-"
+        parts = []
+        for source, topics in value.items():
+            for partitions in topics.values():
+                parts.append(f"{source}:" + ",".join(f"{p}={o}" for p, o in partitions.items()))
+        return " ".join(parts)
+
+    def ts(value: Any) -> str:
+        return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else "-"
+
+    def lag(value: Any) -> str:
+        return f"{value.total_seconds():.0f}s" if value is not None else "-"
+
+    header = ("v", "batch", "end offsets", "watermark", "lag", "in", "out", "late", "dlq",
+              "target version", "committed")  # fmt: skip
+    table = [header]
+    for r in rows:
+        table.append(
+            (
+                str(r["state_version"]),
+                str(r["batch_id"]) + ("*" if r["replayed"] else ""),
+                offsets(r["end_offsets"]),
+                ts(r["global_watermark"]),
+                lag(r["watermark_lag"]),
+                "-" if r["input_rows"] is None else str(r["input_rows"]),
+                str(r["output_rows"]),
+                "-" if r["late_rows"] is None else str(r["late_rows"]),
+                str(r["dead_lettered_rows"]),
+                r["target_version"] or "-",
+                ts(r["committed_at"]),
+            )
+        )
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in table]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines) + "\n(* a replayed batch: its write was already committed)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -103,6 +208,28 @@ def build_parser() -> argparse.ArgumentParser:
         help="process everything available, emit what the watermark closes, exit 0",
     )
     run.set_defaults(handler=_run)
+
+    def store_options(command: argparse.ArgumentParser) -> None:
+        command.add_argument("pipeline", help="the pipeline's name, or its spec file")
+        command.add_argument("--spec", help="the spec file (its [state_store] and checkpoint)")
+        command.add_argument("--url", help="the state store's URL (else the spec's, else "
+                             "FLOW_STATE_STORE_URL, else the embedded one)")  # fmt: skip
+        command.add_argument("--schema", help="the state store's schema (default flow_jobs)")
+
+    reset = commands.add_parser(
+        "reset",
+        help="start a new checkpoint generation (after an incompatible spec change)",
+    )
+    store_options(reset)
+    reset.add_argument("--checkpoint", help="the checkpoint to move aside, without a spec")
+    reset.set_defaults(handler=_reset)
+
+    state = commands.add_parser("state", help="read the state store")
+    state_commands = state.add_subparsers(dest="state_command", required=True)
+    show = state_commands.add_parser("show", help="the ledger's recent batches as a table")
+    store_options(show)
+    show.add_argument("--limit", type=int, default=20, help="how many batches (default 20)")
+    show.set_defaults(handler=_show)
     return parser
 
 
@@ -113,6 +240,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    logging.getLogger("pgserver").setLevel(logging.WARNING)  # its every pg_ctl call
     try:
         return int(args.handler(args))
     except (SpecError, PlanError) as e:

@@ -58,6 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    logging.getLogger("pgserver").setLevel(logging.WARNING)  # its every pg_ctl call
 
     data_dir = Path(args.data_dir).resolve()
     shutil.rmtree(data_dir, ignore_errors=True)  # the broker is new: so is the checkpoint
@@ -85,9 +86,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ["FLOW_DATA_DIR"] = str(data_dir)
         spec = load_spec(SPEC)
 
+        from flow_jobs.cli import format_batches
         from flow_jobs.runtime.runner import PipelineRunner
 
-        summary = PipelineRunner(spec).run(available_now=True)
+        runner = PipelineRunner(spec)
+        summary = runner.run(available_now=True)
+        assert runner.ledger is not None
+        ledger = runner.ledger.recent_batches(spec.name, 5)
 
     windows = read_delta(spec.target.path).to_pylist()
     windows.sort(key=lambda r: (r["window_start"], r["user_id"] or ""))
@@ -101,6 +106,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"dead letters: {len(dead)} in {spec.dead_letter_path()}")
     for d in sorted(dead, key=lambda r: (r["partition"], r["offset"])):
         print(f"  {d['topic']}[{d['partition']}]@{d['offset']}: {d['reason']}: {d['value']!r}")
+    print()
+    print(f"the ledger (embedded Postgres, {runner.ledger.schema}.batches), last batches:")
+    print(format_batches(ledger))
     print()
     print(summary.describe())
     print("windows still open (end > watermark) are emitted once later events close them")

@@ -82,3 +82,23 @@ def postgres_url(request: pytest.FixtureRequest) -> str:
     if _reachable(MACHINE_POSTGRES):
         return MACHINE_POSTGRES
     return str(request.getfixturevalue("embedded_postgres_url"))
+
+
+@pytest.fixture(autouse=True)
+def state_store_env(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[str | None]:
+    """Every test's pipelines keep their ledger in a schema of their own (pipeline names
+    repeat across tests), in the shared test Postgres. Pure-logic tests start none."""
+    if not _needs_spark(request):
+        yield None
+        return
+    url = str(request.getfixturevalue("postgres_url"))
+    schema = "t_" + uuid.uuid4().hex[:12]
+    monkeypatch.setenv("FLOW_STATE_STORE_URL", url)
+    monkeypatch.setenv("FLOW_STATE_STORE_SCHEMA", schema)
+    yield schema
+
+
+def _needs_spark(request: pytest.FixtureRequest) -> bool:
+    return "spark" in request.fixturenames or "broker" in request.fixturenames

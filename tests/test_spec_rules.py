@@ -484,10 +484,22 @@ RULES = [
         'add chain = ["join", "window"]',
     ),
     (
-        "postgres target not implemented yet",
-        edit('kind = "delta"\npath = "./data/rules"', 'kind = "postgres"\ntable = "t"'),
-        "target",
-        "'postgres' is not supported yet",
+        "unknown target kind",
+        edit('kind = "delta"\npath = "./data/rules"', 'kind = "s3"\ntable = "t"'),
+        "target.kind",
+        "kind = 's3' is not a target",
+    ),
+    (
+        "postgres target table not an identifier",
+        edit('kind = "delta"\npath = "./data/rules"', 'kind = "postgres"\ntable = "a b"'),
+        "target.postgres.table",
+        "not a plain SQL identifier",
+    ),
+    (
+        "state store schema",
+        VALID + '\n[state_store]\nschema = "Bad-Name"\n',
+        "state_store.schema",
+        "must match",
     ),
     (
         "duplicate source names",

@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from flow_jobs.io.delta import DeltaMergeTable
+from flow_jobs.io.state_store import StateStore
 
 #: Spark DDL of the struct the plan hands to the tap for each bad row.
 RECORD_DDL = (
@@ -110,19 +111,26 @@ class DeadLetterStaging:
 
 
 class DeadLetterTable:
-    """Driver side: the dead-letter Delta table and the commit of staged files."""
+    """Driver side: the dead-letter table and the commit of staged files into it: a Delta
+    table at ``path``, or (with ``store``) the state store's ``dead_letters`` table."""
 
-    def __init__(self, path: str, pipeline: str) -> None:
+    def __init__(self, path: str, pipeline: str, store: StateStore | None = None) -> None:
         self.path = path
         self.staging_dir = staging_dir_for(path)
         self.pipeline = pipeline
+        self.store = store
         self.table = DeltaMergeTable(path, DEAD_LETTER_SCHEMA, NATURAL_KEY, update_matched=False)
+
+    @property
+    def description(self) -> str:
+        return f"{self.store.schema}.dead_letters" if self.store else self.path
 
     def staging(self, source: str) -> DeadLetterStaging:
         return DeadLetterStaging(self.staging_dir, self.pipeline, source)
 
     def ensure(self) -> None:
-        self.table.ensure()
+        if self.store is None:
+            self.table.ensure()
         os.makedirs(self.staging_dir, exist_ok=True)
 
     def commit(self, batch_id: int) -> int:
@@ -139,8 +147,12 @@ class DeadLetterTable:
             pa.array([now] * staged.num_rows, pa.timestamp("us", tz="UTC")),
         )
         # No Delta txn here: staged files of a crashed run are committed under a later
-        # batch id. MERGE on the record's Kafka position is what makes this idempotent.
-        result = self.table.merge(rows)
+        # batch id. MERGE (or ON CONFLICT) on the record's Kafka position is what makes
+        # this idempotent.
+        if self.store is not None:
+            inserted = self.store.insert_dead_letters(rows.to_pylist())
+        else:
+            inserted = self.table.merge(rows).inserted
         for f in files:
             f.unlink()
-        return result.inserted
+        return inserted

@@ -41,6 +41,10 @@ _RECORD_FIELDS = ("topic", "partition", "offset", "key", "value", "timestamp")
 Reason = tuple[Column, str]
 
 
+#: Prefix of the observable metrics each source view reports (``observedMetrics``).
+OBSERVED_PREFIX = "flow_source_"
+
+
 def read_kafka(
     spark: SparkSession, source: KafkaSource, pipeline: str, time_mode: str
 ) -> DataFrame:
@@ -96,7 +100,24 @@ def compile_source(
     reasons += _event_time_reasons(event_time, payload, index)
     if reasons:
         frame = _divert(frame, reasons, staging)
-    return frame.select(*view)
+    return _observed(frame.select(*view), source, event_time)
+
+
+def _observed(view: DataFrame, source: KafkaSource, event_time: EventTime) -> DataFrame:
+    """Spark's observable metrics on the source's rows: its highest event time per batch
+    (the ledger's per-source watermark) and its row count, reported in the progress."""
+    column = event_time.column
+    if column not in view.columns:
+        return view  # the event time is made by [transform].sql: no per-source figure
+    try:
+        time = event_time_of(F.col(column), view.schema[column].dataType, event_time.key, column)
+    except PlanError:
+        return view  # the operator reports the type error with its own key
+    return view.observe(
+        f"{OBSERVED_PREFIX}{source.name}",
+        F.max(F.unix_millis(time)).alias("max_event_time_ms"),  # the JSON shows ms
+        F.count(F.lit(1)).alias("rows"),
+    )
 
 
 def _decode_json(frame: DataFrame, source: KafkaSource, index: int) -> tuple[DataFrame, StructType]:

@@ -8,7 +8,10 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from flow_jobs.io.state_store import StateStore
+from flow_jobs.plan.sources import OBSERVED_PREFIX
 from flow_jobs.runtime.sink import BatchOutcome
+from flow_jobs.spec.models import PipelineSpec
 
 log = logging.getLogger("flow_jobs.progress")
 
@@ -29,6 +32,16 @@ def watermark(progress: Progress) -> str | None:
     return progress.get("eventTime", {}).get("watermark")
 
 
+def max_event_times(progress: Progress) -> dict[str, int | None]:
+    """Each source's highest event time in this batch, epoch ms (observed in its scan)."""
+    observed = progress.get("observedMetrics") or {}
+    return {
+        name.removeprefix(OBSERVED_PREFIX): (metrics or {}).get("max_event_time_ms")
+        for name, metrics in observed.items()
+        if name.startswith(OBSERVED_PREFIX)
+    }
+
+
 @dataclass(frozen=True)
 class RunSummary:
     pipeline: str
@@ -40,7 +53,7 @@ class RunSummary:
     dead_lettered: int
     late_rows_dropped: int
     watermark: str | None
-    target_version: int | None
+    target_version: str | None
     ended_by: str
 
     def describe(self) -> str:
@@ -62,11 +75,22 @@ class ProgressTracker:
     thread that awaits the query, so no Python listener callback outlives the run.
     """
 
-    def __init__(self, pipeline: str, outcomes: dict[int, BatchOutcome]) -> None:
-        self.pipeline = pipeline
+    def __init__(
+        self,
+        spec: PipelineSpec,
+        outcomes: dict[int, BatchOutcome],
+        ledger: StateStore | None = None,
+        state_version: int = 0,
+    ) -> None:
+        self.pipeline = spec.name
         self.outcomes = outcomes
+        self.ledger = ledger
+        self.query_id: str | None = None  # set once the query has started
         self.progress: dict[int, Progress] = {}
         self._lock = threading.Lock()
+        operator = spec.transform.join or spec.transform.window
+        lateness = operator.lateness_ms if operator is not None else 0
+        self._lateness = {s.name: lateness for s in spec.sources}
 
     def poll(self, query: Any) -> None:
         for report in query.recentProgress:
@@ -78,6 +102,24 @@ class ProgressTracker:
             self.progress[progress["batchId"]] = progress
         if fresh:
             self._log(progress)
+            self._to_ledger(progress)
+
+    def _to_ledger(self, p: Progress) -> None:
+        """Spark's figures for a batch, added to the ledger row the sink wrote."""
+        if self.ledger is None or self.query_id is None:
+            return
+        outcome = self.outcomes.get(p["batchId"])
+        self.ledger.record_progress(
+            self.pipeline,
+            self.query_id,
+            int(p["batchId"]),
+            input_rows=int(p.get("numInputRows", 0)),
+            late_rows=late_rows(p),
+            batch_ms=(p.get("durationMs") or {}).get("triggerExecution"),
+            write_ms=outcome.write_seconds * 1000 if outcome else None,
+            max_event_times=max_event_times(p),
+            lateness_ms=self._lateness,
+        )
 
     def input_rows(self) -> int:
         with self._lock:
@@ -91,8 +133,8 @@ class ProgressTracker:
             merged = (
                 "already written (replayed batch skipped)"
                 if m.skipped
-                else f"{m.inserted + m.updated} window rows merged ({m.inserted} new, "
-                f"{m.updated} updated), target v{m.table_version}"
+                else f"{m.inserted + m.updated} rows written ({m.inserted} new, "
+                f"{m.updated} updated), target version {m.version}"
             )
         log.info(
             "%s batch %s: %s rows in, %s; %s dead-lettered, %s late rows dropped, "
@@ -107,7 +149,7 @@ class ProgressTracker:
             watermark(p),
         )
 
-    def summary(self, query_id: str, target_version: int | None, ended_by: str) -> RunSummary:
+    def summary(self, query_id: str, target_version: str | None, ended_by: str) -> RunSummary:
         with self._lock:
             progress = list(self.progress.values())
         outcomes = [o for o in self.outcomes.values() if o.merge is not None]

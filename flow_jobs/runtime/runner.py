@@ -14,6 +14,13 @@ from pyspark.sql.streaming import StreamingQuery
 
 from flow_jobs.io.dead_letters import DeadLetterTable
 from flow_jobs.io.delta import DeltaMergeTable
+from flow_jobs.io.state_store import StateStore
+from flow_jobs.io.targets import (
+    BatchTarget,
+    DeltaBatchTarget,
+    KafkaBatchTarget,
+    PostgresBatchTarget,
+)
 from flow_jobs.plan.compile import CompiledPipeline, compile_pipeline
 from flow_jobs.plan.sizing import GB, estimate_state
 from flow_jobs.runtime.caps import GroupCap, WindowStateCapHit
@@ -46,22 +53,41 @@ class PipelineRunner:
         self.checkpoint = str(Path(spec.checkpoint_location()).resolve())
         self.dead_letters = DeadLetterTable(spec.dead_letter_path(), spec.name)
         self.compiled: CompiledPipeline = compile_pipeline(self.spark, spec, self.dead_letters)
-        self.target = DeltaMergeTable(
-            spec.target.path,
-            to_arrow_schema(self.compiled.frame.schema, timezone="UTC"),
-            self.compiled.natural_key,
-            nullable_key=self.compiled.nullable_key,
-            storage_options={
-                k: v.get_secret_value() for k, v in spec.target.storage_options.items()
-            },
-        )
-        self.sink = WindowBatchSink(spec.name, self.target, self.dead_letters)
+        self.output_schema = to_arrow_schema(self.compiled.frame.schema, timezone="UTC")
+        self.ledger: StateStore | None = None  # opened by run(): validate needs none
+        self.sink: WindowBatchSink | None = None
         self.progress: ProgressTracker | None = None  # live while run() runs
+
+    def _target(self, ledger: StateStore) -> BatchTarget:
+        target, compiled = self.spec.target, self.compiled
+        if target.kind == "postgres":
+            return PostgresBatchTarget(
+                target, self.output_schema, compiled.natural_key, compiled.nullable_key, ledger
+            )
+        if target.kind == "kafka":
+            return KafkaBatchTarget(target, compiled.natural_key)
+        table = DeltaMergeTable(
+            target.path,
+            self.output_schema,
+            compiled.natural_key,
+            nullable_key=compiled.nullable_key,
+            storage_options={k: v.get_secret_value() for k, v in target.storage_options.items()},
+        )
+        return DeltaBatchTarget(target, table)
 
     def run(self, available_now: bool = False) -> RunSummary:
         """Process until the input is drained (``available_now``) or a stop is requested."""
-        self.target.ensure()
+        ledger = self.ledger = StateStore.for_spec(self.spec)
+        # Refuses a checkpoint whose spec changed incompatibly (IncompatibleSpec).
+        state = ledger.open_pipeline(self.spec)
+        if self.spec.dead_letter.kind == "state_store":
+            self.dead_letters.store = ledger
+        target = self._target(ledger)
+        target.ensure()
         self.dead_letters.ensure()
+        sink = self.sink = WindowBatchSink(
+            self.spec, target, self.dead_letters, ledger, self.checkpoint, state.state_version
+        )
         estimate = estimate_state(self.spec.window) if self.spec.has_window else None
         if estimate is not None and estimate.total > GB:
             log.warning(
@@ -77,7 +103,7 @@ class PipelineRunner:
             self.compiled.frame.writeStream.queryName(self.spec.name)
             .outputMode(self.compiled.output_mode)
             .option("checkpointLocation", self.checkpoint)
-            .foreachBatch(self.sink)
+            .foreachBatch(sink)
         )
         if available_now:
             # Our source pins its end offsets (SupportsTriggerAvailableNow), and Spark
@@ -89,10 +115,13 @@ class PipelineRunner:
                 processingTime=f"{self.spec.runtime.trigger_interval_ms} milliseconds"
             )
 
-        tracker = self.progress = ProgressTracker(self.spec.name, self.sink.outcomes)
+        tracker = self.progress = ProgressTracker(
+            self.spec, sink.outcomes, ledger, state.state_version
+        )
 
         query = writer.start()
-        self.sink.bind(query, caps.check)
+        tracker.query_id = str(query.id)
+        sink.bind(query, caps.check)
         log.info(
             "%s: started query %s (run %s), checkpoint %s, %s",
             self.spec.name,
@@ -102,17 +131,24 @@ class PipelineRunner:
             "available-now" if available_now else "continuous",
         )
         try:
-            ended_by = self._await(query, tracker, available_now)
+            ended_by = self._await(query, tracker, sink, available_now)
             caps.check(last_progress(query))  # the last batch has no next one to check it
         except WindowStateCapHit as e:
             raise PipelineFailed(f"pipeline {self.spec.name} failed: {e}") from e
         finally:
             tracker.poll(query)
-        summary = tracker.summary(query.id, self.target.open().version(), ended_by)
+            target.close()
+        summary = tracker.summary(query.id, target.version(), ended_by)
         log.info("%s", summary.describe())
         return summary
 
-    def _await(self, query: StreamingQuery, tracker: ProgressTracker, available_now: bool) -> str:
+    def _await(
+        self,
+        query: StreamingQuery,
+        tracker: ProgressTracker,
+        sink: WindowBatchSink,
+        available_now: bool,
+    ) -> str:
         try:
             while not query.awaitTermination(0.5):
                 tracker.poll(query)
@@ -122,7 +158,7 @@ class PipelineRunner:
                     lookup.refresh_if_due(self.spark)
                 if self.stop_event.is_set():
                     log.info("%s: stop requested; finishing the batch in flight", self.spec.name)
-                    self.sink.request_stop()
+                    sink.request_stop()
                     query.stop()
                     return "stopped on request"
         except StreamingQueryException as e:

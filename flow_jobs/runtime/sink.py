@@ -1,4 +1,5 @@
-"""The ``foreachBatch`` sink: run the micro-batch, MERGE its windows, commit dead letters."""
+"""The ``foreachBatch`` sink: run the micro-batch, commit its dead letters, write its rows
+and its ledger row (exactly once per batch: see ``flow_jobs.io.targets``)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,16 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from pyspark.sql import DataFrame
 
 from flow_jobs.io.dead_letters import DeadLetterTable
-from flow_jobs.io.delta import DeltaMergeTable, MergeResult
+from flow_jobs.io.state_store import BatchEntry, StateStore
+from flow_jobs.io.targets import BatchTarget, WriteResult
+from flow_jobs.runtime.checkpoint import read_offset_log
+from flow_jobs.spec.models import PipelineSpec
 
 
 class StopRequested(RuntimeError):
@@ -27,23 +32,33 @@ class StopRequested(RuntimeError):
 class BatchOutcome:
     batch_id: int
     output_rows: int
-    merge: MergeResult | None  # None: nothing to write
+    merge: WriteResult | None  # None: nothing to write
     dead_lettered: int
     seconds: float  # the whole call: running the micro-batch, then writing it
-    write_seconds: float  # of which writing: the target MERGE and the dead letters
+    write_seconds: float  # of which writing: the target, the ledger and the dead letters
 
 
 class WindowBatchSink:
     """Called by Spark for every micro-batch, on the driver."""
 
     def __init__(
-        self, pipeline: str, target: DeltaMergeTable, dead_letters: DeadLetterTable
+        self,
+        spec: PipelineSpec,
+        target: BatchTarget,
+        dead_letters: DeadLetterTable,
+        ledger: StateStore,
+        checkpoint: str,
+        state_version: int,
     ) -> None:
-        self.pipeline = pipeline
+        self.spec = spec
+        self.pipeline = spec.name
         self.target = target
         self.dead_letters = dead_letters
+        self.ledger = ledger
+        self.checkpoint = checkpoint
+        self.state_version = state_version
         self.outcomes: dict[int, BatchOutcome] = {}
-        self._app_id: str | None = None
+        self._query_id: str | None = None
         self._query: Any = None
         self._before_batch: Callable[[dict[str, Any] | None], None] | None = None
         self._bound = threading.Event()
@@ -54,17 +69,17 @@ class WindowBatchSink:
         self, query: Any, before_batch: Callable[[dict[str, Any] | None], None] | None = None
     ) -> None:
         """Attach the running query: its persistent id (new for each fresh checkpoint)
-        names the writer; ``before_batch`` runs on the driver before each batch, with
-        the previous batch's progress (the state cap check, lookup refreshes), and fails
+        names the writer and keys the ledger; ``before_batch`` runs on the driver before
+        each batch, with the previous batch's progress (the state cap check), and fails
         the batch by raising."""
         self._query = query
         self._before_batch = before_batch
-        self._app_id = f"flow-jobs/{self.pipeline}/{query.id}"
+        self._query_id = str(query.id)
         self._bound.set()
 
     @property
-    def app_id(self) -> str | None:
-        return self._app_id
+    def query_id(self) -> str | None:
+        return self._query_id
 
     def request_stop(self) -> None:
         """Refuse new batches and wait until the one being written, if any, is done."""
@@ -76,23 +91,46 @@ class WindowBatchSink:
         if self._stopping:
             raise StopRequested(f"batch {batch_id} not started: stop requested")
         self._bound.wait()
-        assert self._app_id is not None
+        assert self._query_id is not None
         with self._writing:
             if self._stopping:
                 raise StopRequested(f"batch {batch_id} not started: stop requested")
             if self._before_batch is not None:
                 self._before_batch(last_progress(self._query))
+            entry = BatchEntry(
+                pipeline=self.pipeline,
+                query_id=self._query_id,
+                batch_id=batch_id,
+                state_version=self.state_version,
+                started_at=datetime.now(UTC),
+                target_kind=self.target.kind,
+                target=self.target.description,
+            )
             started = time.monotonic()
             # One action runs the whole micro-batch: the state store commits its new
             # version and the dead-letter tap stages bad rows. It must run even when
             # the batch was already written, or the next batch finds no state version.
             rows = frame.toArrow()
             computed = time.monotonic()
-            merge = self.target.merge(rows, txn=(self._app_id, batch_id)) if rows.num_rows else None
+            end = read_offset_log(self.checkpoint, batch_id, self.spec)
+            start = read_offset_log(self.checkpoint, batch_id - 1, self.spec)
+            if end is not None:
+                entry.end_offsets, entry.global_watermark = end.offsets, end.watermark
+            if start is not None:
+                entry.start_offsets = start.offsets
+            # Dead letters first: their count goes into the ledger row.
             dead = self.dead_letters.commit(batch_id)
+            entry.output_rows, entry.dead_lettered_rows = rows.num_rows, dead
+            entry.compute_ms = (computed - started) * 1000
+            written = self.target.write(rows, entry, self.ledger)
             done = time.monotonic()
             self.outcomes[batch_id] = BatchOutcome(
-                batch_id, rows.num_rows, merge, dead, done - started, done - computed
+                batch_id,
+                rows.num_rows,
+                written if rows.num_rows else None,
+                dead,
+                done - started,
+                done - computed,
             )
 
 

@@ -606,23 +606,80 @@ class TransformSpec(SpecModel):
 
 
 class DeltaTarget(SpecModel):
-    """``[target]`` with ``kind = "delta"``: MERGE on the natural key."""
+    """``[target]`` with ``kind = "delta"``: MERGE on the natural key, once per batch
+    (Delta's application transaction)."""
 
     kind: Literal["delta"] = "delta"
     path: str = Field(min_length=1)
     storage_options: dict[str, SecretStr] = Field(default_factory=dict)
 
+    def describe(self) -> str:
+        return self.path
+
+
+class PostgresTarget(SpecModel):
+    """``[target]`` with ``kind = "postgres"``: upsert on the natural key, in the state
+    store's database, in one transaction with the batch's ledger row."""
+
+    kind: Literal["postgres"]
+    table: str
+    schema_name: str = Field(default="public", alias="schema")
+
+    @model_validator(mode="after")
+    def _rules(self) -> PostgresTarget:
+        _identifier("table", self.table)
+        _identifier("schema", self.schema_name)
+        return self
+
+    def describe(self) -> str:
+        return f"{self.schema_name}.{self.table}"
+
+
+class KafkaTarget(SpecModel):
+    """``[target]`` with ``kind = "kafka"``: JSON rows keyed by the natural key. Append
+    only: a crash between the produce and the ledger commit can repeat a batch."""
+
+    kind: Literal["kafka"]
+    topic: str = Field(min_length=1)
+    bootstrap_servers: str = Field(min_length=1)
+    client_config: dict[str, SecretStr] = Field(default_factory=dict)
+
+    def describe(self) -> str:
+        return self.topic
+
+
+Target = Annotated[DeltaTarget | PostgresTarget | KafkaTarget, Field(discriminator="kind")]
+
 
 class DeadLetterSpec(SpecModel):
-    """``[dead_letter]``: where undecodable rows go (a Delta table), with their bytes."""
+    """``[dead_letter]``: where undecodable rows go, with their bytes: a Delta table
+    (``kind = "delta"``, the default) or the state store's ``dead_letters`` table."""
 
+    kind: Literal["delta", "state_store"] = "delta"
     path: str | None = None
+
+    @model_validator(mode="after")
+    def _rules(self) -> DeadLetterSpec:
+        if self.kind == "state_store" and self.path is not None:
+            raise key_error("path", 'path is only for kind = "delta"')
+        return self
 
 
 class StateStoreSpec(SpecModel):
-    """``[state_store]``: the Postgres ledger (embedded when ``url`` is absent)."""
+    """``[state_store]``: the Postgres ledger. Without ``url`` (and without the
+    ``FLOW_STATE_STORE_URL`` environment variable), an embedded PostgreSQL under
+    ``embedded_dir`` (default ``$FLOW_DATA_DIR/.flow/postgres``)."""
 
     url: SecretStr | None = None
+    #: The Postgres schema holding the ledger's tables (``FLOW_STATE_STORE_SCHEMA``).
+    schema_name: str | None = Field(default=None, alias="schema")
+    embedded_dir: str | None = None
+
+    @model_validator(mode="after")
+    def _rules(self) -> StateStoreSpec:
+        if self.schema_name is not None and not re.match(r"^[a-z_][a-z0-9_]*$", self.schema_name):
+            raise key_error("schema", f"schema = {self.schema_name!r} must match [a-z_][a-z0-9_]*")
+        return self
 
 
 class CheckpointSpec(SpecModel):
@@ -645,8 +702,7 @@ class RuntimeSpec(SpecModel):
     trigger_interval_ms: Annotated[int, Field(ge=0)] = 1_000
 
 
-TARGET_KINDS = ("delta",)
-RESERVED_TARGET_KINDS = ("postgres", "kafka")
+TARGET_KINDS = ("delta", "postgres", "kafka")
 
 
 class PipelineSpec(SpecModel):
@@ -655,7 +711,7 @@ class PipelineSpec(SpecModel):
     name: str
     sources: list[KafkaSource] = Field(min_length=1)
     transform: TransformSpec
-    target: DeltaTarget
+    target: Target
     dead_letter: DeadLetterSpec = Field(default_factory=DeadLetterSpec)
     state_store: StateStoreSpec = Field(default_factory=StateStoreSpec)
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
@@ -681,9 +737,12 @@ class PipelineSpec(SpecModel):
     @field_validator("target", mode="before")
     @classmethod
     def _target_kind(cls, v: Any) -> Any:
-        kind = v.get("kind") if isinstance(v, dict) else None
-        if kind in RESERVED_TARGET_KINDS:
-            raise not_supported("kind", kind, TARGET_KINDS)
+        if isinstance(v, dict):
+            v = {"kind": "delta", **v}
+            if v["kind"] not in TARGET_KINDS:
+                raise key_error(
+                    "kind", f"kind = {v['kind']!r} is not a target; use one of {TARGET_KINDS}"
+                )
         return v
 
     @model_validator(mode="after")

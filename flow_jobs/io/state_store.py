@@ -1,0 +1,465 @@
+"""The Postgres state store: every pipeline's durable ledger (MISSION.md §8).
+
+Operator state lives in Spark's checkpoint; this store holds what the checkpoint does
+not: one row per micro-batch (offsets, watermarks, row counts, the target commit it
+produced), the spec fingerprint each checkpoint generation was started under, and a
+dead-letter table. The ledger is what makes target writes exactly-once — a batch whose
+row exists under the same query id was written, so a replay skips it — and what Dagster
+and ``flow-jobs state show`` read.
+
+Batches are keyed by (pipeline, query id, batch id): Spark's query id is stored in the
+checkpoint, so a checkpoint deleted by hand starts a new lineage of batch ids instead of
+colliding with the old one. ``state_version`` counts checkpoint generations
+(``flow-jobs reset``).
+
+The schema is migrated at start (versioned, under an advisory lock, so concurrent
+starts are safe). Without a URL, an embedded PostgreSQL 16 from the ``pgserver`` wheel
+is started under the data folder and reused by later runs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from flow_jobs.spec.fingerprint import changed_fields, fingerprint_fields, fingerprint_of
+from flow_jobs.spec.models import PipelineSpec
+
+log = logging.getLogger(__name__)
+
+SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
+DEFAULT_SCHEMA = "flow_jobs"
+
+#: Each entry runs once, in order, in one transaction with its version row.
+MIGRATIONS: list[tuple[int, str]] = [
+    (
+        1,
+        """
+        CREATE TABLE {s}.pipelines (
+            name text PRIMARY KEY,
+            state_version integer NOT NULL DEFAULT 0,
+            fingerprint text,
+            fingerprint_fields jsonb,
+            created_at timestamptz NOT NULL DEFAULT now(),
+            updated_at timestamptz NOT NULL DEFAULT now()
+        );
+        CREATE TABLE {s}.batches (
+            pipeline text NOT NULL REFERENCES {s}.pipelines (name),
+            query_id text NOT NULL,
+            batch_id bigint NOT NULL,
+            state_version integer NOT NULL,
+            start_offsets jsonb,
+            end_offsets jsonb,
+            max_event_times jsonb,
+            source_watermarks jsonb,
+            global_watermark timestamptz,
+            input_rows bigint,
+            output_rows bigint NOT NULL,
+            late_rows bigint,
+            dead_lettered_rows bigint NOT NULL DEFAULT 0,
+            target_kind text NOT NULL,
+            target text NOT NULL,
+            target_version text,
+            replayed boolean NOT NULL DEFAULT false,
+            started_at timestamptz NOT NULL,
+            committed_at timestamptz NOT NULL DEFAULT now(),
+            compute_ms double precision,
+            write_ms double precision,
+            batch_ms double precision,
+            PRIMARY KEY (pipeline, query_id, batch_id)
+        );
+        CREATE INDEX batches_recent ON {s}.batches (pipeline, committed_at DESC);
+        CREATE TABLE {s}.dead_letters (
+            pipeline text NOT NULL,
+            source text NOT NULL,
+            reason text,
+            topic text NOT NULL,
+            partition integer NOT NULL,
+            "offset" bigint NOT NULL,
+            key bytea,
+            value bytea,
+            kafka_timestamp timestamptz,
+            batch_id bigint,
+            dead_lettered_at timestamptz NOT NULL DEFAULT now(),
+            PRIMARY KEY (pipeline, source, topic, partition, "offset")
+        );
+        """,
+    ),
+]
+
+
+class IncompatibleSpec(RuntimeError):
+    """The checkpoint was started under a spec whose state layout or semantics differ."""
+
+
+def embedded_url(data_dir: str | Path) -> str:
+    """Start (or reuse) the embedded PostgreSQL under ``data_dir``; its connection URL."""
+    import pgserver
+
+    path = Path(data_dir).resolve()
+    path.mkdir(parents=True, exist_ok=True)
+    # pgserver counts the processes holding the server (a run, Dagster, `flow-jobs state
+    # show`) and stops it when the last one exits: nothing is left running after a demo.
+    server = pgserver.get_server(path, cleanup_mode="stop")
+    return str(server.get_uri())
+
+
+def state_store_url(spec: PipelineSpec) -> str:
+    """``[state_store] url``, else ``FLOW_STATE_STORE_URL``, else the embedded server."""
+    if spec.state_store.url is not None:
+        return spec.state_store.url.get_secret_value()
+    if os.environ.get("FLOW_STATE_STORE_URL"):
+        return os.environ["FLOW_STATE_STORE_URL"]
+    return embedded_url(spec.state_store.embedded_dir or default_embedded_dir())
+
+
+def default_embedded_dir() -> str:
+    return str(Path(os.environ.get("FLOW_DATA_DIR", ".")) / ".flow" / "postgres")
+
+
+def state_store_schema(spec: PipelineSpec) -> str:
+    return (
+        spec.state_store.schema_name
+        or os.environ.get("FLOW_STATE_STORE_SCHEMA")
+        or (DEFAULT_SCHEMA)
+    )
+
+
+@dataclass(frozen=True)
+class PipelineState:
+    name: str
+    state_version: int
+    fingerprint: str
+
+
+@dataclass
+class BatchEntry:
+    """One ledger row, filled in by the sink as the batch is written."""
+
+    pipeline: str
+    query_id: str
+    batch_id: int
+    state_version: int
+    started_at: datetime
+    start_offsets: dict[str, Any] | None = None
+    end_offsets: dict[str, Any] | None = None
+    global_watermark: datetime | None = None
+    output_rows: int = 0
+    dead_lettered_rows: int = 0
+    target_kind: str = ""
+    target: str = ""
+    target_version: str | None = None
+    replayed: bool = False
+    compute_ms: float | None = None
+    write_ms: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class StateStore:
+    """The ledger in one Postgres schema. Connections are short-lived and per call, so
+    Spark's batch thread and the runner's progress thread never share one."""
+
+    def __init__(self, url: str, schema: str = DEFAULT_SCHEMA) -> None:
+        if not SCHEMA_NAME.match(schema):
+            raise ValueError(f"state_store.schema = {schema!r} must match [a-z_][a-z0-9_]*")
+        self._url = url
+        self.schema = schema
+        self._s = sql.Identifier(schema)
+
+    @classmethod
+    def for_spec(cls, spec: PipelineSpec) -> StateStore:
+        store = cls(state_store_url(spec), state_store_schema(spec))
+        store.migrate()
+        return store
+
+    def __repr__(self) -> str:  # never the URL: it may hold a password
+        return f"StateStore(schema={self.schema!r})"
+
+    @contextmanager
+    def connect(self) -> Iterator[psycopg.Connection]:
+        with psycopg.connect(self._url, autocommit=False) as conn:
+            yield conn
+
+    def q(self, text: str) -> sql.Composed:
+        """SQL with ``{s}`` standing for this store's schema."""
+        return sql.SQL(text).format(s=self._s)
+
+    # -- schema -------------------------------------------------------------------
+
+    def migrate(self) -> int:
+        """Apply every migration not yet applied; return the schema version."""
+        with self.connect() as conn:
+            lock = f"flow-jobs:{self.schema}"
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (lock,))
+            conn.execute(self.q("CREATE SCHEMA IF NOT EXISTS {s}"))
+            conn.execute(
+                self.q(
+                    "CREATE TABLE IF NOT EXISTS {s}.schema_migrations ("
+                    "version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+                )
+            )
+            done = {r[0] for r in conn.execute(self.q("SELECT version FROM {s}.schema_migrations"))}
+            for version, statements in MIGRATIONS:
+                if version in done:
+                    continue
+                conn.execute(self.q(statements))
+                conn.execute(
+                    self.q("INSERT INTO {s}.schema_migrations (version) VALUES (%s)"), (version,)
+                )
+                log.info("state store %s: applied migration %s", self.schema, version)
+        return MIGRATIONS[-1][0]
+
+    # -- pipelines and fingerprints --------------------------------------------------
+
+    def open_pipeline(self, spec: PipelineSpec) -> PipelineState:
+        """Register the pipeline, or check that its checkpoint may resume under ``spec``."""
+        fields = fingerprint_fields(spec)
+        fingerprint = fingerprint_of(fields)
+        with self.connect() as conn:
+            row = conn.execute(
+                self.q(
+                    "SELECT state_version, fingerprint, fingerprint_fields "
+                    "FROM {s}.pipelines WHERE name = %s FOR UPDATE"
+                ),
+                (spec.name,),
+            ).fetchone()
+            if row is None:
+                conn.execute(
+                    self.q(
+                        "INSERT INTO {s}.pipelines (name, fingerprint, fingerprint_fields) "
+                        "VALUES (%s, %s, %s) ON CONFLICT (name) DO NOTHING"
+                    ),
+                    (spec.name, fingerprint, Jsonb(fields)),
+                )
+                return PipelineState(spec.name, 0, fingerprint)
+            state_version, stored, stored_fields = row
+            if stored is None:  # after a reset: this generation takes the current spec
+                conn.execute(
+                    self.q(
+                        "UPDATE {s}.pipelines SET fingerprint = %s, fingerprint_fields = %s, "
+                        "updated_at = now() WHERE name = %s"
+                    ),
+                    (fingerprint, Jsonb(fields), spec.name),
+                )
+            elif stored != fingerprint:
+                changes = changed_fields(stored_fields or {}, fields)
+                raise IncompatibleSpec(
+                    f"pipeline {spec.name}: the spec changed in ways its checkpoint "
+                    f"(state version {state_version}, fingerprint {stored}) cannot resume "
+                    f"under — {'; '.join(changes)}. Revert the change, or run "
+                    f"`flow-jobs reset {spec.name}` to start a new checkpoint generation "
+                    "(the old checkpoint is kept; the new one re-reads its sources from "
+                    "starting_offsets and MERGEs into the same target)"
+                )
+            return PipelineState(spec.name, int(state_version), fingerprint)
+
+    def reset(self, name: str, checkpoint: str | None) -> int:
+        """Start a new checkpoint generation: move the old checkpoint aside (kept),
+        bump the state version, forget the fingerprint. Returns the new version."""
+        with self.connect() as conn:
+            row = conn.execute(
+                self.q("SELECT state_version FROM {s}.pipelines WHERE name = %s FOR UPDATE"),
+                (name,),
+            ).fetchone()
+            if row is None:
+                raise KeyError(f"pipeline {name} is not in the state store ({self.schema})")
+            old = int(row[0])
+            if checkpoint is not None:
+                retire_checkpoint(checkpoint, old)
+            conn.execute(
+                self.q(
+                    "UPDATE {s}.pipelines SET state_version = %s, fingerprint = NULL, "
+                    "fingerprint_fields = NULL, updated_at = now() WHERE name = %s"
+                ),
+                (old + 1, name),
+            )
+        return old + 1
+
+    def pipelines(self) -> list[dict[str, Any]]:
+        with self.connect() as conn, conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
+            return list(cur.execute(self.q("SELECT * FROM {s}.pipelines ORDER BY name")))
+
+    # -- the ledger ------------------------------------------------------------------
+
+    def batch_recorded(self, conn: psycopg.Connection, entry: BatchEntry) -> bool:
+        """Whether this batch's ledger row exists; locks it until ``conn`` commits."""
+        row = conn.execute(
+            self.q(
+                "SELECT 1 FROM {s}.batches WHERE pipeline = %s AND query_id = %s "
+                "AND batch_id = %s FOR UPDATE"
+            ),
+            (entry.pipeline, entry.query_id, entry.batch_id),
+        ).fetchone()
+        return row is not None
+
+    def record_batch(self, conn: psycopg.Connection, entry: BatchEntry) -> None:
+        """Insert the batch's ledger row in ``conn``'s transaction; a replay keeps the
+        first row (the one that describes the write)."""
+        conn.execute(
+            self.q(
+                """INSERT INTO {s}.batches (pipeline, query_id, batch_id, state_version,
+                    start_offsets, end_offsets, global_watermark, output_rows,
+                    dead_lettered_rows, target_kind, target, target_version, replayed,
+                    started_at, compute_ms, write_ms)
+                VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+                ON CONFLICT (pipeline, query_id, batch_id) DO NOTHING"""
+            ),
+            (
+                entry.pipeline,
+                entry.query_id,
+                entry.batch_id,
+                entry.state_version,
+                Jsonb(entry.start_offsets),
+                Jsonb(entry.end_offsets),
+                entry.global_watermark,
+                entry.output_rows,
+                entry.dead_lettered_rows,
+                entry.target_kind,
+                entry.target,
+                entry.target_version,
+                entry.replayed,
+                entry.started_at,
+                entry.compute_ms,
+                entry.write_ms,
+            ),
+        )
+
+    def record_progress(
+        self,
+        pipeline: str,
+        query_id: str,
+        batch_id: int,
+        *,
+        input_rows: int,
+        late_rows: int,
+        batch_ms: float | None,
+        write_ms: float | None,
+        max_event_times: dict[str, int | None],
+        lateness_ms: dict[str, int],
+    ) -> None:
+        """Add what Spark reports once a batch is done (input and late rows, per-source
+        event times). Per-source watermark = the source's highest event time so far
+        minus its lateness: carried from the previous batch of the same query."""
+        with self.connect() as conn:
+            previous = conn.execute(
+                self.q(
+                    "SELECT source_watermarks FROM {s}.batches WHERE pipeline = %s AND "
+                    "query_id = %s AND batch_id < %s AND source_watermarks IS NOT NULL "
+                    "ORDER BY batch_id DESC LIMIT 1"
+                ),
+                (pipeline, query_id, batch_id),
+            ).fetchone()
+            marks: dict[str, str | None] = dict(previous[0]) if previous else {}
+            for source, latest in max_event_times.items():
+                candidate = None
+                if latest is not None:
+                    candidate = _iso(latest - lateness_ms.get(source, 0))
+                marks[source] = max(
+                    (m for m in (marks.get(source), candidate) if m is not None), default=None
+                )
+            conn.execute(
+                self.q(
+                    "UPDATE {s}.batches SET input_rows = %s, late_rows = %s, batch_ms = %s, "
+                    "write_ms = %s, max_event_times = %s, source_watermarks = %s "
+                    "WHERE pipeline = %s AND query_id = %s AND batch_id = %s"
+                ),
+                (
+                    input_rows,
+                    late_rows,
+                    batch_ms,
+                    write_ms,
+                    Jsonb({k: v if v is None else _iso(v) for k, v in max_event_times.items()}),
+                    Jsonb(marks),
+                    pipeline,
+                    query_id,
+                    batch_id,
+                ),
+            )
+
+    def recent_batches(self, pipeline: str, limit: int = 20) -> list[dict[str, Any]]:
+        with self.connect() as conn, conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
+            rows = cur.execute(
+                self.q(
+                    "SELECT *, now() - global_watermark AS watermark_lag FROM {s}.batches "
+                    "WHERE pipeline = %s ORDER BY committed_at DESC, batch_id DESC LIMIT %s"
+                ),
+                (pipeline, limit),
+            ).fetchall()
+        return list(reversed(rows))
+
+    def batch_ids(self, pipeline: str) -> dict[str, list[int]]:
+        """Every recorded batch id, by query id (each a checkpoint lineage)."""
+        out: dict[str, list[int]] = {}
+        with self.connect() as conn:
+            for query_id, batch_id in conn.execute(
+                self.q(
+                    "SELECT query_id, batch_id FROM {s}.batches WHERE pipeline = %s "
+                    "ORDER BY query_id, batch_id"
+                ),
+                (pipeline,),
+            ):
+                out.setdefault(query_id, []).append(int(batch_id))
+        return out
+
+    # -- dead letters ----------------------------------------------------------------
+
+    def insert_dead_letters(self, rows: Sequence[dict[str, Any]]) -> int:
+        """Dead letters into the store's table; a row already there (same Kafka
+        position) is kept. Returns how many were new."""
+        if not rows:
+            return 0
+        columns = [
+            "pipeline", "source", "reason", "topic", "partition", "offset",
+            "key", "value", "kafka_timestamp", "batch_id", "dead_lettered_at",
+        ]  # fmt: skip
+        statement = sql.SQL(
+            "INSERT INTO {t} ({cols}) VALUES ({vals}) ON CONFLICT DO NOTHING"
+        ).format(
+            t=sql.Identifier(self.schema, "dead_letters"),
+            cols=sql.SQL(", ").join(map(sql.Identifier, columns)),
+            vals=sql.SQL(", ").join(sql.Placeholder() * len(columns)),
+        )
+        inserted = 0
+        with self.connect() as conn, conn.cursor() as cur:
+            for row in rows:
+                cur.execute(statement, [row[c] for c in columns])
+                inserted += cur.rowcount
+        return inserted
+
+
+def retire_checkpoint(checkpoint: str, state_version: int) -> str | None:
+    """Move a local checkpoint aside as ``<location>.v<N>-<UTC time>``; kept, not deleted."""
+    if "://" in checkpoint and not checkpoint.startswith("file://"):
+        raise ValueError(
+            f"checkpoint {checkpoint} is not on the local filesystem: move it aside yourself, "
+            "then run reset again"
+        )
+    path = Path(checkpoint.removeprefix("file://")).resolve()
+    if not path.exists():
+        return None
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    retired = path.with_name(f"{path.name}.v{state_version}-{stamp}")
+    shutil.move(str(path), str(retired))
+    log.info("checkpoint %s kept as %s", path, retired)
+    return str(retired)
+
+
+def _iso(epoch_ms: float) -> str:
+    return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
+
+
+def as_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)

@@ -1,0 +1,54 @@
+"""Read what Spark's checkpoint says about a micro-batch, before the batch commits.
+
+Spark writes ``offsets/<batch id>`` (the batch's end offsets per source and the
+watermark it runs under) before it runs the batch, so the sink can put them in the
+ledger row that commits with the batch's output. The file layout (a version line, a
+metadata line, then one line per source in plan order) is Spark's ``OffsetSeqLog``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from flow_jobs.spec.models import PipelineSpec
+
+
+@dataclass(frozen=True)
+class OffsetLogEntry:
+    offsets: dict[str, Any]  # source name -> {topic: {partition: offset}}
+    watermark: datetime | None  # the watermark the batch runs under
+
+
+def _local(checkpoint: str) -> Path | None:
+    if "://" in checkpoint and not checkpoint.startswith("file://"):
+        return None  # remote checkpoints: the ledger takes offsets from progress instead
+    return Path(checkpoint.removeprefix("file://"))
+
+
+def read_offset_log(checkpoint: str, batch_id: int, spec: PipelineSpec) -> OffsetLogEntry | None:
+    root = _local(checkpoint)
+    if root is None or batch_id < 0:
+        return None
+    try:
+        lines = (root / "offsets" / str(batch_id)).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None  # purged (Spark keeps the last minBatchesToRetain) or not local
+    if len(lines) < 2:
+        return None
+    metadata = json.loads(lines[1])
+    by_topic = {s.topic: s.name for s in spec.sources}
+    offsets: dict[str, Any] = {}
+    for i, line in enumerate(lines[2:]):
+        if line.strip() in ("", "-"):
+            continue
+        value = json.loads(line)
+        topics = list(value) if isinstance(value, dict) else []
+        name = by_topic.get(topics[0]) if len(topics) == 1 else None
+        offsets[name or f"source{i}"] = value
+    mark = metadata.get("batchWatermarkMs")
+    watermark = datetime.fromtimestamp(mark / 1000, tz=UTC) if mark else None
+    return OffsetLogEntry(offsets, watermark)
