@@ -135,7 +135,9 @@ WINDOWS: dict[str, dict] = {
 def _spec(bootstrap: str, workdir: Path, window: dict | None = None) -> PipelineSpec:
     return PipelineSpec.model_validate(
         {
-            "name": "bench",
+            # Each run is its own pipeline in the ledger (its spec differs: one name
+            # would be refused by the fingerprint check).
+            "name": workdir.name.lower().replace("_", "-"),
             "sources": [
                 {"name": "clicks", "topic": TOPIC, "bootstrap_servers": bootstrap, "schema": SCHEMA}
             ],
@@ -334,6 +336,9 @@ def main() -> int:
     from flow_jobs.runtime.runner import PipelineRunner
     from flow_jobs.runtime.session import build_spark_session, pipeline_session
 
+    # The ledger of this invocation's runs: a schema of its own in the embedded (or
+    # FLOW_STATE_STORE_URL) state store, so earlier invocations never interfere.
+    os.environ.setdefault("FLOW_STATE_STORE_SCHEMA", f"bench_{int(time.time())}")
     results: list[Result] = []
     with EmbeddedBroker() as broker:
         bootstrap = broker.bootstrap_servers
