@@ -13,4 +13,4 @@ def test_definitions_has_one_asset_per_spec() -> None:
 
     specs = sorted(Path(definitions.PIPELINES_DIR).glob("*.toml"))
     keys = {k.to_user_string() for k in definitions.defs.resolve_asset_graph().get_all_asset_keys()}
-    assert keys == {asset_name(load_spec(p).name) for p in specs}
+    assert keys == {asset_name(load_spec(p)) for p in specs}

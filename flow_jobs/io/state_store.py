@@ -98,6 +98,12 @@ MIGRATIONS: list[tuple[int, str]] = [
         );
         """,
     ),
+    (
+        2,
+        # The target's natural key, as the last run compiled it (a join's depends on the
+        # sources' schemas): what the natural_key_unique check groups by.
+        "ALTER TABLE {s}.pipelines ADD COLUMN natural_key jsonb",
+    ),
 ]
 
 
@@ -266,6 +272,20 @@ class StateStore:
                 )
             return PipelineState(spec.name, int(state_version), fingerprint)
 
+    def record_natural_key(self, name: str, key: Sequence[str]) -> None:
+        with self.connect() as conn:
+            conn.execute(
+                self.q("UPDATE {s}.pipelines SET natural_key = %s WHERE name = %s"),
+                (Jsonb(list(key)), name),
+            )
+
+    def natural_key(self, name: str) -> list[str] | None:
+        with self.connect() as conn:
+            row = conn.execute(
+                self.q("SELECT natural_key FROM {s}.pipelines WHERE name = %s"), (name,)
+            ).fetchone()
+        return list(row[0]) if row and row[0] else None
+
     def reset(self, name: str, checkpoint: str | None) -> int:
         """Start a new checkpoint generation: move the old checkpoint aside (kept),
         bump the state version, forget the fingerprint. Returns the new version."""
@@ -399,6 +419,33 @@ class StateStore:
                 (pipeline, limit),
             ).fetchall()
         return list(reversed(rows))
+
+    def last_end_offsets(self, pipeline: str) -> dict[str, Any] | None:
+        """The end offsets of the pipeline's most recent batch (any lineage)."""
+        with self.connect() as conn:
+            row = conn.execute(
+                self.q(
+                    "SELECT end_offsets FROM {s}.batches WHERE pipeline = %s AND "
+                    "end_offsets IS NOT NULL ORDER BY committed_at DESC, batch_id DESC LIMIT 1"
+                ),
+                (pipeline,),
+            ).fetchone()
+        return row[0] if row else None
+
+    def totals(self, pipeline: str, batches: int) -> dict[str, Any]:
+        """Sums over the pipeline's most recent ``batches`` batches, and the newest one."""
+        with self.connect() as conn, conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
+            row = cur.execute(
+                self.q(
+                    """SELECT count(*) AS batches, sum(input_rows) AS input_rows,
+                        sum(late_rows) AS late_rows, max(committed_at) AS last_commit,
+                        now() AS now
+                    FROM (SELECT * FROM {s}.batches WHERE pipeline = %s
+                          ORDER BY committed_at DESC, batch_id DESC LIMIT %s) recent"""
+                ),
+                (pipeline, batches),
+            ).fetchone()
+        return dict(row or {})
 
     def batch_ids(self, pipeline: str) -> dict[str, list[int]]:
         """Every recorded batch id, by query id (each a checkpoint lineage)."""

@@ -90,7 +90,7 @@ class ProgressTracker:
         self._lock = threading.Lock()
         operator = spec.transform.join or spec.transform.window
         lateness = operator.lateness_ms if operator is not None else 0
-        self._lateness = {s.name: lateness for s in spec.sources}
+        self.lateness_ms = {s.name: lateness for s in spec.sources}
 
     def poll(self, query: Any) -> None:
         for report in query.recentProgress:
@@ -118,7 +118,7 @@ class ProgressTracker:
             batch_ms=(p.get("durationMs") or {}).get("triggerExecution"),
             write_ms=outcome.write_seconds * 1000 if outcome else None,
             max_event_times=max_event_times(p),
-            lateness_ms=self._lateness,
+            lateness_ms=self.lateness_ms,
         )
 
     def input_rows(self) -> int:

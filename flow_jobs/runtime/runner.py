@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
 import threading
 from pathlib import Path
@@ -24,6 +25,7 @@ from flow_jobs.io.targets import (
 from flow_jobs.plan.compile import CompiledPipeline, compile_pipeline
 from flow_jobs.plan.sizing import GB, estimate_state
 from flow_jobs.runtime.caps import GroupCap, WindowStateCapHit
+from flow_jobs.runtime.metrics import MetricsListener, serve
 from flow_jobs.runtime.progress import ProgressTracker, RunSummary
 from flow_jobs.runtime.session import pipeline_session, session_for
 from flow_jobs.runtime.sink import StopRequested, WindowBatchSink, last_progress
@@ -80,6 +82,7 @@ class PipelineRunner:
         ledger = self.ledger = StateStore.for_spec(self.spec)
         # Refuses a checkpoint whose spec changed incompatibly (IncompatibleSpec).
         state = ledger.open_pipeline(self.spec)
+        ledger.record_natural_key(self.spec.name, self.compiled.natural_key)
         if self.spec.dead_letter.kind == "state_store":
             self.dead_letters.store = ledger
         target = self._target(ledger)
@@ -118,6 +121,11 @@ class PipelineRunner:
         tracker = self.progress = ProgressTracker(
             self.spec, sink.outcomes, ledger, state.state_version
         )
+        port = self.spec.runtime.metrics_port or int(os.environ.get("FLOW_METRICS_PORT") or 0)
+        if port:
+            serve(port)
+        listener = MetricsListener({self.spec.name: tracker.lateness_ms})
+        self.spark.streams.addListener(listener)
 
         query = writer.start()
         tracker.query_id = str(query.id)
@@ -138,6 +146,7 @@ class PipelineRunner:
         finally:
             tracker.poll(query)
             target.close()
+            self.spark.streams.removeListener(listener)
         summary = tracker.summary(query.id, target.version(), ended_by)
         log.info("%s", summary.describe())
         return summary

@@ -17,6 +17,7 @@ from flow_jobs.io.dead_letters import DeadLetterTable
 from flow_jobs.io.state_store import BatchEntry, StateStore
 from flow_jobs.io.targets import BatchTarget, WriteResult
 from flow_jobs.runtime.checkpoint import read_offset_log
+from flow_jobs.runtime.metrics import metrics
 from flow_jobs.spec.models import PipelineSpec
 
 
@@ -123,6 +124,8 @@ class WindowBatchSink:
             entry.output_rows, entry.dead_lettered_rows = rows.num_rows, dead
             entry.compute_ms = (computed - started) * 1000
             written = self.target.write(rows, entry, self.ledger)
+            if not written.skipped:
+                metrics().windows_emitted.labels(self.pipeline).inc(rows.num_rows)
             done = time.monotonic()
             self.outcomes[batch_id] = BatchOutcome(
                 batch_id,

@@ -700,6 +700,46 @@ class RuntimeSpec(SpecModel):
     """``[runtime]``: how often a continuous run triggers a micro-batch."""
 
     trigger_interval_ms: Annotated[int, Field(ge=0)] = 1_000
+    #: Serve Prometheus metrics on this port during a run (else ``$FLOW_METRICS_PORT``).
+    metrics_port: Annotated[int, Field(gt=0, lt=65536)] | None = None
+
+
+class ChecksSpec(SpecModel):
+    """``[checks]``: thresholds of the Dagster asset checks."""
+
+    #: watermark_lag fails when now - the global watermark exceeds this.
+    watermark_lag_max_s: Annotated[float, Field(gt=0)] = 900.0
+    #: late_row_rate warns when late rows / input rows over recent batches exceed this.
+    late_row_rate_max: Annotated[float, Field(ge=0, le=1)] = 0.01
+    #: how many recent batches late_row_rate looks at.
+    late_row_rate_batches: Annotated[int, Field(gt=0)] = 100
+    #: window_config_valid fails when seed 000's state-size upper bound exceeds this.
+    state_budget_bytes: Annotated[int, Field(gt=0)] = 1 << 30
+    #: target_fresh fails when the last batch committed longer ago than this.
+    target_fresh_max_s: Annotated[float, Field(gt=0)] = 3600.0
+
+
+class OrchestrationSpec(SpecModel):
+    """``[orchestration]``: how Dagster triggers the pipeline."""
+
+    #: a cron expression: an available-now run on this schedule (UTC).
+    schedule: str | None = None
+    #: a sensor that requests an available-now run when Kafka has new offsets.
+    sensor: bool = True
+    sensor_interval_s: Annotated[int, Field(ge=5)] = 30
+
+    @field_validator("schedule")
+    @classmethod
+    def _cron(cls, v: str | None) -> str | None:
+        if v is not None and not _is_cron(v):
+            raise ValueError(f"schedule = {v!r} is not a cron expression (e.g. '*/5 * * * *')")
+        return v
+
+
+def _is_cron(text: str) -> bool:
+    """Five fields of numbers, ranges, lists, steps, * or names (Dagster checks the rest)."""
+    fields = text.split()
+    return len(fields) == 5 and all(re.fullmatch(r"[\w*/,\-]+", f) for f in fields)
 
 
 TARGET_KINDS = ("delta", "postgres", "kafka")
@@ -717,6 +757,8 @@ class PipelineSpec(SpecModel):
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     spark: SparkSpec = Field(default_factory=SparkSpec)
     runtime: RuntimeSpec = Field(default_factory=RuntimeSpec)
+    checks: ChecksSpec = Field(default_factory=ChecksSpec)
+    orchestration: OrchestrationSpec = Field(default_factory=OrchestrationSpec)
 
     @field_validator("name")
     @classmethod

@@ -1,0 +1,149 @@
+"""Dagster resources: Spark, Kafka, the Postgres state store and Delta targets.
+
+Each is a ``ConfigurableResource``; secrets come in as ``EnvVar``s and never reach a
+log. A spec's values defer to a resource that sets one (``apply_resources``), so the
+same ``pipelines/*.toml`` runs against the embedded defaults in dev and against the
+production broker, database and bucket when the deployment configures the resources.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from dagster import ConfigurableResource, InitResourceContext
+from dagster_pyspark import PySparkResource
+from pydantic import Field
+
+from flow_jobs.io.state_store import StateStore, state_store_schema, state_store_url
+from flow_jobs.spec.models import PipelineSpec
+
+
+class SparkResource(PySparkResource):
+    """dagster-pyspark's resource, with flow-jobs's session set-up (UTC, RocksDB state
+    store, the Kafka Python data source) and a master to run on."""
+
+    master: str | None = Field(
+        default=None, description="Spark master; default $FLOW_JOBS_SPARK_MASTER or local[*]"
+    )
+    spark_config: dict[str, Any] = Field(default_factory=dict)
+
+    def setup_for_execution(self, context: InitResourceContext) -> None:
+        from flow_jobs.runtime.session import build_spark_session
+
+        conf = {k: str(v) for k, v in self.spark_config.items()}
+        self._spark_session = build_spark_session(self.master, conf, app_name="flow-jobs-dagster")
+
+
+class KafkaResource(ConfigurableResource):
+    """Where the sources' topics are, and how to authenticate. Unset fields keep the
+    spec's values."""
+
+    bootstrap_servers: str | None = None
+    security_protocol: str | None = None
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: str | None = Field(default=None, description="use EnvVar('...')")
+
+    def client_config(self) -> dict[str, str]:
+        pairs = {
+            "security.protocol": self.security_protocol,
+            "sasl.mechanism": self.sasl_mechanism,
+            "sasl.username": self.sasl_username,
+            "sasl.password": self.sasl_password,
+        }
+        return {k: v for k, v in pairs.items() if v is not None}
+
+    def end_offsets(self, spec: PipelineSpec) -> dict[str, dict[str, dict[str, int]]]:
+        """Each source's topic end offsets, shaped like the ledger's ``end_offsets``."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        out: dict[str, dict[str, dict[str, int]]] = {}
+        for source in spec.sources:
+            config = {
+                "bootstrap.servers": source.bootstrap_servers,
+                "group.id": f"flow-jobs-sensor-{spec.name}",
+                "enable.auto.commit": False,
+                **{k: v.get_secret_value() for k, v in source.client_config.items()},
+            }
+            consumer = Consumer(config)
+            try:
+                topic = consumer.list_topics(source.topic, timeout=10).topics[source.topic]
+                ends = {}
+                for partition in sorted(topic.partitions):
+                    _low, high = consumer.get_watermark_offsets(
+                        TopicPartition(source.topic, partition), timeout=10
+                    )
+                    ends[str(partition)] = int(high)
+            finally:
+                consumer.close()
+            out[source.name] = {source.topic: ends}
+        return out
+
+
+class PostgresStateStoreResource(ConfigurableResource):
+    """The ledger's database. Unset: the spec's ``[state_store]`` (or its embedded one)."""
+
+    url: str | None = Field(default=None, description="use EnvVar('FLOW_STATE_STORE_URL')")
+    schema_name: str | None = None
+
+    def store_for(self, spec: PipelineSpec) -> StateStore:
+        url = self.url or state_store_url(spec)
+        store = StateStore(url, self.schema_name or state_store_schema(spec))
+        store.migrate()
+        return store
+
+
+class DeltaTargetResource(ConfigurableResource):
+    """Where relative Delta target paths resolve, and object-store options."""
+
+    root: str | None = Field(default=None, description="prefix for relative target paths")
+    storage_options: dict[str, str] = Field(default_factory=dict)
+
+
+def apply_resources(
+    spec: PipelineSpec,
+    kafka: KafkaResource,
+    state_store: PostgresStateStoreResource,
+    delta: DeltaTargetResource,
+) -> PipelineSpec:
+    """The spec with every value a resource sets in its place (a validated copy)."""
+    doc = spec.model_dump(by_alias=True, exclude_defaults=True)
+    doc = _reveal(doc)
+    extra = kafka.client_config()
+    for source in doc["sources"]:
+        if kafka.bootstrap_servers:
+            source["bootstrap_servers"] = kafka.bootstrap_servers
+        if extra:
+            source["client_config"] = {**source.get("client_config", {}), **extra}
+    if state_store.url:
+        doc.setdefault("state_store", {})["url"] = state_store.url
+    if state_store.schema_name:
+        doc.setdefault("state_store", {})["schema"] = state_store.schema_name
+    target = doc["target"]
+    if target.get("kind", "delta") == "delta":
+        path = target["path"]
+        if delta.root and "://" not in path and not os.path.isabs(path):
+            target["path"] = (
+                str(Path(delta.root) / path)
+                if "://" not in delta.root
+                else (f"{delta.root.rstrip('/')}/{path.removeprefix('./')}")
+            )
+        if delta.storage_options:
+            target["storage_options"] = {
+                **target.get("storage_options", {}),
+                **delta.storage_options,
+            }
+    return PipelineSpec.model_validate(doc)
+
+
+def _reveal(value: Any) -> Any:
+    """model_dump keeps SecretStr objects; a new model needs their values."""
+    if hasattr(value, "get_secret_value"):
+        return value.get_secret_value()
+    if isinstance(value, dict):
+        return {k: _reveal(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_reveal(v) for v in value]
+    return value

@@ -1,0 +1,137 @@
+"""Prometheus metrics from Spark's own progress events (a ``StreamingQueryListener``).
+
+Seed 000's five metrics, renamed ``flow_…`` and labelled by pipeline:
+
+* ``flow_windows_active``: state rows of the window operator after the last batch —
+  one per open (window, group): the windows still waiting for the watermark;
+* ``flow_windows_emitted_total``: rows written to the target (counted by the batch sink:
+  Spark reports no output rows for ``foreachBatch``; a skipped replay counts nothing);
+* ``flow_late_rows_dropped_total``: Spark's ``numRowsDroppedByWatermark``;
+* ``flow_state_groups_total``: state rows over every stateful operator (a join's
+  buffered rows included);
+* ``flow_watermark_seconds``: per source (its highest event time minus lateness, from
+  the observable metrics each source view reports) and ``source="_global"`` (Spark's
+  watermark).
+
+The listener runs in the driver (PySpark calls it from the JVM); ``serve`` starts the
+HTTP endpoint once per process.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from datetime import datetime
+from typing import Any
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, start_http_server
+from pyspark.sql.streaming import StreamingQueryListener
+
+from flow_jobs.plan.sources import OBSERVED_PREFIX
+
+log = logging.getLogger(__name__)
+
+_JOIN = "symmetricHashJoin"
+
+
+class FlowMetrics:
+    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
+        labels = ["pipeline"]
+        self.windows_active = Gauge(
+            "flow_windows_active", "open (window, group) state rows", labels, registry=registry
+        )
+        self.windows_emitted = Counter(
+            "flow_windows_emitted", "rows emitted to the target", labels, registry=registry
+        )
+        self.late_rows = Counter(
+            "flow_late_rows_dropped", "rows dropped behind the watermark", labels,
+            registry=registry,
+        )  # fmt: skip
+        self.state_groups = Gauge(
+            "flow_state_groups_total", "state rows over all operators", labels, registry=registry
+        )
+        self.watermark = Gauge(
+            "flow_watermark_seconds",
+            "event-time watermark, epoch seconds",
+            ["pipeline", "source"],
+            registry=registry,
+        )
+
+
+_metrics: FlowMetrics | None = None
+_served: set[int] = set()
+_lock = threading.Lock()
+
+
+def metrics() -> FlowMetrics:
+    global _metrics
+    with _lock:
+        if _metrics is None:
+            _metrics = FlowMetrics()
+        return _metrics
+
+
+def serve(port: int) -> None:
+    """Expose the default registry on ``port`` (once per process)."""
+    with _lock:
+        if port in _served:
+            return
+        start_http_server(port)
+        _served.add(port)
+    log.info("Prometheus metrics on http://0.0.0.0:%s/metrics", port)
+
+
+class MetricsListener(StreamingQueryListener):
+    """Feeds ``FlowMetrics`` from the progress of the named queries (pipelines)."""
+
+    def __init__(self, lateness_ms: dict[str, dict[str, int]]) -> None:
+        self.lateness_ms = lateness_ms  # pipeline -> source -> lateness
+        self.metrics = metrics()
+        self._source_marks: dict[tuple[str, str], float] = {}
+
+    def onQueryStarted(self, event: Any) -> None:
+        pass
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:
+        progress = event.progress
+        report = json.loads(progress.json) if hasattr(progress, "json") else dict(progress)
+        try:
+            self.record(report)
+        except Exception:  # a metrics bug must never fail the query
+            log.exception("metrics: cannot record progress")
+
+    def record(self, p: dict[str, Any]) -> None:
+        pipeline = p.get("name")
+        if pipeline not in self.lateness_ms:
+            return
+        m = self.metrics
+        operators = p.get("stateOperators", [])
+        windows = [op for op in operators if op.get("operatorName") != _JOIN]
+        m.windows_active.labels(pipeline).set(sum(int(op["numRowsTotal"]) for op in windows))
+        m.state_groups.labels(pipeline).set(sum(int(op["numRowsTotal"]) for op in operators))
+        m.late_rows.labels(pipeline).inc(
+            sum(int(op.get("numRowsDroppedByWatermark", 0)) for op in operators)
+        )
+        mark = (p.get("eventTime") or {}).get("watermark")
+        if mark:
+            seconds = datetime.fromisoformat(mark.replace("Z", "+00:00")).timestamp()
+            m.watermark.labels(pipeline, "_global").set(seconds)
+        for name, observed in (p.get("observedMetrics") or {}).items():
+            if not name.startswith(OBSERVED_PREFIX) or not observed:
+                continue
+            source = name.removeprefix(OBSERVED_PREFIX)
+            latest = observed.get("max_event_time_ms")
+            if latest is None:
+                continue
+            lateness = self.lateness_ms[pipeline].get(source, 0)
+            value = (int(latest) - lateness) / 1000
+            key = (pipeline, source)
+            self._source_marks[key] = max(value, self._source_marks.get(key, value))
+            m.watermark.labels(pipeline, source).set(self._source_marks[key])

@@ -1,0 +1,191 @@
+"""Dagster: the pipeline asset, its checks and its sensor against the real broker, Spark,
+Delta and Postgres (the test's ledger schema)."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from dagster import AssetCheckSeverity, RunRequest, SkipReason, build_sensor_context, materialize
+from deltalake import write_deltalake
+from pyspark.sql import SparkSession
+
+from assets.pipelines import (
+    asset_name,
+    check_late_row_rate,
+    check_natural_key_unique,
+    check_target_fresh,
+    check_watermark_lag,
+    check_window_config,
+    pipeline_asset,
+    pipeline_checks,
+    pipeline_sensor,
+)
+from assets.resources import (
+    DeltaTargetResource,
+    KafkaResource,
+    PostgresStateStoreResource,
+    SparkResource,
+)
+from flow_jobs.embedded.broker import EmbeddedBroker
+from flow_jobs.embedded.producer import Record
+from flow_jobs.io.delta import read_delta
+from flow_jobs.io.state_store import StateStore
+from flow_jobs.spec import load_spec
+from flow_jobs.spec.models import PipelineSpec
+from tests.support import make_spec, random_clicks, send, to_records
+
+WINDOW: dict[str, Any] = {
+    "kind": "tumbling",
+    "duration_ms": 10_000,
+    "event_time_column": "ts",
+    "lateness_ms": 2_000,
+    "group_by": ["user_id"],
+    "aggregations": [{"agg": "count", "as": "n"}, {"agg": "sum", "column": "amount", "as": "s"}],
+}
+
+
+def _write_spec(workdir: Path, broker: EmbeddedBroker, topic: str, **tables: Any) -> Path:
+    spec = make_spec(workdir, broker.bootstrap_servers, topic, WINDOW, name="orchestrated")
+    doc = spec.model_dump(by_alias=True, exclude_defaults=True)
+    doc.update(tables)
+    path = workdir / "pipelines" / "orchestrated.toml"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(PipelineSpec.model_validate(doc).to_toml())
+    return path
+
+
+def _resources() -> dict[str, Any]:
+    return {
+        "spark": SparkResource(master="local[2]"),
+        "kafka": KafkaResource(),
+        "state_store": PostgresStateStoreResource(
+            url=os.environ["FLOW_STATE_STORE_URL"],
+            schema_name=os.environ["FLOW_STATE_STORE_SCHEMA"],
+        ),
+        "delta": DeltaTargetResource(),
+    }
+
+
+def _ledger() -> StateStore:
+    return StateStore(os.environ["FLOW_STATE_STORE_URL"], os.environ["FLOW_STATE_STORE_SCHEMA"])
+
+
+def test_materialize_runs_the_pipeline_and_evaluates_its_checks(
+    spark: SparkSession, broker: EmbeddedBroker, topic: str, workdir: Path
+) -> None:
+    events = random_clicks(random.Random(6), 400, step_ms=200)
+    send(broker.bootstrap_servers, topic, to_records(events))
+    # Old sample times (2023): the watermark lags by years, so allow that here.
+    spec_path = _write_spec(
+        workdir, broker, topic, checks={"watermark_lag_max_s": 10**10, "target_fresh_max_s": 600}
+    )
+    spec = load_spec(spec_path)
+    result = materialize(
+        [pipeline_asset(spec_path), *pipeline_checks(spec_path)], resources=_resources()
+    )
+    assert result.success
+
+    (materialization,) = result.asset_materializations_for_node(asset_name(spec))
+    meta = {k: v.value for k, v in materialization.metadata.items()}
+    windows = read_delta(spec.target.path).num_rows
+    assert meta["input_rows"] == len(events)
+    assert meta["windows_emitted"] == windows > 0
+    assert meta["batch_ids"] == "0-1"  # the data batch and the closing no-data batch
+    assert meta["global_watermark"].startswith("2023-11-14T")
+    assert set(meta["source_watermarks"]) == {"clicks"}
+    assert meta["end_offsets"] == {"clicks": {topic: {"0": 200, "1": 200}}}
+    assert meta["preview"].count("\n") == 11  # header, rule, 10 newest rows
+
+    evaluations = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    assert set(evaluations) == {
+        "window_config_valid",
+        "watermark_lag",
+        "late_row_rate",
+        "natural_key_unique",
+        "target_fresh",
+    }
+    failed = {name: e.description for name, e in evaluations.items() if not e.passed}
+    assert not failed, failed
+
+
+def test_checks_fail_when_they_should(
+    spark: SparkSession, broker: EmbeddedBroker, topic: str, workdir: Path
+) -> None:
+    events = random_clicks(random.Random(9), 300, step_ms=200)
+    send(broker.bootstrap_servers, topic, to_records(events))
+    spec_path = _write_spec(workdir, broker, topic, checks={"late_row_rate_max": 0.0})
+    assert materialize([pipeline_asset(spec_path)], resources=_resources()).success
+    # Then a row far behind the watermark that run left: dropped by the next run.
+    late = {**events[0], "ts": events[0]["ts"] - 120_000}
+    send(broker.bootstrap_servers, topic, [Record(to_records([late])[0].value, 0, b"x", 1)])
+    assert materialize([pipeline_asset(spec_path)], resources=_resources()).success
+    spec, ledger = load_spec(spec_path), _ledger()
+
+    # A stalled watermark (2023 data, default 15 min limit) fails watermark_lag.
+    lag = check_watermark_lag(spec, ledger)
+    assert not lag.passed and "limit 900 s" in (lag.description or "")
+    # One late row dropped: above a zero tolerance, a warning.
+    rate = check_late_row_rate(spec, ledger)
+    assert not rate.passed and rate.severity == AssetCheckSeverity.WARN
+    assert rate.metadata["late_rows"].value == 1
+    # A duplicated window row (written behind the pipeline's back).
+    assert check_natural_key_unique(spec, ledger).passed
+    one = read_delta(spec.target.path).slice(0, 1)
+    write_deltalake(spec.target.path, pa.Table.from_batches(one.to_batches()), mode="append")
+    duplicate = check_natural_key_unique(spec, ledger)
+    assert not duplicate.passed and duplicate.metadata["duplicate_keys"].value == 1
+    # Fresh within an hour, not within a millisecond.
+    assert check_target_fresh(spec, ledger).passed
+    stale = spec.model_copy(
+        update={"checks": spec.checks.model_copy(update={"target_fresh_max_s": 0.001})}
+    )
+    assert not check_target_fresh(stale, ledger).passed
+    # A state budget below the window's upper bound.
+    assert check_window_config(spec_path).passed
+    tight = workdir / "pipelines" / "tight.toml"
+    tight.write_text(spec_path.read_text() + "\n[checks]\nstate_budget_bytes = 1000\n")
+    assert not check_window_config(tight).passed
+    broken = workdir / "pipelines" / "broken.toml"
+    broken.write_text(spec_path.read_text().replace("duration_ms = 10000", "duration_ms = -1"))
+    invalid = check_window_config(broken)
+    assert not invalid.passed and "duration_ms" in (invalid.description or "")
+
+
+def test_the_sensor_requests_one_run_per_set_of_new_offsets(
+    spark: SparkSession, broker: EmbeddedBroker, topic: str, workdir: Path
+) -> None:
+    events = random_clicks(random.Random(12), 200, step_ms=200)
+    send(broker.bootstrap_servers, topic, to_records(events[:100]))
+    spec_path = _write_spec(workdir, broker, topic)
+    sensor = pipeline_sensor(spec_path)
+    resources = _resources()
+
+    def tick(cursor: str | None) -> tuple[RunRequest | SkipReason, str | None]:
+        context = build_sensor_context(cursor=cursor, resources=resources)
+        result = sensor(context)
+        return result, context.cursor
+
+    first, cursor = tick(None)  # nothing processed yet: a run
+    assert isinstance(first, RunRequest)
+    assert first.run_config == {"ops": {"target": {"config": {"mode": "available_now"}}}}
+    again, same = tick(cursor)  # the same offsets again: no second run
+    assert isinstance(again, SkipReason) and same == cursor
+
+    assert materialize([pipeline_asset(spec_path)], resources=resources).success
+    idle, idle_cursor = tick(cursor)  # the ledger has caught up: skip
+    assert isinstance(idle, SkipReason) and "no offsets beyond" in (idle.skip_message or "")
+    assert idle_cursor == cursor
+
+    send(
+        broker.bootstrap_servers,
+        topic,
+        [Record(r.value, (i + 100) % 2, r.key, r.timestamp_ms)
+         for i, r in enumerate(to_records(events[100:]))],
+    )  # fmt: skip
+    second, advanced = tick(cursor)
+    assert isinstance(second, RunRequest) and advanced != cursor
+    assert second.run_key != first.run_key
