@@ -236,32 +236,54 @@ def pipeline_checks(spec_path: Path) -> list[AssetChecksDefinition]:
     ) -> PipelineSpec:
         return apply_resources(load_spec(spec_path), kafka, state_store, delta)
 
-    @asset_check(asset=key, name="window_config_valid", blocking=False)
+    @asset_check(
+        asset=key,
+        name="window_config_valid",
+        description="the spec validates; seed 000's state-size bound is within "
+        "[checks] state_budget_bytes",
+    )
     def window_config_valid() -> AssetCheckResult:
         return check_window_config(spec_path)
 
-    @asset_check(asset=key, name="watermark_lag")
+    @asset_check(
+        asset=key,
+        name="watermark_lag",
+        description="now - the global watermark in the ledger <= [checks] watermark_lag_max_s",
+    )
     def watermark_lag(
         kafka: KafkaResource, state_store: PostgresStateStoreResource, delta: DeltaTargetResource
     ) -> AssetCheckResult:
         s = resolved(kafka, state_store, delta)
         return check_watermark_lag(s, state_store.store_for(s))
 
-    @asset_check(asset=key, name="late_row_rate")
+    @asset_check(
+        asset=key,
+        name="late_row_rate",
+        description="late / input rows over recent batches <= [checks] late_row_rate_max "
+        "(a warning)",
+    )
     def late_row_rate(
         kafka: KafkaResource, state_store: PostgresStateStoreResource, delta: DeltaTargetResource
     ) -> AssetCheckResult:
         s = resolved(kafka, state_store, delta)
         return check_late_row_rate(s, state_store.store_for(s))
 
-    @asset_check(asset=key, name="natural_key_unique")
+    @asset_check(
+        asset=key,
+        name="natural_key_unique",
+        description="no natural key appears twice in the target",
+    )
     def natural_key_unique(
         kafka: KafkaResource, state_store: PostgresStateStoreResource, delta: DeltaTargetResource
     ) -> AssetCheckResult:
         s = resolved(kafka, state_store, delta)
         return check_natural_key_unique(s, state_store.store_for(s))
 
-    @asset_check(asset=key, name="target_fresh")
+    @asset_check(
+        asset=key,
+        name="target_fresh",
+        description="the last batch committed within [checks] target_fresh_max_s",
+    )
     def target_fresh(
         kafka: KafkaResource, state_store: PostgresStateStoreResource, delta: DeltaTargetResource
     ) -> AssetCheckResult:

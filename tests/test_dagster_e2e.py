@@ -1,0 +1,111 @@
+"""End to end through Dagster itself: ``dagster dev`` serves definitions.py, a run is
+launched through its GraphQL API, processes the data, records its metadata and
+evaluates the asset's checks."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from flow_jobs.embedded.broker import EmbeddedBroker, free_port
+from flow_jobs.embedded.dagster_ui import (
+    await_run,
+    graphql,
+    launch_asset_run,
+    wait_for_repository,
+)
+from flow_jobs.spec.models import PipelineSpec
+from tests.support import make_spec, random_clicks, send, to_records
+
+ROOT = Path(__file__).parent.parent
+ASSET = """
+query Asset($key: AssetKeyInput!) {
+  assetNodes(assetKeys: [$key]) {
+    assetMaterializations(limit: 1) {
+      runId
+      metadataEntries { label ... on IntMetadataEntry { intValue } }
+    }
+    assetChecksOrError {
+      ... on AssetChecks {
+        checks {
+          name
+          executionForLatestMaterialization { runId status evaluation { success } }
+        }
+      }
+    }
+  }
+}"""
+
+
+def test_a_run_launched_through_dagster_graphql_succeeds_with_its_checks(
+    broker: EmbeddedBroker, topic: str, workdir: Path
+) -> None:
+    events = random_clicks(random.Random(4), 300, step_ms=200)
+    send(broker.bootstrap_servers, topic, to_records(events))
+    window = {
+        "kind": "tumbling",
+        "duration_ms": 10_000,
+        "event_time_column": "ts",
+        "lateness_ms": 1_000,
+        "group_by": ["user_id"],
+        "aggregations": [{"agg": "count", "as": "n"}],
+    }
+    spec = make_spec(workdir, broker.bootstrap_servers, topic, window, name="graphql-e2e")
+    doc = spec.model_dump(by_alias=True, exclude_defaults=True)
+    doc["checks"] = {"watermark_lag_max_s": 10**10}  # the sample data is from 2023
+    pipelines = workdir / "pipelines"
+    pipelines.mkdir()
+    (pipelines / "e2e.toml").write_text(PipelineSpec.model_validate(doc).to_toml())
+
+    port = free_port()
+    home = workdir / "dagster_home"
+    home.mkdir()
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "FLOW_JOBS_PIPELINES_DIR": str(pipelines),
+        "FLOW_JOBS_SPARK_MASTER": "local[2]",
+    }
+    log = (workdir / "dagster.log").open("wb")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "dagster", "dev", "-w", "workspace.yaml", "-p", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        repository = wait_for_repository(port, server)
+        run_id = launch_asset_run(port, repository, "target", "available_now")
+        status = await_run(port, run_id)
+        assert status == "SUCCESS", (workdir / "dagster.log").read_text()[-5000:]
+
+        key = {"path": ["target"]}
+        (node,) = graphql(port, ASSET, key=key)["assetNodes"]
+        (materialization,) = node["assetMaterializations"]
+        assert materialization["runId"] == run_id
+        values = {m["label"]: m.get("intValue") for m in materialization["metadataEntries"]}
+        assert values["input_rows"] == len(events)
+        assert values["windows_emitted"] > 0
+        checks = {c["name"]: c["executionForLatestMaterialization"] for c in
+                  node["assetChecksOrError"]["checks"]}  # fmt: skip
+        assert set(checks) == {
+            "window_config_valid",
+            "watermark_lag",
+            "late_row_rate",
+            "natural_key_unique",
+            "target_fresh",
+        }
+        for name, execution in checks.items():
+            assert execution is not None, f"{name} was not evaluated"
+            assert execution["runId"] == run_id
+            assert execution["evaluation"]["success"], (name, execution)
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)  # dagster dev stops its webserver and daemon
+        server.wait(60)
+        log.close()
