@@ -12,9 +12,9 @@ $(STAMP): pyproject.toml requirements.lock
 	$(PY) -m pip install --quiet -c requirements.lock -e '.[dev]'
 	touch $(STAMP)
 
-## demo: start an embedded broker, produce sample clicks, run pipelines/clicks_per_minute.toml, print the windows
+## demo: start an embedded broker, produce sample clicks, run pipelines/clicks_per_minute.toml, print the windows (UI=1: then serve the Dagster UI on :3000)
 demo: $(STAMP)
-	$(PY) -m flow_jobs.demo
+	$(PY) -m flow_jobs.demo $(if $(UI),--ui,)
 
 ## test: the whole suite (real Kafka-protocol broker, Spark, Delta)
 test: $(STAMP)

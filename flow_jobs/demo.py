@@ -50,11 +50,64 @@ def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
     return "\n".join([line, rule, *body])
 
 
+def show(spec: Any, runner: Any, summary: Any, ledger: list[dict[str, Any]], rows: int) -> None:
+    from flow_jobs.cli import format_batches
+
+    windows = read_delta(spec.target.path).to_pylist()
+    windows.sort(key=lambda r: (r["window_start"], r["user_id"] or ""))
+    columns = spec.output_columns()
+    print()
+    print(f"{spec.name}: {len(windows)} windows in Delta table {spec.target.path}")
+    print(f"(showing the last {min(rows, len(windows))}; times are UTC)")
+    print(format_table(windows[-rows:], columns))
+    dead = read_delta(spec.dead_letter_path()).to_pylist()
+    print()
+    print(f"dead letters: {len(dead)} in {spec.dead_letter_path()}")
+    for d in sorted(dead, key=lambda r: (r["partition"], r["offset"])):
+        print(f"  {d['topic']}[{d['partition']}]@{d['offset']}: {d['reason']}: {d['value']!r}")
+    print()
+    print(f"the ledger (embedded Postgres, {runner.ledger.schema}.batches), last batches:")
+    print(format_batches(ledger))
+    print()
+    print(summary.describe())
+    print("windows still open (end > watermark) are emitted once later events close them")
+
+
+def serve_ui(bootstrap: str, data_dir: Path, port: int) -> None:
+    """``dagster dev`` on the demo's broker, data folder and embedded state store, until
+    Ctrl-C (the broker stays up meanwhile)."""
+    import subprocess
+    import sys
+
+    home = data_dir / "dagster_home"
+    home.mkdir(parents=True, exist_ok=True)
+    # No first-visit community dialog over the demo's pages; nothing is sent out either.
+    (home / "dagster.yaml").write_text("nux:\n  enabled: false\ntelemetry:\n  enabled: false\n")
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+        "FLOW_DATA_DIR": str(data_dir),
+    }
+    print()
+    print(f"Dagster UI: http://127.0.0.1:{port} (every spec in pipelines/ is an asset; the")
+    print("demo's clicks are in the broker: materialize clicks_per_minute). Ctrl-C stops it.")
+    root = Path(__file__).resolve().parent.parent
+    command = [sys.executable, "-m", "dagster", "dev", "-w", "workspace.yaml", "-p", str(port)]
+    ui = subprocess.Popen(command, cwd=root, env=env)
+    try:
+        ui.wait()
+    except KeyboardInterrupt:
+        ui.wait(60)  # dagster dev got the same Ctrl-C and shuts its processes down
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="flow-jobs-demo", description=__doc__)
     parser.add_argument("--events", type=int, default=5_000)
     parser.add_argument("--data-dir", default=".demo", help="wiped at start")
     parser.add_argument("--rows", type=int, default=30, help="windows to print")
+    parser.add_argument("--ui", action="store_true", help="then serve the Dagster UI")
+    parser.add_argument("--ui-port", type=int, default=3000)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
@@ -86,7 +139,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ["FLOW_DATA_DIR"] = str(data_dir)
         spec = load_spec(SPEC)
 
-        from flow_jobs.cli import format_batches
         from flow_jobs.runtime.runner import PipelineRunner
 
         runner = PipelineRunner(spec)
@@ -94,24 +146,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         assert runner.ledger is not None
         ledger = runner.ledger.recent_batches(spec.name, 5)
 
-    windows = read_delta(spec.target.path).to_pylist()
-    windows.sort(key=lambda r: (r["window_start"], r["user_id"] or ""))
-    columns = spec.output_columns()
-    print()
-    print(f"{spec.name}: {len(windows)} windows in Delta table {spec.target.path}")
-    print(f"(showing the last {min(args.rows, len(windows))}; times are UTC)")
-    print(format_table(windows[-args.rows :], columns))
-    dead = read_delta(spec.dead_letter_path()).to_pylist()
-    print()
-    print(f"dead letters: {len(dead)} in {spec.dead_letter_path()}")
-    for d in sorted(dead, key=lambda r: (r["partition"], r["offset"])):
-        print(f"  {d['topic']}[{d['partition']}]@{d['offset']}: {d['reason']}: {d['value']!r}")
-    print()
-    print(f"the ledger (embedded Postgres, {runner.ledger.schema}.batches), last batches:")
-    print(format_batches(ledger))
-    print()
-    print(summary.describe())
-    print("windows still open (end > watermark) are emitted once later events close them")
+        show(spec, runner, summary, ledger, args.rows)
+        if args.ui:
+            serve_ui(broker.bootstrap_servers, data_dir, args.ui_port)
     return 0
 
 

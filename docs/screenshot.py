@@ -1,0 +1,83 @@
+"""Regenerate docs/asset-graph.png: the demo's Dagster UI, seen by headless Chromium.
+
+    .venv/bin/python docs/screenshot.py      # needs Debian's chromium (apt-get install chromium)
+
+Runs ``make demo``'s job with ``--ui`` (embedded broker, sample clicks, Dagster on a
+free port), materializes ``clicks_per_minute`` through the GraphQL API so its checks are
+evaluated, then renders the asset graph and the asset's checks page to PNG.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from flow_jobs.embedded.broker import free_port  # noqa: E402
+from flow_jobs.embedded.dagster_ui import await_run, launch_asset_run, wait_for_repository  # noqa: E402
+
+PAGES = {
+    "asset-graph.png": "/asset-groups/pipelines",
+    "asset-checks.png": "/assets/clicks_per_minute?view=checks",
+}
+
+
+def chromium_screenshot(url: str, out: Path) -> None:
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        raise SystemExit("chromium not found: apt-get install chromium")
+    with tempfile.TemporaryDirectory() as profile:
+        subprocess.run(
+            [
+                browser,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+                f"--user-data-dir={profile}",
+                "--hide-scrollbars",
+                "--window-size=1500,1500",
+                "--virtual-time-budget=20000",  # let the React app fetch and lay out
+                f"--screenshot={out}",
+                url,
+            ],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+
+
+def main() -> int:
+    port = free_port()
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "flow_jobs.demo", "--data-dir", ".demo-ui", "--ui",
+         "--ui-port", str(port)],
+        cwd=ROOT,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        repository = wait_for_repository(port, demo, timeout_s=300)
+        run_id = launch_asset_run(port, repository, "clicks_per_minute", "available_now")
+        print(f"run {run_id}: {await_run(port, run_id)}")
+        for name, path in PAGES.items():
+            chromium_screenshot(f"http://127.0.0.1:{port}{path}", ROOT / "docs" / name)
+            print(f"docs/{name} <- {path}")
+    finally:
+        os.killpg(demo.pid, signal.SIGINT)  # the demo stops dagster dev, then the broker
+        demo.wait(120)
+        shutil.rmtree(ROOT / ".demo-ui", ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
