@@ -9,6 +9,7 @@ import random
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from flow_jobs.embedded.broker import EmbeddedBroker, free_port
@@ -18,10 +19,21 @@ from flow_jobs.embedded.dagster_ui import (
     launch_asset_run,
     wait_for_repository,
 )
+from flow_jobs.embedded.producer import Record
+from flow_jobs.io.delta import read_delta
+from flow_jobs.io.state_store import StateStore
 from flow_jobs.spec.models import PipelineSpec
 from tests.support import make_spec, random_clicks, send, to_records
 
 ROOT = Path(__file__).parent.parent
+TERMINATE = """
+mutation Terminate($id: String!) {
+  terminateRun(runId: $id) {
+    __typename
+    ... on TerminateRunFailure { message }
+    ... on PythonError { message }
+  }
+}"""
 ASSET = """
 query Asset($key: AssetKeyInput!) {
   assetNodes(assetKeys: [$key]) {
@@ -105,6 +117,34 @@ def test_a_run_launched_through_dagster_graphql_succeeds_with_its_checks(
             assert execution is not None, f"{name} was not evaluated"
             assert execution["runId"] == run_id
             assert execution["evaluation"]["success"], (name, execution)
+
+        # A continuous run, terminated from Dagster once it has written a batch: the
+        # query stops after the batch in flight, which is committed, nothing half-done.
+        ledger = StateStore(
+            os.environ["FLOW_STATE_STORE_URL"], os.environ["FLOW_STATE_STORE_SCHEMA"]
+        )
+        before = len(ledger.recent_batches("graphql-e2e", 100))
+        more = random_clicks(random.Random(5), 100, step_ms=200, start_ms=events[-1]["ts"] + 1)
+        send(broker.bootstrap_servers, topic, [
+            Record(r.value, (i + len(events)) % 2, r.key, r.timestamp_ms)
+            for i, r in enumerate(to_records(more))
+        ])  # fmt: skip
+        continuous = launch_asset_run(port, repository, "target", "continuous")
+        deadline = time.monotonic() + 300
+        while len(ledger.recent_batches("graphql-e2e", 100)) <= before:
+            assert time.monotonic() < deadline, "the continuous run wrote no batch"
+            time.sleep(0.5)
+        terminated = graphql(port, TERMINATE, id=continuous)["terminateRun"]
+        assert terminated["__typename"] == "TerminateRunSuccess", terminated
+        assert await_run(port, continuous) == "CANCELED"
+        batches = ledger.recent_batches("graphql-e2e", 100)
+        assert [b["batch_id"] for b in batches] == list(range(len(batches)))
+        commits = workdir / "checkpoint" / "commits"
+        assert (commits / str(batches[-1]["batch_id"])).exists()  # committed, not in flight
+        assert batches[-1]["end_offsets"] == {"clicks": {topic: {"0": 200, "1": 200}}}
+        target = read_delta(str(workdir / "target")).to_pylist()
+        keys = [(r["window_start"], r["window_end"], r["user_id"]) for r in target]
+        assert len(keys) == len(set(keys))
     finally:
         os.killpg(server.pid, signal.SIGTERM)  # dagster dev stops its webserver and daemon
         server.wait(60)

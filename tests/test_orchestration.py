@@ -9,7 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from dagster import AssetCheckSeverity, RunRequest, SkipReason, build_sensor_context, materialize
+from dagster import (
+    AssetCheckSeverity,
+    AssetSelection,
+    RunRequest,
+    SkipReason,
+    build_sensor_context,
+    materialize,
+)
 from deltalake import write_deltalake
 from pyspark.sql import SparkSession
 
@@ -22,6 +29,7 @@ from assets.pipelines import (
     check_window_config,
     pipeline_asset,
     pipeline_checks,
+    pipeline_schedule,
     pipeline_sensor,
 )
 from assets.resources import (
@@ -189,3 +197,42 @@ def test_the_sensor_requests_one_run_per_set_of_new_offsets(
     second, advanced = tick(cursor)
     assert isinstance(second, RunRequest) and advanced != cursor
     assert second.run_key != first.run_key
+
+
+def test_a_spec_schedule_becomes_a_dagster_schedule(tmp_path: Path) -> None:
+    spec = make_spec(tmp_path, "127.0.0.1:9", "t", WINDOW, name="scheduled")
+    doc = spec.model_dump(by_alias=True, exclude_defaults=True)
+    doc["orchestration"] = {"schedule": "*/5 * * * *", "sensor": False}
+    path = tmp_path / "scheduled.toml"
+    path.write_text(PipelineSpec.model_validate(doc).to_toml())
+    schedule = pipeline_schedule(path)
+    assert schedule is not None
+    assert schedule.cron_schedule == "*/5 * * * *"
+    assert schedule.execution_timezone == "UTC"
+    assert pipeline_schedule(_write_spec_plain(tmp_path)) is None
+
+
+def _write_spec_plain(tmp_path: Path) -> Path:
+    spec = make_spec(tmp_path, "127.0.0.1:9", "t", WINDOW, name="plain")
+    path = tmp_path / "plain.toml"
+    path.write_text(spec.to_toml())
+    return path
+
+
+def test_checks_run_alone_without_materializing(
+    spark: SparkSession, broker: EmbeddedBroker, topic: str, workdir: Path
+) -> None:
+    send(broker.bootstrap_servers, topic, to_records(random_clicks(random.Random(2), 100)))
+    spec_path = _write_spec(workdir, broker, topic)
+    asset, checks = pipeline_asset(spec_path), pipeline_checks(spec_path)
+    # Before any run: no ledger rows, so the ledger-based checks fail, and say why.
+    result = materialize(
+        [asset, *checks], resources=_resources(), selection=AssetSelection.all_asset_checks()
+    )
+    assert not result.asset_materializations_for_node(asset_name(load_spec(spec_path)))
+    evaluations = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    assert len(evaluations) == 5
+    assert not evaluations["watermark_lag"].passed
+    assert "no watermark" in (evaluations["watermark_lag"].description or "")
+    assert not evaluations["target_fresh"].passed
+    assert evaluations["window_config_valid"].passed

@@ -496,6 +496,12 @@ RULES = [
         "not a plain SQL identifier",
     ),
     (
+        "orchestration schedule not a cron expression",
+        VALID + '\n[orchestration]\nschedule = "every five minutes"\n',
+        "orchestration.schedule",
+        "is not a cron expression",
+    ),
+    (
         "state store schema",
         VALID + '\n[state_store]\nschema = "Bad-Name"\n',
         "state_store.schema",
