@@ -19,14 +19,13 @@ is started under the data folder and reused by later runs.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
 import shutil
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -138,9 +137,7 @@ def default_embedded_dir() -> str:
 
 def state_store_schema(spec: PipelineSpec) -> str:
     return (
-        spec.state_store.schema_name
-        or os.environ.get("FLOW_STATE_STORE_SCHEMA")
-        or (DEFAULT_SCHEMA)
+        spec.state_store.schema_name or os.environ.get("FLOW_STATE_STORE_SCHEMA") or DEFAULT_SCHEMA
     )
 
 
@@ -171,7 +168,6 @@ class BatchEntry:
     replayed: bool = False
     compute_ms: float | None = None
     write_ms: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class StateStore:
@@ -307,10 +303,6 @@ class StateStore:
                 (old + 1, name),
             )
         return old + 1
-
-    def pipelines(self) -> list[dict[str, Any]]:
-        with self.connect() as conn, conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
-            return list(cur.execute(self.q("SELECT * FROM {s}.pipelines ORDER BY name")))
 
     # -- the ledger ------------------------------------------------------------------
 
@@ -506,7 +498,3 @@ def retire_checkpoint(checkpoint: str, state_version: int) -> str | None:
 
 def _iso(epoch_ms: float) -> str:
     return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
-
-
-def as_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, default=str)
