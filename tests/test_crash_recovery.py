@@ -91,8 +91,8 @@ def _crash_cycles(spec: Path, env: dict[str, str], ledger: StateStore, log: Path
         seen = _batches(ledger, name)
         proc = _start(spec, env, log)
         deadline = time.monotonic() + 180
-        if rng.random() < 0.4:  # anywhere in start-up, planning or the first batch
-            time.sleep(rng.uniform(1.0, 12.0))
+        if rng.random() < 0.5:  # anywhere in start-up, planning or the first batch
+            time.sleep(rng.uniform(1.0, 10.0))
         else:  # a random moment after a new batch was written: mid-batch or mid-write
             while _batches(ledger, name) <= seen and proc.poll() is None:
                 assert time.monotonic() < deadline, f"cycle {kill}: no batch in 180 s"
