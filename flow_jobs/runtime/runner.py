@@ -126,8 +126,12 @@ class PipelineRunner:
             serve(port)
         listener = MetricsListener({self.spec.name: tracker.lateness_ms})
         self.spark.streams.addListener(listener)
-
-        query = writer.start()
+        try:
+            query = writer.start()
+        except BaseException:
+            self.spark.streams.removeListener(listener)
+            target.close()
+            raise
         tracker.query_id = str(query.id)
         sink.bind(query, caps.check)
         log.info(
