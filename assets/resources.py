@@ -109,8 +109,7 @@ def apply_resources(
     delta: DeltaTargetResource,
 ) -> PipelineSpec:
     """The spec with every value a resource sets in its place (a validated copy)."""
-    doc = spec.model_dump(by_alias=True, exclude_defaults=True)
-    doc = _reveal(doc)
+    doc = spec.to_document()
     extra = kafka.client_config()
     for source in doc["sources"]:
         if kafka.bootstrap_servers:
@@ -136,14 +135,3 @@ def apply_resources(
                 **delta.storage_options,
             }
     return PipelineSpec.model_validate(doc)
-
-
-def _reveal(value: Any) -> Any:
-    """model_dump keeps SecretStr objects; a new model needs their values."""
-    if hasattr(value, "get_secret_value"):
-        return value.get_secret_value()
-    if isinstance(value, dict):
-        return {k: _reveal(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_reveal(v) for v in value]
-    return value

@@ -57,7 +57,7 @@ def _spec(
         name=name,
         source={"max_offsets_per_trigger": 150},
     )
-    doc = spec.model_dump(by_alias=True, exclude_defaults=True)
+    doc = spec.to_document()
     doc["target"] = target
     doc["runtime"] = {"trigger_interval_ms": 200}
     doc["spark"] = {"master": "local[2]", "shuffle_partitions": 2}

@@ -67,7 +67,7 @@ def test_a_run_launched_through_dagster_graphql_succeeds_with_its_checks(
         "aggregations": [{"agg": "count", "as": "n"}],
     }
     spec = make_spec(workdir, broker.bootstrap_servers, topic, window, name="graphql-e2e")
-    doc = spec.model_dump(by_alias=True, exclude_defaults=True)
+    doc = spec.to_document()
     doc["checks"] = {"watermark_lag_max_s": 10**10}  # the sample data is from 2023
     pipelines = workdir / "pipelines"
     pipelines.mkdir()

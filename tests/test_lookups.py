@@ -82,20 +82,10 @@ def _spec(
         ],
     }
     spec = make_spec(workdir, broker.bootstrap_servers, topic, window, sql=SQL)
-    doc = spec.model_dump(by_alias=True, exclude_defaults=True)
+    doc = spec.to_document()
     doc["transform"]["lookups"] = [{"name": "users", **lookup}]
     doc["runtime"] = {"trigger_interval_ms": 100}
-    return PipelineSpec.model_validate(_secrets(doc))
-
-
-def _secrets(doc: Any) -> Any:
-    from pydantic import SecretStr
-
-    if isinstance(doc, SecretStr):
-        return doc.get_secret_value()
-    if isinstance(doc, dict):
-        return {k: _secrets(v) for k, v in doc.items()}
-    return [_secrets(v) for v in doc] if isinstance(doc, list) else doc
+    return PipelineSpec.model_validate(doc)
 
 
 def _expected(events: list[dict[str, Any]], tiers: Callable[[dict], dict[str, str]]) -> dict:

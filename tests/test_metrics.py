@@ -44,7 +44,7 @@ def test_metrics_are_served_during_a_run(
     }
     spec = make_spec(workdir, broker.bootstrap_servers, topic, window, name="metered")
     port = free_port()
-    doc = spec.model_dump(by_alias=True, exclude_defaults=True)
+    doc = spec.to_document()
     doc["runtime"] = {"trigger_interval_ms": 200, "metrics_port": port}
     runner = PipelineRunner(PipelineSpec.model_validate(doc), spark)
     thread = threading.Thread(target=runner.run, daemon=True)

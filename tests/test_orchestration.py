@@ -58,7 +58,7 @@ WINDOW: dict[str, Any] = {
 
 def _write_spec(workdir: Path, broker: EmbeddedBroker, topic: str, **tables: Any) -> Path:
     spec = make_spec(workdir, broker.bootstrap_servers, topic, WINDOW, name="orchestrated")
-    doc = spec.model_dump(by_alias=True, exclude_defaults=True)
+    doc = spec.to_document()
     doc.update(tables)
     path = workdir / "pipelines" / "orchestrated.toml"
     path.parent.mkdir(exist_ok=True)
@@ -201,7 +201,7 @@ def test_the_sensor_requests_one_run_per_set_of_new_offsets(
 
 def test_a_spec_schedule_becomes_a_dagster_schedule(tmp_path: Path) -> None:
     spec = make_spec(tmp_path, "127.0.0.1:9", "t", WINDOW, name="scheduled")
-    doc = spec.model_dump(by_alias=True, exclude_defaults=True)
+    doc = spec.to_document()
     doc["orchestration"] = {"schedule": "*/5 * * * *", "sensor": False}
     path = tmp_path / "scheduled.toml"
     path.write_text(PipelineSpec.model_validate(doc).to_toml())

@@ -51,19 +51,9 @@ WINDOW: dict[str, Any] = {
 
 def spec_with(workdir: Path, broker: EmbeddedBroker, topic: str, **tables: Any) -> PipelineSpec:
     spec = make_spec(workdir, broker.bootstrap_servers, topic, WINDOW)
-    doc = spec.model_dump(by_alias=True, exclude_defaults=True)
+    doc = spec.to_document()
     doc.update(tables)
-    return PipelineSpec.model_validate(_secrets(doc))
-
-
-def _secrets(value: Any) -> Any:
-    if hasattr(value, "get_secret_value"):
-        return value.get_secret_value()
-    if isinstance(value, dict):
-        return {k: _secrets(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_secrets(v) for v in value]
-    return value
+    return PipelineSpec.model_validate(doc)
 
 
 def expected(events: list[dict[str, Any]]) -> dict:

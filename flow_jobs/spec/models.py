@@ -847,11 +847,17 @@ class PipelineSpec(SpecModel):
             *(n for a in self.window.aggregations for n in a.output_names()),
         ]
 
+    def to_document(self) -> dict[str, Any]:
+        """The spec as the plain TOML-shaped dict it validates from: keys by their TOML
+        names, defaults left out, secrets as their values. Edit it and ``model_validate``
+        it to derive a spec."""
+        return _plain(self.model_dump(by_alias=True, exclude_defaults=True))
+
     def to_toml(self) -> str:
         """The TOML ``load_spec`` reads back into an equal spec (secrets included)."""
         import tomli_w
 
-        return tomli_w.dumps(_plain(self.model_dump(by_alias=True, exclude_defaults=True)))
+        return tomli_w.dumps(self.to_document())
 
 
 def _plain(value: Any) -> Any:
