@@ -309,16 +309,13 @@ def hand_written_join(spark: SparkSession, bootstrap: str, workdir: Path) -> dic
 
 
 def _join_figures(progress: list) -> dict[str, int]:
-    reports = [json.loads(p.json) if hasattr(p, "json") else p for p in progress]
-    joins = [
-        op
-        for r in reports
-        for op in r["stateOperators"]
-        if op["operatorName"] == "symmetricHashJoin"
-    ]
+    from flow_jobs.runtime.reports import as_dict, state_rows
+
+    reports = [as_dict(p) for p in progress]
     return {
         "input": sum(r["numInputRows"] for r in reports),
-        "peak_state_rows": max((op["numRowsTotal"] for op in joins), default=0),
+        # Both join runs have one stateful operator: the join.
+        "peak_state_rows": max((state_rows(r) for r in reports), default=0),
     }
 
 

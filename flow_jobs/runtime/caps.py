@@ -23,10 +23,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from flow_jobs.operators.processor import STATE_VARIABLE
-from flow_jobs.runtime.progress import Progress
+from flow_jobs.runtime.reports import JOIN_OPERATOR, Progress, window_state_rows
 from flow_jobs.spec.models import PipelineSpec
-
-_JOIN = "symmetricHashJoin"
 
 
 class WindowStateCapHit(RuntimeError):
@@ -56,10 +54,7 @@ class GroupCap:
             return
         batch = int(progress["batchId"])
         self._checked.add(batch)
-        windows = [
-            op for op in progress.get("stateOperators", []) if op.get("operatorName") != _JOIN
-        ]
-        if sum(int(op.get("numRowsTotal", 0)) for op in windows) <= self.cap:
+        if window_state_rows(progress) <= self.cap:
             return
         hit = self._find(batch)
         if hit is not None:
@@ -74,7 +69,9 @@ class GroupCap:
         """The window's stateful operator id (a join before it has its own)."""
         if self._operator_id is None:
             operators = self.spark.read.format("state-metadata").load(self.checkpoint)
-            ids = [r["operatorId"] for r in operators.collect() if r["operatorName"] != _JOIN]
+            ids = [
+                r["operatorId"] for r in operators.collect() if r["operatorName"] != JOIN_OPERATOR
+            ]
             self._operator_id = max(ids) if ids else 0
         return self._operator_id
 

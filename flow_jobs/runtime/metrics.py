@@ -19,7 +19,6 @@ HTTP endpoint once per process.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from datetime import datetime
@@ -28,11 +27,16 @@ from typing import Any
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, start_http_server
 from pyspark.sql.streaming import StreamingQueryListener
 
-from flow_jobs.plan.sources import OBSERVED_PREFIX
+from flow_jobs.runtime.reports import (
+    as_dict,
+    late_rows,
+    max_event_times,
+    state_rows,
+    watermark,
+    window_state_rows,
+)
 
 log = logging.getLogger(__name__)
-
-_JOIN = "symmetricHashJoin"
 
 
 class FlowMetrics:
@@ -100,10 +104,8 @@ class MetricsListener(StreamingQueryListener):
         pass
 
     def onQueryProgress(self, event: Any) -> None:
-        progress = event.progress
-        report = json.loads(progress.json) if hasattr(progress, "json") else dict(progress)
         try:
-            self.record(report)
+            self.record(as_dict(event.progress))
         except Exception:  # a metrics bug must never fail the query
             log.exception("metrics: cannot record progress")
 
@@ -112,22 +114,14 @@ class MetricsListener(StreamingQueryListener):
         if pipeline not in self.lateness_ms:
             return
         m = self.metrics
-        operators = p.get("stateOperators", [])
-        windows = [op for op in operators if op.get("operatorName") != _JOIN]
-        m.windows_active.labels(pipeline).set(sum(int(op["numRowsTotal"]) for op in windows))
-        m.state_groups.labels(pipeline).set(sum(int(op["numRowsTotal"]) for op in operators))
-        m.late_rows.labels(pipeline).inc(
-            sum(int(op.get("numRowsDroppedByWatermark", 0)) for op in operators)
-        )
-        mark = (p.get("eventTime") or {}).get("watermark")
+        m.windows_active.labels(pipeline).set(window_state_rows(p))
+        m.state_groups.labels(pipeline).set(state_rows(p))
+        m.late_rows.labels(pipeline).inc(late_rows(p))
+        mark = watermark(p)
         if mark:
             seconds = datetime.fromisoformat(mark.replace("Z", "+00:00")).timestamp()
             m.watermark.labels(pipeline, "_global").set(seconds)
-        for name, observed in (p.get("observedMetrics") or {}).items():
-            if not name.startswith(OBSERVED_PREFIX) or not observed:
-                continue
-            source = name.removeprefix(OBSERVED_PREFIX)
-            latest = observed.get("max_event_time_ms")
+        for source, latest in max_event_times(p).items():
             if latest is None:
                 continue
             lateness = self.lateness_ms[pipeline].get(source, 0)

@@ -2,44 +2,24 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from dataclasses import dataclass
 from typing import Any
 
 from flow_jobs.io.state_store import StateStore
-from flow_jobs.plan.sources import OBSERVED_PREFIX
+from flow_jobs.runtime.reports import (
+    Progress,
+    as_dict,
+    late_rows,
+    max_event_times,
+    state_rows,
+    watermark,
+)
 from flow_jobs.runtime.sink import BatchOutcome
 from flow_jobs.spec.models import PipelineSpec
 
 log = logging.getLogger("flow_jobs.progress")
-
-Progress = dict[str, Any]
-
-
-def late_rows(progress: Progress) -> int:
-    return sum(
-        int(op.get("numRowsDroppedByWatermark", 0)) for op in progress.get("stateOperators", [])
-    )
-
-
-def state_rows(progress: Progress) -> int:
-    return sum(int(op.get("numRowsTotal", 0)) for op in progress.get("stateOperators", []))
-
-
-def watermark(progress: Progress) -> str | None:
-    return progress.get("eventTime", {}).get("watermark")
-
-
-def max_event_times(progress: Progress) -> dict[str, int | None]:
-    """Each source's highest event time in this batch, epoch ms (observed in its scan)."""
-    observed = progress.get("observedMetrics") or {}
-    return {
-        name.removeprefix(OBSERVED_PREFIX): (metrics or {}).get("max_event_time_ms")
-        for name, metrics in observed.items()
-        if name.startswith(OBSERVED_PREFIX)
-    }
 
 
 @dataclass(frozen=True)
@@ -94,7 +74,7 @@ class ProgressTracker:
 
     def poll(self, query: Any) -> None:
         for report in query.recentProgress:
-            self.record(json.loads(report.json) if hasattr(report, "json") else report)
+            self.record(as_dict(report))
 
     def record(self, progress: Progress) -> None:
         with self._lock:

@@ -3,7 +3,6 @@ and its ledger row (exactly once per batch: see ``flow_jobs.io.targets``)."""
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable
@@ -18,6 +17,7 @@ from flow_jobs.io.state_store import BatchEntry, StateStore
 from flow_jobs.io.targets import BatchTarget, WriteResult
 from flow_jobs.runtime.checkpoint import read_offset_log
 from flow_jobs.runtime.metrics import metrics
+from flow_jobs.runtime.reports import as_dict
 from flow_jobs.spec.models import PipelineSpec
 
 
@@ -141,4 +141,4 @@ def last_progress(query: Any) -> dict[str, Any] | None:
     report = query.lastProgress
     if report is None:
         return None
-    return json.loads(report.json) if hasattr(report, "json") else dict(report)
+    return as_dict(report)

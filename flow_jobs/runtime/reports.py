@@ -1,0 +1,56 @@
+"""Reading Spark's streaming progress reports: the one place that knows their fields.
+
+The progress tracker (logs, run summary, ledger), the metrics listener and the state
+cap all read the same report; these functions are what they read.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from flow_jobs.plan.sources import OBSERVED_PREFIX
+
+Progress = dict[str, Any]
+
+#: Spark's name for a stream-stream join's state operator; every other one is a window's.
+JOIN_OPERATOR = "symmetricHashJoin"
+
+
+def as_dict(report: Any) -> Progress:
+    """A ``StreamingQueryProgress`` (or an already-parsed report) as a dict."""
+    return json.loads(report.json) if hasattr(report, "json") else dict(report)
+
+
+def late_rows(progress: Progress) -> int:
+    return sum(
+        int(op.get("numRowsDroppedByWatermark", 0)) for op in progress.get("stateOperators", [])
+    )
+
+
+def state_rows(progress: Progress) -> int:
+    """State rows over every stateful operator (a join's buffered rows included)."""
+    return sum(int(op.get("numRowsTotal", 0)) for op in progress.get("stateOperators", []))
+
+
+def window_state_rows(progress: Progress) -> int:
+    """State rows of the window operators: one per open (window, group)."""
+    return sum(
+        int(op.get("numRowsTotal", 0))
+        for op in progress.get("stateOperators", [])
+        if op.get("operatorName") != JOIN_OPERATOR
+    )
+
+
+def watermark(progress: Progress) -> str | None:
+    return progress.get("eventTime", {}).get("watermark")
+
+
+def max_event_times(progress: Progress) -> dict[str, int | None]:
+    """Each source's highest event time in this batch, epoch ms (observed in its scan)."""
+    observed = progress.get("observedMetrics") or {}
+    return {
+        name.removeprefix(OBSERVED_PREFIX): (metrics or {}).get("max_event_time_ms")
+        for name, metrics in observed.items()
+        if name.startswith(OBSERVED_PREFIX)
+    }
