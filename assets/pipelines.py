@@ -16,7 +16,7 @@
 import json
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -52,6 +52,7 @@ from assets.resources import (
     SparkResource,
     apply_resources,
 )
+from flow_jobs.io.state_store import StateStore
 from flow_jobs.spec import load_spec
 from flow_jobs.spec.models import PipelineSpec
 
@@ -231,11 +232,6 @@ def pipeline_checks(spec_path: Path) -> list[AssetChecksDefinition]:
     spec = load_spec(spec_path)
     key = AssetKey(asset_name(spec))
 
-    def resolved(
-        kafka: KafkaResource, state_store: PostgresStateStoreResource, delta: DeltaTargetResource
-    ) -> PipelineSpec:
-        return apply_resources(load_spec(spec_path), kafka, state_store, delta)
-
     @asset_check(
         asset=key,
         name="window_config_valid",
@@ -245,52 +241,32 @@ def pipeline_checks(spec_path: Path) -> list[AssetChecksDefinition]:
     def window_config_valid() -> AssetCheckResult:
         return check_window_config(spec_path)
 
-    @asset_check(
-        asset=key,
-        name="watermark_lag",
-        description="now - the global watermark in the ledger <= [checks] watermark_lag_max_s",
-    )
-    def watermark_lag(
+    return [
+        window_config_valid,
+        *(
+            _ledger_check(spec_path, key, name, description, check)
+            for name, (description, check) in LEDGER_CHECKS.items()
+        ),
+    ]
+
+
+def _ledger_check(
+    spec_path: Path,
+    key: AssetKey,
+    name: str,
+    description: str,
+    check: Callable[[PipelineSpec, StateStore], AssetCheckResult],
+) -> AssetChecksDefinition:
+    """A check of the spec (as the resources resolve it) against its ledger and target."""
+
+    @asset_check(asset=key, name=name, description=description)
+    def _check(
         kafka: KafkaResource, state_store: PostgresStateStoreResource, delta: DeltaTargetResource
     ) -> AssetCheckResult:
-        s = resolved(kafka, state_store, delta)
-        return check_watermark_lag(s, state_store.store_for(s))
+        spec = apply_resources(load_spec(spec_path), kafka, state_store, delta)
+        return check(spec, state_store.store_for(spec))
 
-    @asset_check(
-        asset=key,
-        name="late_row_rate",
-        description="late / input rows over recent batches <= [checks] late_row_rate_max "
-        "(a warning)",
-    )
-    def late_row_rate(
-        kafka: KafkaResource, state_store: PostgresStateStoreResource, delta: DeltaTargetResource
-    ) -> AssetCheckResult:
-        s = resolved(kafka, state_store, delta)
-        return check_late_row_rate(s, state_store.store_for(s))
-
-    @asset_check(
-        asset=key,
-        name="natural_key_unique",
-        description="no natural key appears twice in the target",
-    )
-    def natural_key_unique(
-        kafka: KafkaResource, state_store: PostgresStateStoreResource, delta: DeltaTargetResource
-    ) -> AssetCheckResult:
-        s = resolved(kafka, state_store, delta)
-        return check_natural_key_unique(s, state_store.store_for(s))
-
-    @asset_check(
-        asset=key,
-        name="target_fresh",
-        description="the last batch committed within [checks] target_fresh_max_s",
-    )
-    def target_fresh(
-        kafka: KafkaResource, state_store: PostgresStateStoreResource, delta: DeltaTargetResource
-    ) -> AssetCheckResult:
-        s = resolved(kafka, state_store, delta)
-        return check_target_fresh(s, state_store.store_for(s))
-
-    return [window_config_valid, watermark_lag, late_row_rate, natural_key_unique, target_fresh]
+    return _check
 
 
 def check_window_config(spec_path: Path) -> AssetCheckResult:
@@ -312,7 +288,7 @@ def check_window_config(spec_path: Path) -> AssetCheckResult:
     )
 
 
-def check_watermark_lag(spec: PipelineSpec, ledger: Any) -> AssetCheckResult:
+def check_watermark_lag(spec: PipelineSpec, ledger: StateStore) -> AssetCheckResult:
     rows = ledger.recent_batches(spec.name, 1)
     limit = spec.checks.watermark_lag_max_s
     if not rows or rows[-1]["global_watermark"] is None:
@@ -331,7 +307,7 @@ def check_watermark_lag(spec: PipelineSpec, ledger: Any) -> AssetCheckResult:
     )
 
 
-def check_late_row_rate(spec: PipelineSpec, ledger: Any) -> AssetCheckResult:
+def check_late_row_rate(spec: PipelineSpec, ledger: StateStore) -> AssetCheckResult:
     totals = ledger.totals(spec.name, spec.checks.late_row_rate_batches)
     input_rows, late = int(totals.get("input_rows") or 0), int(totals.get("late_rows") or 0)
     rate = late / input_rows if input_rows else 0.0
@@ -344,7 +320,7 @@ def check_late_row_rate(spec: PipelineSpec, ledger: Any) -> AssetCheckResult:
     )
 
 
-def check_natural_key_unique(spec: PipelineSpec, ledger: Any) -> AssetCheckResult:
+def check_natural_key_unique(spec: PipelineSpec, ledger: StateStore) -> AssetCheckResult:
     if spec.target.kind == "kafka":
         return AssetCheckResult(passed=True, description="kafka target: append-only, n/a")
     key = ledger.natural_key(spec.name)
@@ -384,7 +360,7 @@ def check_natural_key_unique(spec: PipelineSpec, ledger: Any) -> AssetCheckResul
     )
 
 
-def check_target_fresh(spec: PipelineSpec, ledger: Any) -> AssetCheckResult:
+def check_target_fresh(spec: PipelineSpec, ledger: StateStore) -> AssetCheckResult:
     totals = ledger.totals(spec.name, 1)
     last = totals.get("last_commit")
     limit = spec.checks.target_fresh_max_s
@@ -396,6 +372,27 @@ def check_target_fresh(spec: PipelineSpec, ledger: Any) -> AssetCheckResult:
         description=f"last batch committed {age:,.0f} s ago (limit {limit:,.0f} s)",
         metadata={"age_s": age, "limit_s": limit, "last_commit": last.isoformat()},
     )
+
+
+#: The checks that read the ledger (and target): name -> (description, function).
+LEDGER_CHECKS: dict[str, tuple[str, Callable[[PipelineSpec, StateStore], AssetCheckResult]]] = {
+    "watermark_lag": (
+        "now - the global watermark in the ledger <= [checks] watermark_lag_max_s",
+        check_watermark_lag,
+    ),
+    "late_row_rate": (
+        "late / input rows over recent batches <= [checks] late_row_rate_max (a warning)",
+        check_late_row_rate,
+    ),
+    "natural_key_unique": (
+        "no natural key appears twice in the target",
+        check_natural_key_unique,
+    ),
+    "target_fresh": (
+        "the last batch committed within [checks] target_fresh_max_s",
+        check_target_fresh,
+    ),
+}
 
 
 # -- sensors and schedules ---------------------------------------------------------------
