@@ -56,11 +56,11 @@ def spec_with(workdir: Path, broker: EmbeddedBroker, topic: str, **tables: Any) 
     return PipelineSpec.model_validate(doc)
 
 
-def expected(events: list[dict[str, Any]]) -> dict:
+def expected(events: list[dict[str, Any]], duration_ms: int = 10_000) -> dict:
     return reference_windows(
         events,
         time_key="ts",
-        duration_ms=10_000,
+        duration_ms=duration_ms,
         hop_ms=None,
         group_by=["user_id"],
         aggregations=AGGREGATIONS,
@@ -202,15 +202,7 @@ def test_an_incompatible_spec_change_is_refused_until_reset(
     versions = {r["state_version"] for r in store().recent_batches(spec.name, 100)}
     assert versions == {0, 1}
     actual = read_windows(spec.target.path, spec.natural_key())
-    five_s = reference_windows(
-        events,
-        time_key="ts",
-        duration_ms=5_000,
-        hop_ms=None,
-        group_by=["user_id"],
-        aggregations=AGGREGATIONS,
-        watermark_ms=max(e["ts"] for e in events) - LATENESS,
-    )
+    five_s = expected(events, duration_ms=5_000)
     # Version 1's 5 s windows are MERGEd beside version 0's 10 s windows.
     assert_same_windows({k: actual[k] for k in five_s if k in actual}, five_s)
 

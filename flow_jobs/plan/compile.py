@@ -19,7 +19,7 @@ from flow_jobs.plan.event_time import EventTime
 from flow_jobs.plan.joins import compile_join
 from flow_jobs.plan.lookups import Lookup, register_lookups
 from flow_jobs.plan.sources import compile_source
-from flow_jobs.plan.windows import WINDOW_KINDS, compile_window
+from flow_jobs.plan.windows import WINDOW_KINDS, CompiledWindow, compile_window
 from flow_jobs.spec.models import PipelineSpec
 
 
@@ -61,7 +61,13 @@ def compile_pipeline(
         view.createOrReplaceTempView(source.name)
     lookups = register_lookups(spark, spec.transform.lookups)
     frame = _pre_stage(spark, spec)
-    compiled = compile_window(frame, window, spec.name)
+    return _windowed(spec, compile_window(frame, window, spec.name), lookups)
+
+
+def _windowed(
+    spec: PipelineSpec, compiled: CompiledWindow, lookups: list[Lookup] | None = None
+) -> CompiledPipeline:
+    """A windowed pipeline (over sources or a join): keyed by window and group."""
     columns = compiled.frame.columns
     assert columns == spec.output_columns(), (columns, spec.output_columns())
     return CompiledPipeline(
@@ -70,8 +76,8 @@ def compile_pipeline(
         compiled.output_mode,
         _operators(spec),
         tuple(spec.natural_key()),
-        tuple(window.group_by),
-        tuple(lookups),
+        tuple(spec.window.group_by),
+        tuple(lookups or ()),
     )
 
 
@@ -113,16 +119,7 @@ def _compile_join_pipeline(
             f"time present on every row, the only times the join's watermarks follow; use "
             f"one of {', '.join(sorted(usable))}",
         )
-    compiled = compile_window(joined.frame, window, spec.name, watermarked_time=time)
-    assert compiled.frame.columns == spec.output_columns()
-    return CompiledPipeline(
-        spec,
-        compiled.frame,
-        compiled.output_mode,
-        _operators(spec),
-        tuple(spec.natural_key()),
-        tuple(window.group_by),
-    )
+    return _windowed(spec, compile_window(joined.frame, window, spec.name, watermarked_time=time))
 
 
 def _pre_stage(spark: SparkSession, spec: PipelineSpec) -> DataFrame:
