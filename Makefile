@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test soak bench lint validate clean
+.PHONY: demo test ci soak bench lint validate clean
 
 $(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,9 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest
 
+## ci: what CI runs (.ci/run): lint, then the whole suite
+ci: lint test
+
 ## soak: the crash-recovery test with more SIGKILLs (KILLS=50 by default)
 soak: $(STAMP)
 	FLOW_CRASH_KILLS=$(or $(KILLS),50) $(PY) -m pytest tests/test_crash_recovery.py -x
@@ -28,6 +31,7 @@ soak: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m bench.run $(if $(N),--events $(N),)
 
+## lint: ruff check and ruff format --check (part of make ci)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check flow_jobs assets tests bench definitions.py
 	$(VENV)/bin/ruff format --check flow_jobs assets tests bench definitions.py

@@ -50,6 +50,19 @@ def make_spec(
     return PipelineSpec.model_validate(doc)
 
 
+def fresh_checkpoint(spec: PipelineSpec, tag: str = "fresh") -> PipelineSpec:
+    """The same spec on a new, empty checkpoint folder (a lost checkpoint, a new lineage).
+
+    Never delete a checkpoint and restart on the same path in the same JVM: the stopped
+    query's state-store maintenance may still write into it (it raced once:
+    ``STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY``).
+    """
+    doc = spec.to_document()
+    location = f"{spec.checkpoint_location()}-{tag}"
+    doc["checkpoint"] = {**doc.get("checkpoint", {}), "location": location}
+    return PipelineSpec.model_validate(doc)
+
+
 def random_clicks(
     rng: random.Random,
     n: int,

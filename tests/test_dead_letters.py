@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 import time
 from pathlib import Path
 
@@ -15,7 +14,14 @@ from flow_jobs.embedded.producer import Record
 from flow_jobs.io.delta import read_delta
 from flow_jobs.runtime.runner import PipelineRunner
 from tests.reference import reference_windows
-from tests.support import assert_same_windows, make_spec, random_clicks, read_windows, send
+from tests.support import (
+    assert_same_windows,
+    fresh_checkpoint,
+    make_spec,
+    random_clicks,
+    read_windows,
+    send,
+)
 
 MALFORMED = "malformed JSON: not an object matching sources[0].schema"
 BAD_PAYLOADS: list[tuple[bytes | None, str]] = [
@@ -89,8 +95,7 @@ def test_bad_records_land_in_the_dead_letter_table(
     assert not list(Path(spec.dead_letter_path() + "_staging").glob("*.parquet"))
 
     # A re-run from a fresh checkpoint reads everything again: no dead letter doubles.
-    shutil.rmtree(spec.checkpoint_location())
-    again = PipelineRunner(spec, spark).run(available_now=True)
+    again = PipelineRunner(fresh_checkpoint(spec), spark).run(available_now=True)
     assert again.dead_lettered == 0  # all already there: MERGE inserted nothing new
     assert len(read_delta(spec.dead_letter_path())) == len(bad)
     assert_same_windows(read_windows(spec.target.path, spec.natural_key()), expected)

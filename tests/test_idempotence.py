@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import shutil
 from pathlib import Path
 
 from deltalake import DeltaTable
@@ -15,6 +14,7 @@ from flow_jobs.spec.models import PipelineSpec
 from tests.reference import reference_windows
 from tests.support import (
     assert_same_windows,
+    fresh_checkpoint,
     make_spec,
     random_clicks,
     read_windows,
@@ -86,8 +86,7 @@ def test_rerun_replay_and_fresh_checkpoint_leave_one_row_per_key(
     assert read_windows(spec.target.path, spec.natural_key()) == first
 
     # 3. A fresh checkpoint recomputes everything: MERGE updates, nothing doubles.
-    shutil.rmtree(spec.checkpoint_location())
-    fresh = PipelineRunner(spec, spark).run(available_now=True)
+    fresh = PipelineRunner(fresh_checkpoint(spec), spark).run(available_now=True)
     assert fresh.windows_inserted == 0
     assert fresh.windows_updated == len(first)
     assert DeltaTable(spec.target.path).version() > version

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec.models import PipelineSpec
 from tests.reference import reference_windows
 from tests.reference_join import reference_join
-from tests.support import BASE_MS, assert_same_windows, read_windows, send
+from tests.support import BASE_MS, assert_same_windows, fresh_checkpoint, read_windows, send
 
 ORDERS = "order_id STRING, region STRING, amount DOUBLE, ts BIGINT"
 PAYMENTS = "order_id STRING, region STRING, paid DOUBLE, ts BIGINT"
@@ -237,8 +236,8 @@ def test_join_state_is_evicted_and_replays_do_not_duplicate(
     assert joins[-1]["numRowsTotal"] <= 4  # after the closing rows, only they remain
     before = read_delta(spec.target.path).to_pylist()
 
-    shutil.rmtree(spec.checkpoint_location())  # a fresh checkpoint re-reads everything
-    PipelineRunner(spec, spark).run(available_now=True)
+    # a fresh checkpoint (a new folder: see fresh_checkpoint) re-reads everything
+    PipelineRunner(fresh_checkpoint(spec), spark).run(available_now=True)
     after = read_delta(spec.target.path).to_pylist()
     key = lambda r: r["join_row_id"]  # noqa: E731
     assert sorted(after, key=key) == sorted(before, key=key)

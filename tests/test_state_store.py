@@ -7,7 +7,6 @@ import itertools
 import json
 import os
 import random
-import shutil
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from flow_jobs.spec.models import PipelineSpec
 from tests.reference import reference_windows
 from tests.support import (
     assert_same_windows,
+    fresh_checkpoint,
     make_spec,
     random_clicks,
     read_windows,
@@ -228,8 +228,7 @@ def test_postgres_target_upserts_exactly_once(
     assert read_postgres(table, key) == rows
 
     # A fresh checkpoint recomputes everything: upserts update, nothing doubles.
-    shutil.rmtree(spec.checkpoint_location())
-    fresh = PipelineRunner(spec, spark).run(available_now=True)
+    fresh = PipelineRunner(fresh_checkpoint(spec), spark).run(available_now=True)
     assert fresh.windows_inserted == 0 and fresh.windows_updated == len(rows)
     assert read_postgres(table, key) == rows
     ledger = store().batch_ids(spec.name)
