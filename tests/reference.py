@@ -70,7 +70,11 @@ def aggregate(agg: Agg, rows: list[Row], time_key: str, ties: str) -> list[Any]:
     if not values:
         return [None]
     if name == "sum":
-        return [sum(values)]
+        total = sum(values)
+        # An integer sum outside BIGINT is NULL (docs/spec-reference.md, "Numbers").
+        if isinstance(total, int) and not -(2**63) <= total < 2**63:
+            return [None]
+        return [total]
     if name == "min":
         return [min(values)]
     if name == "max":

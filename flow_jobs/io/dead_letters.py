@@ -20,6 +20,7 @@ disk for ``local[*]``, a shared mount on a cluster), like the Delta target itsel
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import uuid
@@ -74,6 +75,9 @@ class DeadLetterStaging:
     staging_dir: str
     pipeline: str
     source: str
+    #: After ``[transform].sql`` a row may come from any source: (topic, source) pairs
+    #: name its source by its topic (``source`` then only prefixes the staged file).
+    topic_sources: tuple[tuple[str, str], ...] = ()
 
     def stage(self, reason: pa.Array, record: pa.StructArray) -> pa.Array:
         """Write the rows with a reason to a staged file; return the keep-mask."""
@@ -85,7 +89,7 @@ class DeadLetterStaging:
         staged = pa.table(
             {
                 "pipeline": pa.array([self.pipeline] * n, pa.string()),
-                "source": pa.array([self.source] * n, pa.string()),
+                "source": self._sources(rows.column("topic")),
                 "reason": reason.filter(bad),
                 "topic": rows.column("topic"),
                 "partition": rows.column("partition"),
@@ -97,10 +101,22 @@ class DeadLetterStaging:
             schema=_STAGED,
         )
         offsets = rows.column("offset")
+        # Named after the positions it holds (deterministic: a retried task rewrites the
+        # same file). After a SQL stage (a UNION) a batch may mix partitions and topics,
+        # so the name carries a digest of every (topic, partition, offset).
+        positions = sorted(
+            zip(
+                rows.column("topic").to_pylist(),
+                rows.column("partition").to_pylist(),
+                offsets.to_pylist(),
+                strict=True,
+            )
+        )
+        digest = hashlib.sha1(repr(positions).encode()).hexdigest()[:16]
         name = _UNSAFE.sub(
             "_",
             f"{self.source}-{rows.column('topic')[0]}-{rows.column('partition')[0]}"
-            f"-{pc.min(offsets)}-{pc.max(offsets)}",
+            f"-{pc.min(offsets)}-{pc.max(offsets)}-{digest}",
         )
         os.makedirs(self.staging_dir, exist_ok=True)
         final = os.path.join(self.staging_dir, name + ".parquet")
@@ -108,6 +124,12 @@ class DeadLetterStaging:
         pq.write_table(staged, tmp)
         os.replace(tmp, final)
         return pc.invert(bad)
+
+    def _sources(self, topics: pa.Array) -> pa.Array:
+        if not self.topic_sources:
+            return pa.array([self.source] * len(topics), pa.string())
+        by_topic = dict(self.topic_sources)
+        return pa.array([by_topic.get(t, self.source) for t in topics.to_pylist()], pa.string())
 
 
 class DeadLetterTable:
@@ -125,8 +147,10 @@ class DeadLetterTable:
     def description(self) -> str:
         return f"{self.store.schema}.dead_letters" if self.store else self.path
 
-    def staging(self, source: str) -> DeadLetterStaging:
-        return DeadLetterStaging(self.staging_dir, self.pipeline, source)
+    def staging(
+        self, source: str, topic_sources: tuple[tuple[str, str], ...] = ()
+    ) -> DeadLetterStaging:
+        return DeadLetterStaging(self.staging_dir, self.pipeline, source, topic_sources)
 
     def ensure(self) -> None:
         if self.store is None:

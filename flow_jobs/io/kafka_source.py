@@ -71,6 +71,10 @@ _CONSUMER_DEFAULTS = {
 
 _READ_CHUNK = 50_000
 
+# Spark's TIMESTAMP range (years 1..9999) in epoch ms (flow_jobs.plan.event_time).
+_MIN_TS_MS = -62_135_596_800_000
+_MAX_TS_MS = 253_402_300_799_999
+
 
 class KafkaDataLossError(RuntimeError):
     """A planned offset range is no longer (or not yet) readable from Kafka."""
@@ -318,7 +322,12 @@ def _raise_read_error(options: KafkaSourceOptions, rng: KafkaRange, at: int, err
 def _to_arrow(rng: KafkaRange, batch: list, processing_time: bool) -> pa.RecordBatch:
     n = len(batch)
     # Kafka timestamps are epoch milliseconds; a record without one (type 0) has none.
-    kafka_ts = [ts * 1000 if kind else None for kind, ts in (m.timestamp() for m in batch)]
+    # One outside Spark's TIMESTAMP range (e.g. 2^62) would overflow and fail the read on
+    # every replay: it is NULL instead (a dead letter where it is the event time).
+    kafka_ts = [
+        ts * 1000 if kind and _MIN_TS_MS <= ts <= _MAX_TS_MS else None
+        for kind, ts in (m.timestamp() for m in batch)
+    ]
     ts_array = pa.array(kafka_ts, pa.timestamp("us", tz="UTC"))
     if processing_time:
         now_us = time.time_ns() // 1000

@@ -136,7 +136,9 @@ class Sum(WindowAggregator):
     def compute(self, ctx: Context, w: Ranges) -> list[list[Any]]:
         v, kind = self.values(ctx), ctx.kinds[self.column or ""]
         n = range_sum(v.valid.astype(np.int64), w)
-        if kind in ("int", "float"):
+        if kind == "int":
+            return [_int_sums(v, ctx, w, n)]
+        if kind == "float":
             return [_nullable(range_sum(np.where(v.valid, v.data, 0), w), n > 0)]
         return [[_python_sum(v, ctx, w, i) for i in range(len(w))]]
 
@@ -150,6 +152,27 @@ class Avg(WindowAggregator):
             return [_nullable(total / np.maximum(n, 1), n > 0)]
         sums = [_python_sum(v, ctx, w, i) for i in range(len(w))]
         return [[None if s is None else s / int(c) for s, c in zip(sums, n, strict=True)]]
+
+
+_INT64 = np.iinfo(np.int64)
+
+
+def _int_sums(v: Values, ctx: Context, w: Ranges, n: np.ndarray) -> Any:
+    """BIGINT sums; NULL where the sum overflows BIGINT (like the native engine's try_sum).
+
+    int64 prefix sums wrap, but the difference of two is exact modulo 2^64, so it is the
+    sum whenever that fits; a float sum says which windows may not (|sum| > 2^62), and
+    those are summed exactly in Python."""
+    data = np.where(v.valid, v.data, 0).astype(np.int64)
+    sums, present = range_sum(data, w), n > 0
+    approx = range_sum(data.astype(np.float64), w)
+    for i in np.flatnonzero(np.abs(approx) > 2.0**62):
+        total = _python_sum(v, ctx, w, int(i))
+        if total is not None and _INT64.min <= total <= _INT64.max:
+            sums[i] = total
+        else:
+            present[i] = False
+    return _nullable(sums, present)
 
 
 def _python_sum(v: Values, ctx: Context, w: Ranges, i: int) -> Any:

@@ -67,10 +67,10 @@ AGGREGATORS: dict[str, Aggregator] = {
     a.name: a
     for a in (
         Aggregator("count", "count(1), or count(col)", "prefix sums of row / non-NULL counts"),
-        Aggregator("sum", "sum(col)", "prefix sums", numeric_only=True),
+        Aggregator("sum", "try_sum(col)", "prefix sums", numeric_only=True),
         Aggregator("min", "min(col)", "range minimum (sparse table)"),
         Aggregator("max", "max(col)", "range maximum (sparse table)"),
-        Aggregator("avg", "avg(col)", "prefix sums / counts", numeric_only=True),
+        Aggregator("avg", "try_avg(col)", "prefix sums / counts", numeric_only=True),
         Aggregator("first", "min(struct(event_time, col)).col", "range minimum of time rank"),
         Aggregator("last", "max(struct(event_time, col)).col", "range maximum of time rank"),
         Aggregator(
@@ -207,7 +207,13 @@ def native_aggregate(
     if agg.agg == "count":
         expr = F.count(F.lit(1)) if value is None else F.count(value)
         return _simple(expr, hidden, agg.as_)
-    if agg.agg in ("sum", "min", "max", "avg"):
+    if agg.agg in ("sum", "avg"):
+        assert value is not None
+        # try_: a sum that overflows its type (BIGINT, DECIMAL) is NULL, not a query that
+        # fails on every replay (Spark 4's ANSI mode raises ARITHMETIC_OVERFLOW).
+        function = F.try_sum if agg.agg == "sum" else F.try_avg
+        return _simple(function(value), hidden, agg.as_)
+    if agg.agg in ("min", "max"):
         assert value is not None
         return _simple(getattr(F, agg.agg)(value), hidden, agg.as_)
     if agg.agg in ("first", "last"):

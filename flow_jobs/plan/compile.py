@@ -18,7 +18,7 @@ from flow_jobs.plan.errors import PlanError
 from flow_jobs.plan.event_time import EventTime
 from flow_jobs.plan.joins import compile_join
 from flow_jobs.plan.lookups import Lookup, register_lookups
-from flow_jobs.plan.sources import compile_source
+from flow_jobs.plan.sources import carried_by_sources, compile_source, divert_after_sql
 from flow_jobs.plan.windows import WINDOW_KINDS, CompiledWindow, compile_window
 from flow_jobs.spec.models import PipelineSpec
 
@@ -49,18 +49,24 @@ def compile_pipeline(
     if spec.transform.join is not None:
         return _compile_join_pipeline(spark, spec, dead_letters)
     window = spec.window
+    event_time = EventTime.of_window(window)
+    views = {}
     for i, source in enumerate(spec.sources):
-        view = compile_source(
-            spark,
-            source,
-            i,
-            EventTime.of_window(window),
-            spec.name,
-            dead_letters.staging(source.name),
+        view = views[source.name] = compile_source(
+            spark, source, i, event_time, spec.name, dead_letters.staging(source.name)
         )
         view.createOrReplaceTempView(source.name)
     lookups = register_lookups(spark, spec.transform.lookups)
     frame = _pre_stage(spark, spec)
+    if (
+        spec.transform.sql
+        and event_time.mode == "event"
+        and not carried_by_sources(event_time.column, views)
+    ):
+        # The SQL computes the event time: check it there (NULL, range, skew).
+        topics = tuple((s.topic, s.name) for s in spec.sources)
+        staging = dead_letters.staging("transform.sql", topics)
+        frame = divert_after_sql(frame, event_time, staging)
     return _windowed(spec, compile_window(frame, window, spec.name), lookups)
 
 

@@ -19,7 +19,19 @@ from pyspark.sql.types import (
 from flow_jobs.plan.errors import PlanError
 from flow_jobs.spec.models import JoinSpec, WindowSpec
 
-_EPOCH_MILLIS = (LongType, IntegerType, ShortType, ByteType)
+EPOCH_MILLIS_TYPES = (LongType, IntegerType, ShortType, ByteType)
+
+#: Spark's TIMESTAMP range (0001-01-01 .. 9999-12-31 UTC) in epoch milliseconds. An
+#: epoch-ms event time outside it (e.g. 9e18, a nanosecond value) would overflow
+#: ``timestamp_millis`` and fail the whole query on every replay: it is NULL instead, and
+#: the row a dead letter ("out of range").
+MIN_EPOCH_MS = -62_135_596_800_000
+MAX_EPOCH_MS = 253_402_300_799_999
+
+
+def epoch_ms_out_of_range(column: Column) -> Column:
+    """True where an epoch-milliseconds value is present but not a valid TIMESTAMP."""
+    return column.isNotNull() & ~column.between(MIN_EPOCH_MS, MAX_EPOCH_MS)
 
 
 @dataclass(frozen=True)
@@ -56,8 +68,9 @@ def event_time_of(column: Column, data_type: DataType, key: str, name: str) -> C
     if isinstance(data_type, TimestampNTZType):
         # The session time zone is UTC, so a zone-less value is read as UTC.
         return column.cast(TimestampType())
-    if isinstance(data_type, _EPOCH_MILLIS):
-        return F.timestamp_millis(column)
+    if isinstance(data_type, EPOCH_MILLIS_TYPES):
+        in_range = column.between(MIN_EPOCH_MS, MAX_EPOCH_MS)
+        return F.when(in_range, F.timestamp_millis(column.cast("bigint")))
     raise PlanError(
         key,
         f"column {name} is {data_type.simpleString()}; the event time must be a "

@@ -5,13 +5,15 @@ name. What the view holds:
 
 * ``format = "json"``: the payload columns of the declared schema (decoded in the JVM
   with ``from_json``), ``_event_ts`` (the Kafka timestamp; the arrival time in
-  processing-time mode) and ``_kafka`` (key, topic, partition, offset, timestamp);
+  processing-time mode) and ``_kafka`` (key, value, topic, partition, offset, timestamp);
 * ``format = "raw"``: key, value, topic, partition, offset, timestamp, ``_event_ts``.
 
 A record is dead-lettered here, with its original bytes and Kafka position, when its
 payload is NULL or empty, is not JSON matching the schema, or (when this source carries
-the window's event-time column) its event time is NULL or further ahead of the
-micro-batch's processing time than ``max_event_time_skew_ms``.
+the window's event-time column) its event time is NULL, outside Spark's TIMESTAMP range,
+or further ahead of the micro-batch's processing time than ``max_event_time_skew_ms``.
+An event time computed by ``[transform].sql`` gets the same checks after the SQL
+(``divert_after_sql``), from the ``_kafka`` column the SQL keeps.
 """
 
 from __future__ import annotations
@@ -26,8 +28,13 @@ from pyspark.sql.utils import AnalysisException
 from flow_jobs.io.dead_letters import RECORD_DDL, DeadLetterStaging
 from flow_jobs.io.kafka_source import SOURCE_FORMAT
 from flow_jobs.plan.errors import PlanError
-from flow_jobs.plan.event_time import EventTime, event_time_of
-from flow_jobs.spec.models import EVENT_TS, KafkaSource
+from flow_jobs.plan.event_time import (
+    EPOCH_MILLIS_TYPES,
+    EventTime,
+    epoch_ms_out_of_range,
+    event_time_of,
+)
+from flow_jobs.spec.models import EVENT_TS, KAFKA_COLUMN, KafkaSource
 
 _PAYLOAD = "__flow_payload"
 _CORRUPT = "__flow_corrupt_record"
@@ -35,7 +42,9 @@ _REASON = "__flow_dead_letter_reason"
 _RECORD = "__flow_dead_letter_record"
 
 RAW_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", EVENT_TS)
-KAFKA_METADATA = ("key", "topic", "partition", "offset", "timestamp")
+#: ``_kafka``: the record's position and bytes, so a row can still be dead-lettered after
+#: ``[transform].sql`` (value is pruned by the optimizer where nothing reads it).
+KAFKA_METADATA = ("key", "value", "topic", "partition", "offset", "timestamp")
 _RECORD_FIELDS = ("topic", "partition", "offset", "key", "value", "timestamp")
 
 Reason = tuple[Column, str]
@@ -90,7 +99,7 @@ def compile_source(
         view = [
             *(F.col(f"{_PAYLOAD}.{f.name}").alias(f.name) for f in payload.fields),
             F.col(EVENT_TS),
-            F.struct(*(F.col(c) for c in KAFKA_METADATA)).alias("_kafka"),
+            F.struct(*(F.col(c) for c in KAFKA_METADATA)).alias(KAFKA_COLUMN),
         ]
         reasons = _decode_reasons(index)
     else:
@@ -156,19 +165,30 @@ def _event_time_reasons(settings: EventTime, payload: StructType, index: int) ->
         return []  # the arrival time is never NULL nor in the future
     name = settings.column
     if name == EVENT_TS:
-        event_time = F.col(EVENT_TS)
-    elif name in payload.fieldNames():
-        event_time = event_time_of(
-            F.col(f"{_PAYLOAD}.{name}"),
-            payload[name].dataType,
-            settings.key,
-            f"{name} (sources[{index}].schema)",
-        )
-    else:
-        return []  # produced by [transform].sql; checked after it (plan.windows)
-    skew = settings.max_skew_ms
+        # The reader leaves a Kafka timestamp outside Spark's range NULL.
+        return time_reasons(F.col(EVENT_TS), name, settings.max_skew_ms, "absent or NULL")
+    if name not in payload.fieldNames():
+        return []  # produced by [transform].sql; checked after it (divert_after_sql)
+    raw = F.col(f"{_PAYLOAD}.{name}")
+    data_type = payload[name].dataType
+    event_time = event_time_of(raw, data_type, settings.key, f"{name} (sources[{index}].schema)")
+    reasons = []
+    if isinstance(data_type, EPOCH_MILLIS_TYPES):
+        reasons.append((epoch_ms_out_of_range(raw), out_of_range_reason(name)))
+    return reasons + time_reasons(event_time, name, settings.max_skew_ms, "absent or NULL")
+
+
+def out_of_range_reason(name: str) -> str:
+    return (
+        f"event time {name} is out of range: epoch milliseconds outside years 1-9999 "
+        "(a value in micro- or nanoseconds?)"
+    )
+
+
+def time_reasons(event_time: Column, name: str, skew: int, missing: str) -> list[Reason]:
+    """A NULL event time, and one too far ahead of the micro-batch's processing time."""
     return [
-        (event_time.isNull(), f"missing event time: {name} is absent or NULL"),
+        (event_time.isNull(), f"missing event time: {name} is {missing}"),
         (
             F.unix_millis(event_time) > F.unix_millis(F.current_timestamp()) + F.lit(skew),
             f"event time {name} is more than max_event_time_skew_ms={skew} ahead of "
@@ -177,16 +197,62 @@ def _event_time_reasons(settings: EventTime, payload: StructType, index: int) ->
     ]
 
 
-def _divert(frame: DataFrame, reasons: list[Reason], staging: DeadLetterStaging) -> DataFrame:
+def carried_by_sources(name: str, views: dict[str, DataFrame]) -> bool:
+    """Whether a source view has the column ``name`` (already checked at the source)."""
+    return any(name in view.columns for view in views.values())
+
+
+def divert_after_sql(
+    frame: DataFrame, settings: EventTime, staging: DeadLetterStaging
+) -> DataFrame:
+    """Dead-letter the rows whose event time, computed by ``[transform].sql``, is NULL
+    (absent, unparsable, out of range) or too far in the future: with their bytes and
+    position from the ``_kafka`` column the SQL must keep (raw sources: the Kafka
+    columns). Without them a bad row could only fail the query (on every replay) or
+    vanish, so such a spec is refused."""
+    name = settings.column
+    if name not in frame.columns:
+        return frame  # with_event_time names the missing column
+    if KAFKA_COLUMN in frame.columns:
+        fields = {c: F.col(f"{KAFKA_COLUMN}.{c}") for c in _RECORD_FIELDS}
+    elif all(c in frame.columns for c in _RECORD_FIELDS):
+        fields = {c: F.col(c) for c in _RECORD_FIELDS}
+    else:
+        raise PlanError(
+            "transform.sql",
+            f"the event time {name!r} is computed in the SQL, so a row whose value comes out "
+            f"NULL, unparsable or far in the future must be dead-lettered with its Kafka "
+            f'position: select {KAFKA_COLUMN} too (format = "raw": topic, partition, '
+            "offset, key, value, timestamp)",
+        )
+    data_type = frame.schema[name].dataType
+    event_time = event_time_of(F.col(name), data_type, settings.key, name)
+    reasons = []
+    if isinstance(data_type, EPOCH_MILLIS_TYPES):
+        reasons.append((epoch_ms_out_of_range(F.col(name)), out_of_range_reason(name)))
+    reasons += time_reasons(
+        event_time, name, settings.max_skew_ms, "NULL after [transform].sql (absent or unparsable)"
+    )
+    return _divert(frame, reasons, staging, fields)
+
+
+def _divert(
+    frame: DataFrame,
+    reasons: list[Reason],
+    staging: DeadLetterStaging,
+    fields: dict[str, Column] | None = None,
+) -> DataFrame:
     reason: Column = F.lit(None).cast("string")
     for condition, text in reversed(reasons):
         reason = F.when(condition, F.lit(text)).otherwise(reason)
+    fields = fields or {c: F.col(c) for c in _RECORD_FIELDS}
     # Only bad rows carry their record (bytes and position) into the Python tap.
-    record = F.when(F.col(_REASON).isNotNull(), F.struct(*(F.col(c) for c in _RECORD_FIELDS))).cast(
-        RECORD_DDL
-    )
+    record = F.when(
+        F.col(_REASON).isNotNull(), F.struct(*(fields[c].alias(c) for c in _RECORD_FIELDS))
+    ).cast(RECORD_DDL)
     return (
         frame.withColumn(_REASON, reason)
         .withColumn(_RECORD, record)
         .where(dead_letter_filter(staging))
+        .drop(_REASON, _RECORD)
     )

@@ -97,14 +97,17 @@ def with_event_time(
             f"{', '.join(frame.columns)}); select it in [transform].sql",
         )
     event_time = event_time_of(F.col(name), frame.schema[name].dataType, key, name)
-    # Rows without an event time are dead-lettered at the source; a NULL here can only
-    # come from [transform].sql, and a silent NULL window would never be emitted.
+    # Rows without an event time are dead-lettered at the source, and an event time
+    # computed by [transform].sql is checked after it (plan.sources.divert_after_sql).
+    # A NULL can still come from SQL that replaces a source column of the same name;
+    # a silent NULL window would never be emitted, so this fails, saying how to fix it.
     guarded = F.when(
         event_time.isNull(),
         F.raise_error(
             F.lit(
-                f"event time column {name!r} is NULL after [transform].sql; the source "
-                "rows had one, so the SQL pre-stage produced this NULL"
+                f"event time column {name!r} is NULL after [transform].sql although the "
+                f"source rows had one: give the computed column its own name (and select "
+                f"_kafka) so such rows are dead-lettered"
             )
         ),
     ).otherwise(event_time)

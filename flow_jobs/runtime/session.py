@@ -78,11 +78,19 @@ def build_spark_session(
     return spark
 
 
+#: SQL settings of every pipeline session, before the spec's [spark] conf. ANSI mode
+#: (Spark 4's default) turns one bad value in [transform].sql (a string that does not
+#: parse as a timestamp, a cast that does not fit) into a failed query, and the same
+#: offsets fail again on every restart: a poison pill. Without it the value is NULL,
+#: and a NULL event time is a dead letter (aggregates use try_sum / try_avg either way).
+PIPELINE_SQL_CONF: dict[str, str] = {"spark.sql.ansi.enabled": "false"}
+
+
 def pipeline_session(spark: SparkSession, spark_spec: SparkSpec) -> SparkSession:
     """A child session: its own temp views and SQL conf, the shared SparkContext."""
     session = spark.newSession()
     register_sources(session)
-    conf = dict(spark_spec.conf)
+    conf = {**PIPELINE_SQL_CONF, **spark_spec.conf}
     if spark_spec.shuffle_partitions:
         conf["spark.sql.shuffle.partitions"] = str(spark_spec.shuffle_partitions)
     for key, value in conf.items():
