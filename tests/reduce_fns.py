@@ -26,3 +26,8 @@ def extend_summary(summary: dict[str, Any], row: dict[str, Any]) -> dict[str, An
         "pages": f"{summary['pages']},{row['page'] or '-'}",
         "spend": summary["spend"] + (row["amount"] or 0.0),
     }
+
+
+def refuse(_aggregate: Any, value: Any) -> Any:
+    """A reducer with a bug: it fails on the second value of any window."""
+    raise ValueError(f"reducer refuses {value!r}")

@@ -68,6 +68,8 @@ def test_run_available_now_exits_zero(broker: EmbeddedBroker, topic: str, workdi
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "300 rows in" in done.stdout and "input drained" in done.stdout
+    # No listener called back into a Python side that had gone (a py4j trace at exit).
+    assert "threw an exception" not in done.stderr and "Traceback" not in done.stderr
     rows = read_delta(str(workdir / "target"))
     assert sum(rows.column("n").to_pylist()) == sum(
         1
@@ -114,3 +116,4 @@ def test_continuous_run_stops_gracefully_on_sigterm(
     assert proc.returncode == 0, "".join(seen)[-3000:]
     assert "stopped on request" in out
     assert any("SIGTERM received" in line for line in seen)
+    assert not any("threw an exception" in line or "Traceback" in line for line in seen)

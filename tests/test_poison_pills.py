@@ -123,9 +123,7 @@ def test_kafka_timestamp_out_of_range_as_event_time_is_a_dead_letter(
     items.insert(55, (b'{"user_id": "a", "amount": 2.0}', 2**62, reason))
     expected_dead = _produce(broker, topic, items)
     aggregations = [("count", None, "n"), ("sum", "amount", "amount_sum")]
-    spec = make_spec(
-        workdir, broker.bootstrap_servers, topic, _window("_event_ts", aggregations)
-    )
+    spec = make_spec(workdir, broker.bootstrap_servers, topic, _window("_event_ts", aggregations))
     summary = PipelineRunner(spec, spark).run(available_now=True)
 
     assert summary.dead_lettered == 1

@@ -19,6 +19,7 @@ is started under the data folder and reused by later runs.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -118,8 +119,30 @@ def embedded_url(data_dir: str | Path) -> str:
     path.mkdir(parents=True, exist_ok=True)
     # pgserver counts the processes holding the server (a run, Dagster, `flow-jobs state
     # show`) and stops it when the last one exits: nothing is left running after a demo.
+    forget_dead_holders(path)
     server = pgserver.get_server(path, cleanup_mode="stop")
     return str(server.get_uri())
+
+
+def forget_dead_holders(data_dir: Path) -> list[int]:
+    """Drop the pids of processes that no longer exist from pgserver's list of holders.
+
+    pgserver keeps the holders in ``.handle_pids.json`` and stops the server when the
+    last one exits (atexit); a hard-killed run never removes its pid, so every later
+    process would see another holder and leave the server running forever. pgserver
+    has no API for this, hence this small repair. Returns the pids kept."""
+    import psutil
+
+    handles = data_dir / ".handle_pids.json"
+    try:
+        pids = json.loads(handles.read_text())
+    except (OSError, ValueError):
+        return []
+    alive = [pid for pid in pids if psutil.pid_exists(pid)]
+    if alive != pids:
+        log.info("embedded Postgres: forgetting holders that exited: %s", set(pids) - set(alive))
+        handles.write_text(json.dumps(alive))
+    return alive
 
 
 def state_store_url(spec: PipelineSpec) -> str:

@@ -52,3 +52,37 @@ def read_offset_log(checkpoint: str, batch_id: int, spec: PipelineSpec) -> Offse
     mark = metadata.get("batchWatermarkMs")
     watermark = datetime.fromtimestamp(mark / 1000, tz=UTC) if mark else None
     return OffsetLogEntry(offsets, watermark)
+
+
+def describe_batch_in_flight(checkpoint: str, spec: PipelineSpec) -> str | None:
+    """The newest micro-batch that has offsets but no commit (the one a failure stopped),
+    as ``micro-batch N (source: topic[partition] first..last, ...)``; None if unknown."""
+    root = _local(checkpoint)
+    if root is None:
+        return None
+    try:
+        planned = [int(p.name) for p in (root / "offsets").iterdir() if p.name.isdigit()]
+    except OSError:
+        return None
+    if not planned:
+        return None
+    batch = max(planned)
+    if (root / "commits" / str(batch)).exists():
+        return None
+    end = read_offset_log(checkpoint, batch, spec)
+    if end is None:
+        return None
+    start = read_offset_log(checkpoint, batch - 1, spec)
+    ranges = []
+    for source, by_topic in end.offsets.items():
+        before = (start.offsets.get(source) or {}) if start else {}
+        for topic, by_partition in (by_topic or {}).items():
+            if not isinstance(by_partition, dict):
+                continue
+            for partition, stop in sorted(by_partition.items(), key=lambda kv: int(kv[0])):
+                first = (before.get(topic) or {}).get(partition)
+                if first is not None and int(first) >= int(stop):
+                    continue  # nothing read from this partition
+                span = f"{first}..{int(stop) - 1}" if first is not None else f"..{int(stop) - 1}"
+                ranges.append(f"{source}: {topic}[{partition}] offsets {span}")
+    return f"micro-batch {batch} ({'; '.join(ranges) or 'no new offsets'})"

@@ -93,6 +93,18 @@ class MetricsListener(StreamingQueryListener):
         self.lateness_ms = lateness_ms  # pipeline -> source -> lateness
         self.metrics = metrics()
         self._source_marks: dict[tuple[str, str], float] = {}
+        self._terminated: dict[str, threading.Event] = {}
+        self._terminated_lock = threading.Lock()
+
+    def _termination(self, query_id: str) -> threading.Event:
+        with self._terminated_lock:
+            return self._terminated.setdefault(query_id, threading.Event())
+
+    def delivered_termination(self, query_id: str, timeout_s: float) -> bool:
+        """Wait until Spark's listener bus has called ``onQueryTerminated`` for the query:
+        only then may the listener be removed and Python exit without the bus calling
+        into a Python side that is gone (a py4j trace on stderr at exit)."""
+        return self._termination(query_id).wait(timeout_s)
 
     def onQueryStarted(self, event: Any) -> None:
         pass
@@ -101,7 +113,7 @@ class MetricsListener(StreamingQueryListener):
         pass
 
     def onQueryTerminated(self, event: Any) -> None:
-        pass
+        self._termination(str(event.id)).set()
 
     def onQueryProgress(self, event: Any) -> None:
         try:

@@ -6,6 +6,7 @@ import logging
 import os
 import re
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from pyspark.errors import StreamingQueryException
@@ -25,6 +26,7 @@ from flow_jobs.io.targets import (
 from flow_jobs.plan.compile import CompiledPipeline, compile_pipeline
 from flow_jobs.plan.sizing import GB, estimate_state
 from flow_jobs.runtime.caps import GroupCap, WindowStateCapHit
+from flow_jobs.runtime.checkpoint import describe_batch_in_flight
 from flow_jobs.runtime.metrics import MetricsListener, serve
 from flow_jobs.runtime.progress import ProgressTracker, RunSummary
 from flow_jobs.runtime.session import pipeline_session, session_for
@@ -34,6 +36,7 @@ from flow_jobs.spec.models import PipelineSpec
 log = logging.getLogger(__name__)
 
 _PYTHON_ERROR = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception): ")
+_STREAM_FAILED = re.compile(r"^\[STREAM_FAILED\] Query \[[^]]*\] terminated with exception: ")
 
 
 class PipelineFailed(RuntimeError):
@@ -123,14 +126,17 @@ class PipelineRunner:
         )
         port = self.spec.runtime.metrics_port or int(os.environ.get("FLOW_METRICS_PORT") or 0)
         if port:
-            serve(port)
+            try:
+                serve(port)
+            except OSError as e:  # metrics are an aid: never the reason a run fails
+                log.warning("%s: metrics not served on port %s: %s", self.spec.name, port, e)
         listener = MetricsListener({self.spec.name: tracker.lateness_ms})
         self.spark.streams.addListener(listener)
         try:
             query = writer.start()
-        except BaseException:
+        except BaseException as e:
+            self._shut_down(e, [("close the target", target.close)])
             self.spark.streams.removeListener(listener)
-            target.close()
             raise
         tracker.query_id = str(query.id)
         sink.bind(query, caps.check)
@@ -142,18 +148,53 @@ class PipelineRunner:
             self.checkpoint,
             "available-now" if available_now else "continuous",
         )
+        failure: BaseException | None = None
         try:
             ended_by = self._await(query, tracker, sink, available_now)
             caps.check(last_progress(query))  # the last batch has no next one to check it
         except WindowStateCapHit as e:
-            raise PipelineFailed(f"pipeline {self.spec.name} failed: {e}") from e
+            failure = PipelineFailed(f"pipeline {self.spec.name} failed: {e}")
+            raise failure from e
+        except BaseException as e:
+            failure = e
+            raise
         finally:
-            tracker.poll(query)
-            target.close()
-            self.spark.streams.removeListener(listener)
+            self._shut_down(
+                failure,
+                [
+                    ("stop the query", lambda: _stop(query)),
+                    ("read the last progress", lambda: tracker.poll(query)),
+                    ("close the target", target.close),
+                    ("release the progress listener", lambda: self._release(listener, query)),
+                ],
+            )
         summary = tracker.summary(query.id, target.version(), ended_by)
         log.info("%s", summary.describe())
         return summary
+
+    def _shut_down(
+        self, failure: BaseException | None, steps: list[tuple[str, Callable[[], object]]]
+    ) -> None:
+        """Run every clean-up step. With a failure in flight, a step's own error is
+        logged and never replaces the original; otherwise the first one is raised."""
+        first: Exception | None = None
+        for what, step in steps:
+            try:
+                step()
+            except Exception as e:
+                if failure is None and first is None:
+                    first = e
+                else:
+                    log.warning("%s: could not %s: %s", self.spec.name, what, e)
+        if first is not None:
+            raise first
+
+    def _release(self, listener: MetricsListener, query: StreamingQuery) -> None:
+        # Spark delivers listener events on its own thread: wait for this query's last
+        # one before removing the listener, so none reaches Python after it has gone.
+        if not listener.delivered_termination(str(query.id), _LISTENER_DRAIN_S):
+            log.debug("%s: no termination event within %ss", self.spec.name, _LISTENER_DRAIN_S)
+        self.spark.streams.removeListener(listener)
 
     def _await(
         self,
@@ -177,17 +218,34 @@ class PipelineRunner:
         except StreamingQueryException as e:
             if self.stop_event.is_set() and StopRequested.__name__ in str(e):
                 return "stopped on request"
-            raise PipelineFailed(f"pipeline {self.spec.name} failed: {_root_message(e)}") from e
+            where = describe_batch_in_flight(self.checkpoint, self.spec)
+            at = f" in {where}" if where else ""
+            raise PipelineFailed(f"pipeline {self.spec.name} failed{at}: {_root_message(e)}") from e
         return "input drained" if available_now else "query ended"
 
 
+#: How long a finished run waits for Spark to deliver the query's termination event.
+_LISTENER_DRAIN_S = 10.0
+
+
+def _stop(query: StreamingQuery) -> None:
+    if query.isActive:
+        query.stop()
+
+
 def _root_message(error: StreamingQueryException) -> str:
-    """The line a user needs: our own raised message, or the innermost Python error."""
+    """The line a user needs: our own raised message, or the innermost Python error,
+    without Spark's wrapping (query ids, "An exception was raised by the Python Proxy")."""
     text = error.getMessage() if hasattr(error, "getMessage") else str(error)
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     for line in lines:
         if "[USER_RAISED_EXCEPTION]" in line or "cap hit:" in line:
-            return line
+            return _unwrap(line)
     python_errors = [line for line in lines if _PYTHON_ERROR.match(line)]
-    head = lines[0] if lines else repr(error)
-    return f"{head} — caused by {python_errors[-1]}" if python_errors else head
+    if python_errors:
+        return python_errors[-1]
+    return _unwrap(lines[0]) if lines else repr(error)
+
+
+def _unwrap(line: str) -> str:
+    return _STREAM_FAILED.sub("", line)

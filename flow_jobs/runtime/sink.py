@@ -3,6 +3,7 @@ and its ledger row (exactly once per batch: see ``flow_jobs.io.targets``)."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -19,6 +20,8 @@ from flow_jobs.runtime.checkpoint import read_offset_log
 from flow_jobs.runtime.metrics import metrics
 from flow_jobs.runtime.reports import as_dict
 from flow_jobs.spec.models import PipelineSpec
+
+log = logging.getLogger(__name__)
 
 
 class StopRequested(RuntimeError):
@@ -125,7 +128,10 @@ class WindowBatchSink:
             entry.compute_ms = (computed - started) * 1000
             written = self.target.write(rows, entry, self.ledger)
             if not written.skipped:
-                metrics().windows_emitted.labels(self.pipeline).inc(rows.num_rows)
+                try:
+                    metrics().windows_emitted.labels(self.pipeline).inc(rows.num_rows)
+                except Exception:  # a metrics bug never fails a batch already written
+                    log.exception("metrics: cannot count the windows emitted")
             done = time.monotonic()
             self.outcomes[batch_id] = BatchOutcome(
                 batch_id,
