@@ -171,3 +171,27 @@ def test_embedded_postgres_stops_after_a_hard_killed_holder(tmp_path: Path) -> N
     assert clean.stdout is not None and clean.stdout.readline().startswith("postgresql://")
     assert clean.wait(60) == 0
     assert not _postmaster_alive(data_dir)  # the last live holder stopped it
+
+
+def test_a_remote_checkpoint_stays_a_uri(spark: SparkSession, workdir: Path) -> None:
+    spec = make_spec(workdir, "127.0.0.1:9", "t", WINDOW)
+    for uri in ("s3a://bucket/flow/cp", "abfss://c@account.dfs.core.windows.net/cp"):
+        remote = _with(spec, checkpoint__location=uri)
+        assert PipelineRunner(remote, spark).checkpoint == uri
+    local = _with(spec, checkpoint__location="relative/cp")
+    assert PipelineRunner(local, spark).checkpoint == str(Path("relative/cp").resolve())
+
+
+def test_a_file_uri_checkpoint_runs_and_resumes(
+    spark: SparkSession, broker: EmbeddedBroker, topic: str, workdir: Path
+) -> None:
+    send(broker.bootstrap_servers, topic, to_records(random_clicks(random.Random(6), 80)))
+    uri = (workdir / "cp").as_uri()
+    spec = _with(
+        make_spec(workdir, broker.bootstrap_servers, topic, WINDOW, name="file-uri"),
+        checkpoint__location=uri,
+    )
+    first = PipelineRunner(spec, spark).run(available_now=True)
+    assert first.input_rows == 80 and (workdir / "cp" / "commits").is_dir()
+    again = PipelineRunner(spec, spark).run(available_now=True)
+    assert again.input_rows == 0  # resumed from the same checkpoint

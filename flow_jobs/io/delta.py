@@ -103,8 +103,15 @@ class DeltaMergeTable:
             )
         return table
 
-    def merge(self, rows: pa.Table, txn: tuple[str, int] | None = None) -> MergeResult:
-        """MERGE ``rows``; with ``txn = (app_id, batch_id)``, at most once per batch."""
+    def merge(
+        self,
+        rows: pa.Table,
+        txn: tuple[str, int] | None = None,
+        update_if: str | None = None,
+    ) -> MergeResult:
+        """MERGE ``rows``; with ``txn = (app_id, batch_id)``, at most once per batch;
+        ``update_if``: a predicate on the source row (alias ``s``) a matched row must
+        meet to be updated (the others stay as they are)."""
         table = self.open()
         commit = None
         if txn is not None:
@@ -124,7 +131,7 @@ class DeltaMergeTable:
             commit_properties=commit,
         )
         if self.update_matched:
-            merger = merger.when_matched_update_all()
+            merger = merger.when_matched_update_all(predicate=update_if)
         metrics = merger.when_not_matched_insert_all().execute()
         return MergeResult(
             False,

@@ -424,6 +424,20 @@ class StateStore:
                 ),
             )
 
+    def earlier_lineages_watermark(self, pipeline: str, query_id: str) -> datetime | None:
+        """The highest watermark any other checkpoint lineage (an earlier checkpoint of
+        this pipeline: before a reset, or lost) ran under: its windows ending at or
+        before it were complete when that lineage wrote them."""
+        with self.connect() as conn:
+            row = conn.execute(
+                self.q(
+                    "SELECT max(global_watermark) FROM {s}.batches "
+                    "WHERE pipeline = %s AND query_id <> %s"
+                ),
+                (pipeline, query_id),
+            ).fetchone()
+        return row[0] if row else None
+
     def recent_batches(self, pipeline: str, limit: int = 20) -> list[dict[str, Any]]:
         with self.connect() as conn, conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
             rows = cur.execute(

@@ -18,11 +18,12 @@ import logging
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
@@ -46,6 +47,13 @@ class BatchTarget(ABC):
 
     def __init__(self, description: str) -> None:
         self.description = description
+        #: (window end column, time): a window ending at or before the time was written
+        #: complete by an earlier checkpoint lineage: insert it if absent, never update
+        #: it (a fresh lineage may have seen only part of its rows).
+        self.closed: tuple[str, datetime] | None = None
+
+    def protect_closed_windows(self, end_column: str, until: datetime) -> None:
+        self.closed = (end_column, until)
 
     @abstractmethod
     def ensure(self) -> None:
@@ -78,7 +86,11 @@ class DeltaBatchTarget(BatchTarget):
     def write(self, rows: pa.Table, entry: BatchEntry, ledger: StateStore) -> WriteResult:
         app_id = f"flow-jobs/{entry.pipeline}/{entry.query_id}"
         if rows.num_rows:
-            merged = self.table.merge(rows, txn=(app_id, entry.batch_id))
+            update_if = None
+            if self.closed is not None:
+                column, until = self.closed
+                update_if = f"s.`{column}` > '{until.astimezone(UTC).isoformat()}'"
+            merged = self.table.merge(rows, txn=(app_id, entry.batch_id), update_if=update_if)
             result = WriteResult(
                 merged.skipped, merged.inserted, merged.updated, str(merged.table_version)
             )
@@ -202,11 +214,18 @@ class PostgresBatchTarget(BatchTarget):
                     [Jsonb(row[n]) if n in self._json_columns else row[n] for n in names]
                 )
         values = [n for n in names if n not in self.natural_key]
+        only_open = sql.SQL("")
+        if self.closed is not None:
+            column, until = self.closed
+            only_open = sql.SQL(" WHERE EXCLUDED.{} > {}").format(
+                sql.Identifier(column), sql.Literal(until)
+            )
         action = (
-            sql.SQL("DO UPDATE SET {}").format(
+            sql.SQL("DO UPDATE SET {}{}").format(
                 sql.SQL(", ").join(
                     sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(n)) for n in values
-                )
+                ),
+                only_open,
             )
             if values
             else sql.SQL("DO NOTHING")
@@ -281,6 +300,10 @@ class KafkaBatchTarget(BatchTarget):
                 last[msg.partition()] = max(last.get(msg.partition(), -1), msg.offset())
 
         producer = self._producer
+        if self.closed is not None:  # an append-only topic cannot insert "if absent"
+            column, until = self.closed
+            bound = pa.scalar(until, rows.schema.field(column).type)
+            rows = rows.filter(pc.greater(rows.column(column), bound))
         for row in rows.to_pylist():
             key = to_json([row[c] for c in self.natural_key])
             while True:

@@ -9,6 +9,7 @@ metadata line, then one line per source in plan order) is Spark's ``OffsetSeqLog
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,6 +22,17 @@ from flow_jobs.spec.models import PipelineSpec
 class OffsetLogEntry:
     offsets: dict[str, Any]  # source name -> {topic: {partition: offset}}
     watermark: datetime | None  # the watermark the batch runs under
+
+
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def checkpoint_location(location: str) -> str:
+    """What Spark gets as ``checkpointLocation``: a URI (``s3a://``, ``abfss://``,
+    ``hdfs://``, ``file://``) as written, a plain path made absolute."""
+    if _URI.match(location):
+        return location
+    return str(Path(location).resolve())
 
 
 def _local(checkpoint: str) -> Path | None:

@@ -7,7 +7,6 @@ import os
 import re
 import threading
 from collections.abc import Callable
-from pathlib import Path
 
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
@@ -26,7 +25,7 @@ from flow_jobs.io.targets import (
 from flow_jobs.plan.compile import CompiledPipeline, compile_pipeline
 from flow_jobs.plan.sizing import GB, estimate_state
 from flow_jobs.runtime.caps import GroupCap, WindowStateCapHit
-from flow_jobs.runtime.checkpoint import describe_batch_in_flight
+from flow_jobs.runtime.checkpoint import checkpoint_location, describe_batch_in_flight
 from flow_jobs.runtime.metrics import MetricsListener, serve
 from flow_jobs.runtime.progress import ProgressTracker, RunSummary
 from flow_jobs.runtime.session import pipeline_session, session_for
@@ -55,7 +54,7 @@ class PipelineRunner:
         self.spec = spec
         self.spark = pipeline_session(spark or session_for(spec.spark), spec.spark)
         self.stop_event = stop_event or threading.Event()
-        self.checkpoint = str(Path(spec.checkpoint_location()).resolve())
+        self.checkpoint = checkpoint_location(spec.checkpoint_location())
         self.dead_letters = DeadLetterTable(spec.dead_letter_path(), spec.name)
         self.compiled: CompiledPipeline = compile_pipeline(self.spark, spec, self.dead_letters)
         self.output_schema = to_arrow_schema(self.compiled.frame.schema, timezone="UTC")
@@ -139,7 +138,6 @@ class PipelineRunner:
             self.spark.streams.removeListener(listener)
             raise
         tracker.query_id = str(query.id)
-        sink.bind(query, caps.check)
         log.info(
             "%s: started query %s (run %s), checkpoint %s, %s",
             self.spec.name,
@@ -150,6 +148,7 @@ class PipelineRunner:
         )
         failure: BaseException | None = None
         try:
+            sink.bind(query, caps.check)
             ended_by = self._await(query, tracker, sink, available_now)
             caps.check(last_progress(query))  # the last batch has no next one to check it
         except WindowStateCapHit as e:

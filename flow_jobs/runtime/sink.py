@@ -76,10 +76,30 @@ class WindowBatchSink:
         names the writer and keys the ledger; ``before_batch`` runs on the driver before
         each batch, with the previous batch's progress (the state cap check), and fails
         the batch by raising."""
+        try:
+            self._bind(query, before_batch)
+        finally:
+            self._bound.set()  # a batch waiting for it must not wait forever
+
+    def _bind(
+        self, query: Any, before_batch: Callable[[dict[str, Any] | None], None] | None
+    ) -> None:
         self._query = query
         self._before_batch = before_batch
-        self._query_id = str(query.id)
-        self._bound.set()
+        if self.spec.has_window:
+            # A fresh checkpoint lineage (after a reset, or a lost checkpoint) may start
+            # where an earlier one's input is gone (retention, starting_offsets): the
+            # windows that lineage completed are never overwritten with partial ones.
+            until = self.ledger.earlier_lineages_watermark(self.pipeline, str(query.id))
+            if until is not None:
+                self.target.protect_closed_windows(self.spec.window.window_end_column, until)
+                log.info(
+                    "%s: a new checkpoint lineage; windows ending at or before %s (an "
+                    "earlier lineage's watermark) are inserted if absent, never updated",
+                    self.pipeline,
+                    until.isoformat(),
+                )
+        self._query_id = str(query.id)  # last: a batch runs only once all is set
 
     @property
     def query_id(self) -> str | None:
@@ -95,7 +115,8 @@ class WindowBatchSink:
         if self._stopping:
             raise StopRequested(f"batch {batch_id} not started: stop requested")
         self._bound.wait()
-        assert self._query_id is not None
+        if self._query_id is None:
+            raise RuntimeError(f"batch {batch_id} not started: the run failed to start")
         with self._writing:
             if self._stopping:
                 raise StopRequested(f"batch {batch_id} not started: stop requested")
