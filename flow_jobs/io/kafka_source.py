@@ -14,13 +14,23 @@ installed from the Python package registries; this source needs nothing but
 * a range is read up to its end offset and no further, so the last partial fetch never
   waits for a timeout, and ranges are deterministic on replay.
 
-Data loss (a start offset already deleted by retention) fails the query with a message
-naming the topic, partition and offsets, like Spark's ``failOnDataLoss``.
+Data loss fails the query with one line naming the topic, partition and offsets, like
+Spark's ``failOnDataLoss``: a planned start already deleted (retention: the broker's
+earliest offset is past it) or a partition whose latest offset went backwards (the topic
+was deleted and recreated). With ``fail_on_data_loss = false`` the partition resumes at
+the broker's earliest offset instead; the skip is planned on the driver and kept in the
+batch's end offset (``"_data_loss"``), so it is replay-deterministic, and the ledger row
+of the batch holds it. Retention that overtakes a range between planning and reading is
+found by the executor (``_AUTO_OFFSET_RESET``) and treated the same way, logged there.
+
+Transient broker errors (connection lost, all brokers down, leader changes, timeouts)
+are retried with exponential backoff, ``retries`` in a row at most.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -36,6 +46,8 @@ from pyspark.sql.streaming.datasource import (
 )
 
 SOURCE_FORMAT = "flow_kafka"
+
+log = logging.getLogger(__name__)
 
 #: Columns every Kafka source exposes, in order (Spark DDL).
 KAFKA_COLUMNS_DDL = (
@@ -91,6 +103,8 @@ class KafkaSourceOptions:
     processing_time: bool = False
     fail_on_data_loss: bool = True
     read_timeout_ms: int = 120_000
+    retries: int = 6
+    retry_backoff_ms: int = 250
     group_id: str = "flow-jobs"
     client_config: tuple[tuple[str, str], ...] = ()
 
@@ -116,6 +130,8 @@ class KafkaSourceOptions:
             processing_time=options.get("time_mode", "event") == "processing",
             fail_on_data_loss=options.get("fail_on_data_loss", "true").lower() == "true",
             read_timeout_ms=int(options.get("read_timeout_ms", "120000")),
+            retries=int(options.get("retries", "6")),
+            retry_backoff_ms=int(options.get("retry_backoff_ms", "250")),
             group_id=options.get("group_id", "flow-jobs"),
             client_config=tuple(
                 sorted(
@@ -154,6 +170,109 @@ def _offsets(topic: str, by_partition: dict[int, int]) -> Offsets:
 
 def _by_partition(offsets: Offsets, topic: str) -> dict[int, int]:
     return {int(p): int(o) for p, o in offsets.get(topic, {}).items()}
+
+
+#: Key of an end offset that records the partitions a batch resumed elsewhere after data
+#: loss: ``{"<partition>": {"expected": next offset, "resumed_at": offset, "reason": …}}``.
+DATA_LOSS_KEY = "_data_loss"
+
+
+@dataclass(frozen=True)
+class DataLoss:
+    partition: int
+    expected: int  # the next offset the checkpoint holds
+    resumed_at: int  # where reading resumes: the broker's earliest offset
+    reason: str  # "deleted" (retention) | "recreated" (the latest offset went back)
+
+    def describe(self, topic: str) -> str:
+        if self.reason == "deleted":
+            return (
+                f"Kafka {topic}[{self.partition}]: offsets {self.expected}.."
+                f"{self.resumed_at - 1} were deleted (retention) before they were read"
+            )
+        return (
+            f"Kafka {topic}[{self.partition}]: the latest offset went back below "
+            f"{self.expected} (the topic was deleted and recreated, or truncated); its "
+            f"records from offset {self.expected} on are gone"
+        )
+
+
+def find_data_loss(begin: dict[int, int], marks: dict[int, tuple[int, int]]) -> list[DataLoss]:
+    """Partitions whose next offset the broker no longer serves: deleted by retention
+    (earliest offset past it) or gone backwards (latest offset below it)."""
+    losses = []
+    for p, expected in sorted(begin.items()):
+        if p not in marks:
+            continue
+        low, high = marks[p]
+        if high < expected:
+            losses.append(DataLoss(p, expected, low, "recreated"))
+        elif low > expected:
+            losses.append(DataLoss(p, expected, low, "deleted"))
+    return losses
+
+
+def _losses(offsets: dict) -> dict[int, dict[str, Any]]:
+    return {int(p): v for p, v in (offsets.get(DATA_LOSS_KEY) or {}).items()}
+
+
+_FAIL_HINT = "set fail_on_data_loss = false on the source to skip to the earliest offset"
+
+#: librdkafka error codes that a retry (or librdkafka's own reconnect) can cure.
+_TRANSIENT_NAMES = (
+    "_TRANSPORT",
+    "_ALL_BROKERS_DOWN",
+    "_TIMED_OUT",
+    "NOT_LEADER_FOR_PARTITION",
+    "NOT_LEADER_OR_FOLLOWER",
+    "LEADER_NOT_AVAILABLE",
+    "REQUEST_TIMED_OUT",
+    "NETWORK_EXCEPTION",
+)
+
+
+def is_transient(err: Any) -> bool:
+    from confluent_kafka import KafkaError
+
+    codes = {getattr(KafkaError, n) for n in _TRANSIENT_NAMES if hasattr(KafkaError, n)}
+    return err.code() in codes or bool(err.retriable())
+
+
+class Backoff:
+    """Exponential backoff over consecutive transient errors, ``retries`` at most."""
+
+    def __init__(self, retries: int, base_ms: int, sleep: Any = time.sleep) -> None:
+        self.retries, self.base_ms, self.sleep = retries, base_ms, sleep
+        self.failures = 0
+
+    def failed(self, what: str, err: str) -> None:
+        """Wait before the next try, or raise once ``retries`` tries in a row failed."""
+        self.failures += 1
+        if self.failures > self.retries:
+            raise RuntimeError(
+                f"{what}: {err} ({self.retries} retries with backoff exhausted; raise "
+                "retries on the source if the broker needs longer to recover)"
+            )
+        log.warning("%s: %s; retry %d of %d", what, err, self.failures, self.retries)
+        self.sleep(min(self.base_ms * 2 ** (self.failures - 1), 30_000) / 1000)
+
+    def succeeded(self) -> None:
+        self.failures = 0
+
+
+def retry(call: Any, what: str, retries: int, base_ms: int, sleep: Any = time.sleep) -> Any:
+    """``call()``, retried on transient Kafka errors (``KafkaException``)."""
+    from confluent_kafka import KafkaException
+
+    backoff = Backoff(retries, base_ms, sleep)
+    while True:
+        try:
+            return call()
+        except KafkaException as e:
+            err = e.args[0] if e.args else None
+            if err is None or not hasattr(err, "code") or not is_transient(err):
+                raise
+            backoff.failed(what, err.str())
 
 
 def cap_offsets(start: dict[int, int], latest: dict[int, int], max_rows: int) -> dict[int, int]:
@@ -198,6 +317,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._consumer
 
     def _watermarks(self) -> dict[int, tuple[int, int]]:
+        o = self.options
+        return retry(self._read_watermarks, f"Kafka {o.topic}", o.retries, o.retry_backoff_ms)
+
+    def _read_watermarks(self) -> dict[int, tuple[int, int]]:
         from confluent_kafka import TopicPartition
 
         consumer = self._client()
@@ -234,12 +357,32 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         topic = self.options.topic
         begin = _by_partition(start, topic)
-        latest = self._available_now_end or self._latest()
-        # A partition never moves backwards, even if the broker briefly reports less.
+        marks = self._watermarks()
+        losses = find_data_loss(begin, marks)
+        if losses and self.options.fail_on_data_loss:
+            raise KafkaDataLossError(f"{losses[0].describe(topic)}; {_FAIL_HINT}")
+        for loss in losses:
+            log.warning("%s; resuming at offset %s", loss.describe(topic), loss.resumed_at)
+            begin[loss.partition] = loss.resumed_at
+        if self._available_now_end is not None:  # pinned before the loss was seen
+            self._available_now_end = {
+                p: max(o, begin.get(p, 0)) for p, o in self._available_now_end.items()
+            }
+        latest = self._available_now_end or {p: high for p, (_low, high) in marks.items()}
         latest = {p: max(o, begin.get(p, 0)) for p, o in latest.items()}
         if isinstance(limit, ReadMaxRows):
             latest = cap_offsets(begin, latest, limit.max_rows)
-        return _offsets(topic, latest)
+        end: dict[str, Any] = _offsets(topic, latest)
+        if losses:  # kept in the offset log: a replay plans the same ranges
+            end[DATA_LOSS_KEY] = {
+                str(x.partition): {
+                    "expected": x.expected,
+                    "resumed_at": x.resumed_at,
+                    "reason": x.reason,
+                }
+                for x in losses
+            }
+        return end
 
     def reportLatestOffset(self) -> dict | None:
         return _offsets(self.options.topic, self._latest())
@@ -247,6 +390,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict, end: dict) -> list[KafkaRange]:
         topic = self.options.topic
         begin = _by_partition(start, topic)
+        for p, loss in _losses(end).items():
+            begin[p] = int(loss["resumed_at"])
         return [
             KafkaRange(topic, p, begin.get(p, 0), stop)
             for p, stop in sorted(_by_partition(end, topic).items())
@@ -269,10 +414,18 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 def read_range(options: KafkaSourceOptions, rng: KafkaRange) -> Iterator[pa.RecordBatch]:
-    """Read offsets [rng.start, rng.end) of one partition as Arrow record batches."""
+    """Read offsets [rng.start, rng.end) of one partition as Arrow record batches.
+
+    The range is done when a record at or past ``end`` arrives, when the partition's end
+    (EOF) is at or past it, or when the consumer's position is: the offsets between the
+    last record and ``end`` may hold no record at all (transaction markers, aborted
+    records, compaction), so waiting for one would hang until the read timeout."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     consumer = Consumer(options.consumer_config())
+    where = f"Kafka {rng.topic}[{rng.partition}] reading [{rng.start}, {rng.end})"
+    backoff = Backoff(options.retries, options.retry_backoff_ms)
+    lost = (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE)
     try:
         consumer.assign([TopicPartition(rng.topic, rng.partition, rng.start)])
         next_offset = rng.start
@@ -280,43 +433,101 @@ def read_range(options: KafkaSourceOptions, rng: KafkaRange) -> Iterator[pa.Reco
         while next_offset < rng.end:
             messages = consumer.consume(min(_READ_CHUNK, rng.end - next_offset), 1.0)
             batch = []
+            done = False
+            resume: int | None = None
             for m in messages:
                 err = m.error()
                 if err is None:
-                    if m.offset() < rng.end:
+                    if m.offset() >= rng.end:
+                        done = True  # past the end: nothing of the range is left
+                    elif m.offset() >= next_offset:
                         batch.append(m)
                     continue
                 if err.code() == KafkaError._PARTITION_EOF:
-                    if m.offset() >= rng.end:  # a gap (compaction, txn markers) up to end
-                        next_offset = rng.end
+                    done = done or m.offset() >= rng.end
                     continue
-                _raise_read_error(options, rng, next_offset, err)
+                if err.code() in lost:
+                    marks = _marks(options, consumer, rng)
+                    resume = _data_lost_while_reading(options, rng, next_offset, marks, err.str())
+                    done = resume is None
+                    break
+                if is_transient(err):
+                    backoff.failed(f"{where} at {next_offset}", err.str())
+                    continue
+                raise RuntimeError(f"{where} at {next_offset}: {err.str()}")
             if batch:
                 next_offset = batch[-1].offset() + 1
                 last_progress = time.monotonic()
+                backoff.succeeded()
                 yield _to_arrow(rng, batch, options.processing_time)
-            elif time.monotonic() - last_progress > options.read_timeout_ms / 1000:
+            if done or next_offset >= rng.end:
+                return
+            if resume is not None:
+                next_offset = max(next_offset, resume)
+                consumer.assign([TopicPartition(rng.topic, rng.partition, next_offset)])
+                continue
+            if batch:
+                continue
+            if _position(consumer, rng) >= rng.end:
+                return  # only markers or aborted records were left
+            # Nothing came: are the offsets still there? (Not every broker reports an
+            # offset out of range: tansu, for one, just serves nothing.)
+            low, high = marks = _marks(options, consumer, rng)
+            if low > next_offset or high < rng.end:
+                resume = _data_lost_while_reading(options, rng, next_offset, marks, "no record")
+                if resume is None:
+                    return
+                next_offset = max(next_offset, resume)
+                consumer.assign([TopicPartition(rng.topic, rng.partition, next_offset)])
+                continue
+            if time.monotonic() - last_progress > options.read_timeout_ms / 1000:
                 raise KafkaDataLossError(
-                    f"Kafka {rng.topic}[{rng.partition}]: no record at offset {next_offset} "
-                    f"within {options.read_timeout_ms} ms while reading [{rng.start}, "
-                    f"{rng.end}); the broker no longer serves the planned range"
+                    f"{where}: no record at offset {next_offset} within "
+                    f"{options.read_timeout_ms} ms; the broker no longer serves the planned "
+                    "range"
                 )
     finally:
         consumer.close()
 
 
-def _raise_read_error(options: KafkaSourceOptions, rng: KafkaRange, at: int, err: Any) -> None:
-    from confluent_kafka import KafkaError
+def _position(consumer: Any, rng: KafkaRange) -> int:
+    from confluent_kafka import TopicPartition
 
-    where = f"Kafka {rng.topic}[{rng.partition}] reading [{rng.start}, {rng.end}) at {at}"
-    if err.code() == KafkaError.OFFSET_OUT_OF_RANGE:
-        hint = (
-            "records were deleted (retention) before they were processed; set "
-            "fail_on_data_loss = false on the source to skip them"
-        )
-        if options.fail_on_data_loss:
-            raise KafkaDataLossError(f"{where}: offset out of range: {hint}")
-    raise RuntimeError(f"{where}: {err.str()}")
+    [position] = consumer.position([TopicPartition(rng.topic, rng.partition)])
+    return int(position.offset) if position.offset is not None else -1
+
+
+def _marks(options: KafkaSourceOptions, consumer: Any, rng: KafkaRange) -> tuple[int, int]:
+    from confluent_kafka import TopicPartition
+
+    return retry(
+        lambda: consumer.get_watermark_offsets(
+            TopicPartition(rng.topic, rng.partition), timeout=30
+        ),
+        f"Kafka {rng.topic}[{rng.partition}]",
+        options.retries,
+        options.retry_backoff_ms,
+    )
+
+
+def _data_lost_while_reading(
+    options: KafkaSourceOptions, rng: KafkaRange, at: int, marks: tuple[int, int], why: str
+) -> int | None:
+    """Offsets of the range vanished after it was planned (retention, a recreated
+    topic): fail, or return where to resume (None: nothing of the range is left)."""
+    low, high = marks
+    what = (
+        f"Kafka {rng.topic}[{rng.partition}]: offset {at} of the planned range [{rng.start}, "
+        f"{rng.end}) is no longer served (earliest {low}, latest {high}: deleted by "
+        f"retention, or the topic was recreated) [{why}]"
+    )
+    if options.fail_on_data_loss:
+        raise KafkaDataLossError(f"{what}; {_FAIL_HINT}")
+    if at < low < rng.end and high >= rng.end:
+        log.warning("%s; resuming at offset %s", what, low)
+        return low
+    log.warning("%s; skipping the rest of the range", what)
+    return None
 
 
 def _to_arrow(rng: KafkaRange, batch: list, processing_time: bool) -> pa.RecordBatch:

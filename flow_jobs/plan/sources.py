@@ -63,6 +63,8 @@ def read_kafka(
         .option("topic", source.topic)
         .option("starting_offsets", source.starting_offsets)
         .option("fail_on_data_loss", str(source.fail_on_data_loss).lower())
+        .option("retries", str(source.retries))
+        .option("retry_backoff_ms", str(source.retry_backoff_ms))
         .option("time_mode", time_mode)
         .option("group_id", f"flow-jobs-{pipeline}")
     )

@@ -141,6 +141,16 @@ class WindowBatchSink:
             start = read_offset_log(self.checkpoint, batch_id - 1, self.spec)
             if end is not None:
                 entry.end_offsets, entry.global_watermark = end.offsets, end.watermark
+                for source, offsets in end.offsets.items():
+                    if isinstance(offsets, dict) and offsets.get("_data_loss"):
+                        # Kept in the ledger row's end_offsets, with where reading resumed.
+                        log.warning(
+                            "%s: batch %s of source %s skipped lost offsets: %s",
+                            self.pipeline,
+                            batch_id,
+                            source,
+                            offsets["_data_loss"],
+                        )
             if start is not None:
                 entry.start_offsets = start.offsets
             # Dead letters first: their count goes into the ledger row.

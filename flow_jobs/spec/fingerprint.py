@@ -15,7 +15,7 @@ resumed under:
   ``checkpoint``, sources' ``bootstrap_servers`` and ``client_config`` (same topic on
   another address, credentials);
 * throughput and runtime knobs: ``spark``, ``runtime``, sources'
-  ``max_offsets_per_trigger``, ``fail_on_data_loss``;
+  ``max_offsets_per_trigger``, ``fail_on_data_loss``, ``retries``, ``retry_backoff_ms``;
 * ``starting_offsets``: only read by a fresh checkpoint;
 * caps and guards that fail or divert, never reshape state:
   ``max_groups_per_window``, ``on_state_cap``, ``max_event_time_skew_ms``;
@@ -36,6 +36,8 @@ SAFE_SOURCE_KEYS = frozenset(
         "client_config",
         "max_offsets_per_trigger",
         "fail_on_data_loss",
+        "retries",
+        "retry_backoff_ms",
         "starting_offsets",
     }
 )

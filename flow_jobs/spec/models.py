@@ -132,6 +132,10 @@ class KafkaSource(SpecModel):
     starting_offsets: Literal["earliest", "latest"] = "earliest"
     max_offsets_per_trigger: Annotated[int, Field(gt=0)] | None = None
     fail_on_data_loss: bool = True
+    #: Transient broker errors (connection lost, leader change, timeouts) tolerated in a
+    #: row before the read fails, with exponential backoff from ``retry_backoff_ms``.
+    retries: Annotated[int, Field(ge=0)] = 6
+    retry_backoff_ms: Annotated[int, Field(gt=0)] = 250
     #: Extra librdkafka client properties (e.g. ``security.protocol``); kept secret.
     client_config: dict[str, SecretStr] = Field(default_factory=dict)
 
