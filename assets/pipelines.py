@@ -32,6 +32,7 @@ from dagster import (
     Config,
     DagsterExecutionInterruptedError,
     DefaultSensorStatus,
+    Failure,
     MaterializeResult,
     MetadataValue,
     RunRequest,
@@ -52,7 +53,7 @@ from assets.resources import (
     SparkResource,
     apply_resources,
 )
-from flow_jobs.io.state_store import StateStore
+from flow_jobs.io.state_store import PipelineBusy, StateStore
 from flow_jobs.spec import load_spec
 from flow_jobs.spec.models import PipelineSpec
 
@@ -122,6 +123,9 @@ def run_pipeline(
             stop.set()
             worker.join()
             raise
+    if isinstance(outcome.get("error"), PipelineBusy):
+        # A clear step failure, not a stack trace: nothing ran, nothing to retry now.
+        raise Failure(description=str(outcome["error"]), allow_retries=False) from None
     if "error" in outcome:
         raise outcome["error"]
     summary = outcome["summary"]

@@ -14,6 +14,7 @@ from typing import Any
 from flow_jobs.io.state_store import (
     DEFAULT_SCHEMA,
     IncompatibleSpec,
+    PipelineBusy,
     StateStore,
     default_embedded_dir,
     embedded_url,
@@ -27,6 +28,7 @@ from flow_jobs.spec.models import PipelineSpec
 EXIT_OK = 0
 EXIT_INVALID = 1  # the spec is invalid, or the pipeline failed
 EXIT_USAGE = 2  # argparse's own code for bad arguments
+EXIT_BUSY = 3  # another run (or reset) of the pipeline is in progress: try again later
 
 
 def _describe(spec: PipelineSpec) -> str:
@@ -119,7 +121,8 @@ def _reset(args: argparse.Namespace) -> int:
         )
         return EXIT_USAGE
     try:
-        version = store.reset(name, checkpoint)
+        with store.run_lock(name, "reset"):  # never under a running query's feet
+            version = store.reset(name, checkpoint)
     except (KeyError, ValueError) as e:
         print(f"error: {e.args[0]}", file=sys.stderr)
         return EXIT_INVALID
@@ -246,6 +249,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (SpecError, PlanError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_INVALID
+    except PipelineBusy as e:  # run and reset: one at a time per pipeline
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_BUSY
 
 
 if __name__ == "__main__":

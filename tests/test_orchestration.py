@@ -12,6 +12,7 @@ import pyarrow as pa
 from dagster import (
     AssetCheckSeverity,
     AssetSelection,
+    DagsterEventType,
     RunRequest,
     SkipReason,
     build_sensor_context,
@@ -197,6 +198,24 @@ def test_the_sensor_requests_one_run_per_set_of_new_offsets(
     second, advanced = tick(cursor)
     assert isinstance(second, RunRequest) and advanced != cursor
     assert second.run_key != first.run_key
+
+
+def test_a_run_of_a_busy_pipeline_fails_with_the_reason(
+    spark: SparkSession, broker: EmbeddedBroker, topic: str, workdir: Path
+) -> None:
+    spec_path = _write_spec(workdir, broker, topic)
+    spec = load_spec(spec_path)
+    with _ledger().run_lock(spec.name):  # as a run elsewhere holds it
+        result = materialize(
+            [pipeline_asset(spec_path)], resources=_resources(), raise_on_error=False
+        )
+    assert not result.success
+    (failure,) = [e for e in result.all_events if e.event_type == DagsterEventType.STEP_FAILURE]
+    assert failure.step_failure_data is not None
+    error = failure.step_failure_data.error
+    assert error is not None and error.cls_name == "Failure"
+    assert f"pipeline {spec.name} is busy: 'flow-jobs run pid {os.getpid()}@" in error.message
+    assert not spark.streams.active
 
 
 def test_a_spec_schedule_becomes_a_dagster_schedule(tmp_path: Path) -> None:

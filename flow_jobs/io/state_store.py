@@ -12,6 +12,11 @@ checkpoint, so a checkpoint deleted by hand starts a new lineage of batch ids in
 colliding with the old one. ``state_version`` counts checkpoint generations
 (``flow-jobs reset``).
 
+One run per pipeline: a run (and a reset) holds a session-level advisory lock keyed by
+the schema and the pipeline's name on a connection of its own for as long as it runs;
+another start is refused (``PipelineBusy``) naming the holder, and Postgres releases
+the lock when the holder's connection ends, however its process ended.
+
 The schema is migrated at start (versioned, under an advisory lock, so concurrent
 starts are safe). Without a URL, an embedded PostgreSQL 16 from the ``pgserver`` wheel
 is started under the data folder and reused by later runs.
@@ -19,11 +24,13 @@ is started under the data folder and reused by later runs.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 import re
 import shutil
+import socket
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -109,6 +116,10 @@ MIGRATIONS: list[tuple[int, str]] = [
 
 class IncompatibleSpec(RuntimeError):
     """The checkpoint was started under a spec whose state layout or semantics differ."""
+
+
+class PipelineBusy(RuntimeError):
+    """Another run (or reset) of the pipeline holds its lock."""
 
 
 def embedded_url(data_dir: str | Path) -> str:
@@ -326,6 +337,58 @@ class StateStore:
                 (old + 1, name),
             )
         return old + 1
+
+    # -- one run per pipeline --------------------------------------------------------
+
+    def lock_key(self, name: str) -> int:
+        """The pipeline's advisory lock key: 64 bits of a hash of schema and name."""
+        digest = hashlib.sha256(f"flow-jobs/{self.schema}/{name}".encode()).digest()
+        return int.from_bytes(digest[:8], "big", signed=True)
+
+    @contextmanager
+    def run_lock(self, name: str, command: str = "run") -> Iterator[None]:
+        """Hold pipeline ``name``'s lock until the block ends, or raise ``PipelineBusy``.
+
+        A session-level ``pg_try_advisory_lock`` on a connection of its own, named
+        after this process (``application_name``) so a refused start can say who holds
+        it. Postgres releases it when that connection closes: at the end of the block,
+        or when the process dies (server-side TCP keepalives bound how long a vanished
+        host keeps it)."""
+        key = self.lock_key(name)
+        holder = f"flow-jobs {command} pid {os.getpid()}@{socket.gethostname()}"
+        conn = psycopg.connect(self._url, autocommit=True, application_name=holder[:63])
+        try:
+            conn.execute("SET tcp_keepalives_idle = 30")
+            conn.execute("SET tcp_keepalives_interval = 10")
+            conn.execute("SET tcp_keepalives_count = 3")
+            acquired = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
+            if not (acquired and acquired[0]):
+                raise PipelineBusy(
+                    f"pipeline {name} is busy: {self._holder(conn, key)}; {command} refused "
+                    "— wait for that run to end or stop it, then try again"
+                )
+            log.debug("%s: holding the run lock (%s)", name, holder)
+            yield
+        finally:
+            conn.close()  # ends the session, which releases the lock
+
+    def _holder(self, conn: psycopg.Connection, key: int) -> str:
+        """Who holds advisory lock ``key``: its application name, since when, its backend."""
+        row = conn.execute(
+            """SELECT l.pid, a.application_name, a.backend_start
+            FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+            WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+              AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+              AND l.classid::bigint = %s AND l.objid::bigint = %s""",
+            ((key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF),
+        ).fetchone()
+        where = f"state store schema {self.schema}"
+        if row is None:  # released in between: a retry will likely succeed
+            return f"a session that has just ended held it ({where})"
+        pid, application, started = row
+        who = repr(application) if application else "another session"
+        since = f" since {started.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC" if started else ""
+        return f"{who} holds it{since} (Postgres backend {pid}, {where})"
 
     # -- the ledger ------------------------------------------------------------------
 

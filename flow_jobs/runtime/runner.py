@@ -80,8 +80,14 @@ class PipelineRunner:
         return DeltaBatchTarget(target, table)
 
     def run(self, available_now: bool = False) -> RunSummary:
-        """Process until the input is drained (``available_now``) or a stop is requested."""
+        """Process until the input is drained (``available_now``) or a stop is requested.
+        One run per pipeline: refused (``PipelineBusy``) while another run or a reset
+        holds the pipeline's lock; this run holds it until it returns."""
         ledger = self.ledger = StateStore.for_spec(self.spec)
+        with ledger.run_lock(self.spec.name, "run"):
+            return self._run(ledger, available_now)
+
+    def _run(self, ledger: StateStore, available_now: bool) -> RunSummary:
         # Refuses a checkpoint whose spec changed incompatibly (IncompatibleSpec).
         state = ledger.open_pipeline(self.spec)
         ledger.record_natural_key(self.spec.name, self.compiled.natural_key)
