@@ -11,6 +11,11 @@
 * The sensor requests an ``available_now`` run when Kafka holds offsets beyond the
   ledger's last committed ones; its cursor is the end offsets it requested a run for,
   so one set of new offsets never yields two runs.
+* One run per pipeline: the runner holds the pipeline's lock in the state store, so a
+  second run fails at once (``PipelineBusy``, a ``Failure`` naming the holder); the
+  sensor requests no run while one of the pipeline's runs is queued or in progress; each
+  asset is in a concurrency pool of its own (``flow-jobs/<name>``), so an instance with
+  ``concurrency: pools: default_limit: 1`` queues a second run's step instead.
 """
 
 import json
@@ -31,11 +36,13 @@ from dagster import (
     AssetsDefinition,
     Config,
     DagsterExecutionInterruptedError,
+    DagsterRunStatus,
     DefaultSensorStatus,
     Failure,
     MaterializeResult,
     MetadataValue,
     RunRequest,
+    RunsFilter,
     ScheduleDefinition,
     SensorDefinition,
     SensorEvaluationContext,
@@ -58,6 +65,18 @@ from flow_jobs.spec import load_spec
 from flow_jobs.spec.models import PipelineSpec
 
 PREVIEW_ROWS = 10
+
+#: The run tag naming a run's pipeline (sensor and schedule runs carry it).
+PIPELINE_TAG = "flow-jobs/pipeline"
+
+#: Runs that are, or are about to be, executing (as Dagster's concurrency guide lists).
+ACTIVE_RUN_STATUSES = [
+    DagsterRunStatus.QUEUED,
+    DagsterRunStatus.NOT_STARTED,
+    DagsterRunStatus.STARTING,
+    DagsterRunStatus.STARTED,
+    DagsterRunStatus.CANCELING,
+]
 
 
 def asset_name(spec: PipelineSpec) -> str:
@@ -214,6 +233,7 @@ def pipeline_asset(spec_path: Path) -> AssetsDefinition:
         f" -> {spec.target.kind} {spec.target.describe()} ({spec_path.name})",
         kinds={"spark", spec.target.kind},
         metadata={"spec": str(spec_path), "pipeline": spec.name},
+        pool=pipeline_pool(spec),
     )
     def _pipeline(
         context: AssetExecutionContext,
@@ -413,6 +433,21 @@ def offsets_ahead(ends: dict[str, Any], committed: dict[str, Any] | None) -> boo
     return False
 
 
+def pipeline_pool(spec: PipelineSpec) -> str:
+    """The asset's Dagster concurrency pool: one per pipeline."""
+    return f"flow-jobs/{spec.name}"
+
+
+def active_run(context: SensorEvaluationContext, pipeline: str, key: AssetKey) -> str | None:
+    """The id of a queued or in-progress run of the pipeline: one tagged with it (sensor,
+    schedule) or one materializing its asset (launched from the UI), else None."""
+    for record in context.instance.get_run_records(RunsFilter(statuses=ACTIVE_RUN_STATUSES)):
+        run = record.dagster_run
+        if run.tags.get(PIPELINE_TAG) == pipeline or key in (run.asset_selection or ()):
+            return run.run_id
+    return None
+
+
 def pipeline_sensor(spec_path: Path) -> SensorDefinition:
     spec = load_spec(spec_path)
     name = asset_name(spec)
@@ -431,6 +466,9 @@ def pipeline_sensor(spec_path: Path) -> SensorDefinition:
         delta: DeltaTargetResource,
     ) -> RunRequest | SkipReason:
         resolved = apply_resources(load_spec(spec_path), kafka, state_store, delta)
+        running = active_run(context, resolved.name, AssetKey(name))
+        if running is not None:  # its run would be refused; the next tick looks again
+            return SkipReason(f"run {running} of {resolved.name} is queued or in progress")
         ends = kafka.end_offsets(resolved)
         committed = state_store.store_for(resolved).last_end_offsets(resolved.name)
         if not offsets_ahead(ends, committed):
@@ -442,7 +480,7 @@ def pipeline_sensor(spec_path: Path) -> SensorDefinition:
         return RunRequest(
             run_key=f"{resolved.name}:{cursor}",
             run_config={"ops": {name: {"config": {"mode": "available_now"}}}},
-            tags={"flow-jobs/pipeline": resolved.name},
+            tags={PIPELINE_TAG: resolved.name},
         )
 
     return _sensor
@@ -457,6 +495,7 @@ def pipeline_schedule(spec_path: Path) -> ScheduleDefinition | None:
         f"{name}_job",
         selection=[AssetKey(name)],
         config={"ops": {name: {"config": {"mode": "available_now"}}}},
+        tags={PIPELINE_TAG: spec.name},
     )
     return ScheduleDefinition(
         name=f"{name}_schedule",

@@ -11,8 +11,12 @@ from typing import Any
 import pyarrow as pa
 from dagster import (
     AssetCheckSeverity,
+    AssetKey,
     AssetSelection,
     DagsterEventType,
+    DagsterInstance,
+    DagsterRun,
+    DagsterRunStatus,
     RunRequest,
     SkipReason,
     build_sensor_context,
@@ -22,6 +26,7 @@ from deltalake import write_deltalake
 from pyspark.sql import SparkSession
 
 from assets.pipelines import (
+    PIPELINE_TAG,
     asset_name,
     check_late_row_rate,
     check_natural_key_unique,
@@ -172,9 +177,10 @@ def test_the_sensor_requests_one_run_per_set_of_new_offsets(
     spec_path = _write_spec(workdir, broker, topic)
     sensor = pipeline_sensor(spec_path)
     resources = _resources()
+    instance = DagsterInstance.ephemeral()
 
     def tick(cursor: str | None) -> tuple[RunRequest | SkipReason, str | None]:
-        context = build_sensor_context(cursor=cursor, resources=resources)
+        context = build_sensor_context(cursor=cursor, resources=resources, instance=instance)
         result = sensor(context)
         return result, context.cursor
 
@@ -198,6 +204,46 @@ def test_the_sensor_requests_one_run_per_set_of_new_offsets(
     second, advanced = tick(cursor)
     assert isinstance(second, RunRequest) and advanced != cursor
     assert second.run_key != first.run_key
+
+
+def test_the_sensor_requests_no_run_while_one_is_in_progress(
+    broker: EmbeddedBroker, topic: str, workdir: Path
+) -> None:
+    send(broker.bootstrap_servers, topic, to_records(random_clicks(random.Random(3), 50)))
+    spec_path = _write_spec(workdir, broker, topic)
+    spec = load_spec(spec_path)
+    key = AssetKey(asset_name(spec))
+    sensor, resources = pipeline_sensor(spec_path), _resources()
+    instance = DagsterInstance.ephemeral()
+
+    def tick() -> RunRequest | SkipReason:
+        context = build_sensor_context(cursor=None, resources=resources, instance=instance)
+        result = sensor(context)
+        assert isinstance(result, RunRequest) or context.cursor is None  # a skip keeps it
+        return result
+
+    def add_run(status: DagsterRunStatus, **fields: Any) -> str:
+        run = instance.add_run(DagsterRun(job_name="__ASSET_JOB", status=status, **fields))
+        return run.run_id
+
+    # Finished runs of this pipeline, and another pipeline's run in progress: no obstacle.
+    add_run(DagsterRunStatus.SUCCESS, tags={PIPELINE_TAG: spec.name})
+    add_run(DagsterRunStatus.FAILURE, asset_selection=frozenset({key}))
+    add_run(DagsterRunStatus.STARTED, tags={PIPELINE_TAG: "another-pipeline"})
+    assert isinstance(tick(), RunRequest)
+
+    # A sensor or schedule run of this pipeline (tagged) in progress: skip.
+    started = add_run(DagsterRunStatus.STARTED, tags={PIPELINE_TAG: spec.name})
+    skipped = tick()
+    assert isinstance(skipped, SkipReason)
+    assert skipped.skip_message == f"run {started} of {spec.name} is queued or in progress"
+    instance.delete_run(started)
+    assert isinstance(tick(), RunRequest)
+
+    # A run materializing the asset launched from the UI (no tag), starting: skip too.
+    starting = add_run(DagsterRunStatus.STARTING, asset_selection=frozenset({key}))
+    skipped = tick()
+    assert isinstance(skipped, SkipReason) and starting in (skipped.skip_message or "")
 
 
 def test_a_run_of_a_busy_pipeline_fails_with_the_reason(
