@@ -1,12 +1,14 @@
-"""One run per pipeline (issue 13): the run lock in the state store — against real
-Postgres, Kafka and Spark."""
+"""One run per pipeline (issue 13): the run lock in the state store, and a checkpoint that
+belongs to one pipeline — against real Postgres, Kafka and Spark."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import psycopg
@@ -15,8 +17,14 @@ from pyspark.sql import SparkSession
 
 from flow_jobs.cli import EXIT_BUSY, main
 from flow_jobs.embedded.broker import EmbeddedBroker
-from flow_jobs.io.state_store import PipelineBusy, StateStore
+from flow_jobs.io.state_store import (
+    CHECKPOINT_MARKER,
+    IncompatibleSpec,
+    PipelineBusy,
+    StateStore,
+)
 from flow_jobs.runtime.runner import PipelineRunner
+from flow_jobs.spec.models import PipelineSpec
 from tests.support import make_spec, random_clicks, send, to_records
 
 WINDOW = {
@@ -98,3 +106,44 @@ def test_a_second_run_or_reset_is_refused_while_a_run_holds_the_pipeline(
     wait_for_release(store(), spec.name)
     assert main(["reset", str(spec_file)]) == 0
     assert not checkpoint.exists()
+
+
+def test_a_checkpoint_belongs_to_the_pipeline_that_started_it(
+    spark: SparkSession,
+    broker: EmbeddedBroker,
+    topic: str,
+    workdir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    send(broker.bootstrap_servers, topic, to_records(random_clicks(random.Random(6), 100)))
+    spec = make_spec(workdir, broker.bootstrap_servers, topic, WINDOW)
+    PipelineRunner(spec, spark).run(available_now=True)
+    checkpoint = Path(spec.checkpoint_location()).resolve()
+    commits = sorted(p.name for p in (checkpoint / "commits").iterdir())
+
+    # Another pipeline name, the same checkpoint location: refused, nothing registered.
+    doc = spec.to_document()
+    other = PipelineSpec.model_validate({**doc, "name": "another-pipeline"})
+    with pytest.raises(IncompatibleSpec) as refused:
+        PipelineRunner(other, spark).run(available_now=True)
+    message = str(refused.value)
+    assert f"checkpoint {checkpoint} belongs to pipeline {spec.name}" in message
+    assert "its own [checkpoint] location" in message
+    assert not spark.streams.active
+    with psycopg.connect(os.environ["FLOW_STATE_STORE_URL"]) as conn:
+        names = conn.execute(
+            f"SELECT name FROM {os.environ['FLOW_STATE_STORE_SCHEMA']}.pipelines"
+        ).fetchall()
+    assert names == [(spec.name,)]
+    marker = json.loads((checkpoint / CHECKPOINT_MARKER).read_text())
+    assert marker["pipeline"] == spec.name
+
+    # The same name with another window, its ledger in another schema (so the ledger
+    # has never seen this name): the checkpoint's marker still refuses it.
+    doc["transform"]["window"]["duration_ms"] = 5_000
+    changed = PipelineSpec.model_validate(doc)
+    monkeypatch.setenv("FLOW_STATE_STORE_SCHEMA", "t_" + uuid.uuid4().hex[:12])
+    with pytest.raises(IncompatibleSpec) as refused:
+        PipelineRunner(changed, spark).run(available_now=True)
+    assert f"was started under spec fingerprint {marker['fingerprint']}" in str(refused.value)
+    assert sorted(p.name for p in (checkpoint / "commits").iterdir()) == commits

@@ -17,6 +17,10 @@ the schema and the pipeline's name on a connection of its own for as long as it 
 another start is refused (``PipelineBusy``) naming the holder, and Postgres releases
 the lock when the holder's connection ends, however its process ended.
 
+A local checkpoint carries a marker naming the pipeline (and fingerprint) it was started
+by, so a spec of another name pointed at the same location is refused instead of
+resuming someone else's state (``claim_checkpoint``).
+
 The schema is migrated at start (versioned, under an advisory lock, so concurrent
 starts are safe). Without a URL, an embedded PostgreSQL 16 from the ``pgserver`` wheel
 is started under the data folder and reused by later runs.
@@ -120,6 +124,10 @@ class IncompatibleSpec(RuntimeError):
 
 class PipelineBusy(RuntimeError):
     """Another run (or reset) of the pipeline holds its lock."""
+
+
+#: The file in a local checkpoint that names the pipeline and fingerprint it belongs to.
+CHECKPOINT_MARKER = "flow-jobs-pipeline.json"
 
 
 def embedded_url(data_dir: str | Path) -> str:
@@ -261,7 +269,8 @@ class StateStore:
     # -- pipelines and fingerprints --------------------------------------------------
 
     def open_pipeline(self, spec: PipelineSpec) -> PipelineState:
-        """Register the pipeline, or check that its checkpoint may resume under ``spec``."""
+        """Register the pipeline, or check that its checkpoint may resume under ``spec``:
+        the ledger's fingerprint for this name, then the checkpoint's own marker."""
         fields = fingerprint_fields(spec)
         fingerprint = fingerprint_of(fields)
         with self.connect() as conn:
@@ -280,6 +289,8 @@ class StateStore:
                     ),
                     (spec.name, fingerprint, Jsonb(fields)),
                 )
+                # A refusal rolls the registration back with it.
+                claim_checkpoint(spec.checkpoint_location(), spec.name, fingerprint)
                 return PipelineState(spec.name, 0, fingerprint)
             state_version, stored, stored_fields = row
             if stored is None:  # after a reset: this generation takes the current spec
@@ -300,6 +311,7 @@ class StateStore:
                     "(the old checkpoint is kept; the new one re-reads its sources from "
                     "starting_offsets and MERGEs into the same target)"
                 )
+            claim_checkpoint(spec.checkpoint_location(), spec.name, fingerprint)
             return PipelineState(spec.name, int(state_version), fingerprint)
 
     def record_natural_key(self, name: str, key: Sequence[str]) -> None:
@@ -577,6 +589,45 @@ class StateStore:
                 cur.execute(statement, [row[c] for c in columns])
                 inserted += cur.rowcount
         return inserted
+
+
+def claim_checkpoint(checkpoint: str, name: str, fingerprint: str) -> None:
+    """Refuse a checkpoint another pipeline (or another spec of this name) started, else
+    mark it as this one's.
+
+    The marker (``flow-jobs-pipeline.json`` in the checkpoint) is written when a pipeline
+    first uses the location — an existing checkpoint without one is adopted — and moves
+    aside with the checkpoint on reset. A different pipeline name is refused; so is a
+    different fingerprint, which the ledger would have refused already unless the two
+    specs keep their ledgers apart (another state store URL or schema). Checkpoints that
+    are not on the local filesystem are not marked."""
+    if "://" in checkpoint and not checkpoint.startswith("file://"):
+        return
+    root = Path(checkpoint.removeprefix("file://")).resolve()
+    marker = root / CHECKPOINT_MARKER
+    try:
+        claimed = json.loads(marker.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        root.mkdir(parents=True, exist_ok=True)
+        mark = {"pipeline": name, "fingerprint": fingerprint,
+                "claimed_at": datetime.now(UTC).isoformat(timespec="seconds")}  # fmt: skip
+        marker.write_text(json.dumps(mark, indent=2) + "\n", encoding="utf-8")
+        return
+    owner, started_under = claimed.get("pipeline"), claimed.get("fingerprint")
+    if owner != name:
+        raise IncompatibleSpec(
+            f"pipeline {name}: checkpoint {root} belongs to pipeline {owner} (see its "
+            f"{CHECKPOINT_MARKER}); two pipelines cannot share a checkpoint. Give this "
+            "spec its own [checkpoint] location"
+        )
+    if started_under != fingerprint:
+        raise IncompatibleSpec(
+            f"pipeline {name}: checkpoint {root} was started under spec fingerprint "
+            f"{started_under}, this spec's is {fingerprint} (see its {CHECKPOINT_MARKER}): "
+            "another spec of the same name, or a changed spec with its ledger elsewhere. "
+            "Give this spec its own [checkpoint] location, or run "
+            f"`flow-jobs reset {name}` with the ledger that started it"
+        )
 
 
 def retire_checkpoint(checkpoint: str, state_version: int) -> str | None:
