@@ -7,7 +7,8 @@ between the write and Spark's commit). After the kills, one ``--available-now`` 
 drains the rest. The target must then equal an independent computation — no window
 missing, none doubled — and the ledger's batch ids must be contiguous.
 
-``FLOW_CRASH_KILLS`` sets the number of kills (6 here, to keep the suite inside its time budget; ``make soak`` runs 50).
+``FLOW_CRASH_KILLS`` sets the number of kills (6 here, to keep the suite inside its time
+budget; ``make soak`` runs 50).
 """
 
 from __future__ import annotations
