@@ -61,6 +61,7 @@ from assets.resources import (
     apply_resources,
 )
 from flow_jobs.io.state_store import PipelineBusy, StateStore
+from flow_jobs.secrets import RedactingFilter
 from flow_jobs.spec import load_spec
 from flow_jobs.spec.models import PipelineSpec
 
@@ -105,6 +106,7 @@ def _logs_to(dagster_log: Any) -> Iterator[None]:
             getattr(dagster_log, level)(record.getMessage())
 
     handler = Forward(logging.INFO)
+    handler.addFilter(RedactingFilter())  # Dagster's event log keeps what it is given
     root = logging.getLogger("flow_jobs")
     root.addHandler(handler)
     try:

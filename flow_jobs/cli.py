@@ -9,7 +9,10 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
+
+import psycopg
 
 from flow_jobs.io.state_store import (
     DEFAULT_SCHEMA,
@@ -22,8 +25,14 @@ from flow_jobs.io.state_store import (
     state_store_url,
 )
 from flow_jobs.plan.errors import PlanError
+from flow_jobs.secrets import RedactingFilter, redact
 from flow_jobs.spec import SpecError, load_spec
 from flow_jobs.spec.models import PipelineSpec
+
+
+class UsageError(ValueError):
+    """A command line the CLI refuses (exit code 2, like argparse's own)."""
+
 
 EXIT_OK = 0
 EXIT_INVALID = 1  # the spec is invalid, or the pipeline failed
@@ -85,21 +94,26 @@ def _run(args: argparse.Namespace) -> int:
     try:
         summary = PipelineRunner(spec, stop_event=stop).run(available_now=args.available_now)
     except (PipelineFailed, IncompatibleSpec) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {redact(str(e))}", file=sys.stderr)
         return EXIT_INVALID
     print(summary.describe())
     return EXIT_OK
 
 
 def _store_for(args: argparse.Namespace) -> tuple[StateStore, PipelineSpec | None, str]:
-    """The state store a NAME (or a spec file) lives in: the spec's ``[state_store]``
-    when a spec is given, else ``--url`` / ``FLOW_STATE_STORE_URL`` / the embedded one."""
+    """The state store a NAME (or a spec file) lives in: ``--url-file``, else the spec's
+    ``[state_store]``, else ``FLOW_STATE_STORE_URL``, else the embedded one."""
+    if getattr(args, "url", None):
+        raise UsageError(
+            "--url is not accepted: a password on the command line shows in `ps` and the "
+            "shell history; set FLOW_STATE_STORE_URL or give --url-file PATH"
+        )
     spec = load_spec(args.pipeline) if args.pipeline.endswith(".toml") else None
     if spec is None and args.spec:
         spec = load_spec(args.spec)
     name = spec.name if spec is not None else args.pipeline
-    if args.url:
-        url = args.url
+    if getattr(args, "url_file", None):
+        url = Path(args.url_file).read_text(encoding="utf-8").strip()
     elif spec is not None:
         url = state_store_url(spec)
     else:
@@ -215,8 +229,14 @@ def build_parser() -> argparse.ArgumentParser:
     def store_options(command: argparse.ArgumentParser) -> None:
         command.add_argument("pipeline", help="the pipeline's name, or its spec file")
         command.add_argument("--spec", help="the spec file (its [state_store] and checkpoint)")
-        command.add_argument("--url", help="the state store's URL (else the spec's, else "
-                             "FLOW_STATE_STORE_URL, else the embedded one)")  # fmt: skip
+        command.add_argument(
+            "--url-file",
+            help="a file holding the state store's URL (else the spec's, else "
+            "$FLOW_STATE_STORE_URL, else the embedded one)",
+        )
+        # Accepted only to refuse it: a password on the command line shows in `ps` and the
+        # shell history (and argparse would echo an unknown option with its value).
+        command.add_argument("--url", help=argparse.SUPPRESS)
         command.add_argument("--schema", help="the state store's schema (default flow_jobs)")
 
     reset = commands.add_parser(
@@ -242,12 +262,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(RedactingFilter())
     logging.getLogger("py4j").setLevel(logging.WARNING)
     logging.getLogger("pgserver").setLevel(logging.WARNING)  # its every pg_ctl call
     try:
         return int(args.handler(args))
-    except (SpecError, PlanError) as e:
+    except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except (SpecError, PlanError) as e:
+        print(f"error: {redact(str(e))}", file=sys.stderr)
+        return EXIT_INVALID
+    except psycopg.Error as e:  # connect_postgres has masked any password already
+        print(f"error: state store: {redact(str(e)).strip()}", file=sys.stderr)
         return EXIT_INVALID
     except PipelineBusy as e:  # run and reset: one at a time per pipeline
         print(f"error: {e}", file=sys.stderr)

@@ -33,6 +33,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from flow_jobs.secrets import connect_postgres
+
 DELTA_FORMAT = "flow_delta_table"
 POSTGRES_FORMAT = "flow_postgres_table"
 
@@ -92,10 +94,9 @@ def _split_table(table: str) -> tuple[str, str]:
 
 def postgres_schema(url: str, table: str) -> StructType:
     """The table's columns as Spark types (anything unmapped is read as its text)."""
-    import psycopg
 
     schema, name = _split_table(table)
-    with psycopg.connect(url, connect_timeout=10) as conn:
+    with connect_postgres(url, connect_timeout=10) as conn:
         rows = conn.execute(
             "SELECT column_name, data_type, numeric_precision, numeric_scale "
             "FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
@@ -121,7 +122,6 @@ class _PostgresReader(DataSourceReader):
         self.schema = schema
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        import psycopg
         from psycopg import sql
         from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -136,7 +136,7 @@ class _PostgresReader(DataSourceReader):
         query = sql.SQL("SELECT {} FROM {}.{}").format(
             sql.SQL(", ").join(columns), sql.Identifier(schema), sql.Identifier(name)
         )
-        with psycopg.connect(self.url, connect_timeout=10) as conn:
+        with connect_postgres(self.url, connect_timeout=10) as conn:
             rows = conn.execute(query).fetchall()
         names = self.schema.fieldNames()
         yield pa.RecordBatch.from_pylist(

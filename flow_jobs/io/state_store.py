@@ -46,6 +46,7 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from flow_jobs.secrets import connect_postgres
 from flow_jobs.spec.fingerprint import changed_fields, fingerprint_fields, fingerprint_of
 from flow_jobs.spec.models import PipelineSpec
 
@@ -234,7 +235,7 @@ class StateStore:
 
     @contextmanager
     def connect(self) -> Iterator[psycopg.Connection]:
-        with psycopg.connect(self._url, autocommit=False) as conn:
+        with connect_postgres(self._url, autocommit=False) as conn:
             yield conn
 
     def q(self, text: str) -> sql.Composed:
@@ -368,7 +369,7 @@ class StateStore:
         host keeps it)."""
         key = self.lock_key(name)
         holder = f"flow-jobs {command} pid {os.getpid()}@{socket.gethostname()}"
-        conn = psycopg.connect(self._url, autocommit=True, application_name=holder[:63])
+        conn = connect_postgres(self._url, autocommit=True, application_name=holder[:63])
         try:
             conn.execute("SET tcp_keepalives_idle = 30")
             conn.execute("SET tcp_keepalives_interval = 10")

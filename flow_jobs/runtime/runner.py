@@ -30,6 +30,7 @@ from flow_jobs.runtime.metrics import MetricsListener, serve
 from flow_jobs.runtime.progress import ProgressTracker, RunSummary
 from flow_jobs.runtime.session import pipeline_session, session_for
 from flow_jobs.runtime.sink import StopRequested, WindowBatchSink, last_progress
+from flow_jobs.secrets import redact
 from flow_jobs.spec.models import PipelineSpec
 
 log = logging.getLogger(__name__)
@@ -225,7 +226,7 @@ class PipelineRunner:
                 return "stopped on request"
             where = describe_batch_in_flight(self.checkpoint, self.spec)
             at = f" in {where}" if where else ""
-            raise PipelineFailed(f"pipeline {self.spec.name} failed{at}: {_root_message(e)}") from e
+            raise PipelineFailed(f"pipeline {self.spec.name} failed{at}: {_one_line(e)}") from e
         return "input drained" if available_now else "query ended"
 
 
@@ -250,6 +251,10 @@ def _root_message(error: StreamingQueryException) -> str:
     if python_errors:
         return python_errors[-1]
     return _unwrap(lines[0]) if lines else repr(error)
+
+
+def _one_line(error: StreamingQueryException) -> str:
+    return redact(_root_message(error))
 
 
 def _unwrap(line: str) -> str:

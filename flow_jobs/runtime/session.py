@@ -83,7 +83,12 @@ def build_spark_session(
 #: parse as a timestamp, a cast that does not fit) into a failed query, and the same
 #: offsets fail again on every restart: a poison pill. Without it the value is NULL,
 #: and a NULL event time is a dead letter (aggregates use try_sum / try_avg either way).
-PIPELINE_SQL_CONF: dict[str, str] = {"spark.sql.ansi.enabled": "false"}
+PIPELINE_SQL_CONF: dict[str, str] = {
+    "spark.sql.ansi.enabled": "false",
+    # Plans (explain, the UI, errors) show data source options; every librdkafka client
+    # option (sasl.jaas.config, ssl.key.password, ...) is masked there, like URLs.
+    "spark.sql.redaction.options.regex": r"(?i)url|^kafka\.",
+}
 
 
 def pipeline_session(spark: SparkSession, spark_spec: SparkSpec) -> SparkSession:

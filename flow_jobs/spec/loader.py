@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from flow_jobs.secrets import redact
 from flow_jobs.spec.models import PipelineSpec
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -57,7 +58,7 @@ def format_validation_error(err: ValidationError) -> list[str]:
             _SECRET_KEYS & {str(p) for p in e["loc"]}
         ):
             msg = f"{msg} (got {e['input']!r})"
-        problems.append(f"{key}: {msg}")
+        problems.append(redact(f"{key}: {msg}"))  # a URL given where a table belongs
     return problems
 
 
