@@ -17,6 +17,11 @@ DATA_SOURCES = (KafkaDataSource, DeltaTableSource, PostgresTableSource)
 
 log = logging.getLogger(__name__)
 
+# py4j logs every JVM command with its arguments at DEBUG, Kafka client secrets passed as
+# reader options included: never below INFO, whatever the root logger's level (Dagster
+# can capture Python logs at DEBUG).
+logging.getLogger("py4j").setLevel(logging.INFO)
+
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 DEFAULT_CONF: dict[str, str] = {
