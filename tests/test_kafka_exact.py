@@ -37,6 +37,14 @@ from tests.reference import reference_windows
 from tests.support import assert_same_windows, make_spec, random_clicks, read_windows, send
 from tests.support import to_records as click_records
 
+WINDOW = {
+    "kind": "tumbling",
+    "duration_ms": 10_000,
+    "event_time_column": "ts",
+    "lateness_ms": 0,
+    "group_by": ["user_id"],
+    "aggregations": [{"agg": "count", "as": "n"}],
+}
 # A hang on a gap would fail the read after this, not after the default 120 s.
 FAST = {"read_timeout_ms": 4_000}
 
@@ -113,16 +121,8 @@ def test_a_windowed_pipeline_reads_a_transactional_topic(
     for i in range(0, len(committed), 20):
         plan += [("commit", committed[i : i + 20]), ("abort", aborted)]
     _transactional(broker, topic, plan)
-    window = {
-        "kind": "tumbling",
-        "duration_ms": 10_000,
-        "event_time_column": "ts",
-        "lateness_ms": 0,
-        "group_by": ["user_id"],
-        "aggregations": [{"agg": "count", "as": "n"}],
-    }
     spec = make_spec(
-        workdir, broker.bootstrap_servers, topic, window, source={"max_offsets_per_trigger": 23}
+        workdir, broker.bootstrap_servers, topic, WINDOW, source={"max_offsets_per_trigger": 23}
     )
     summary = PipelineRunner(spec, spark).run(available_now=True)
     assert summary.input_rows == len(events)
@@ -188,17 +188,9 @@ def test_offsets_gone_while_reading_fail_or_skip(broker: EmbeddedBroker, topic: 
 def test_a_pipeline_skips_lost_offsets_and_records_them(
     spark: SparkSession, broker: EmbeddedBroker, topic: str, workdir: Path
 ) -> None:
-    window = {
-        "kind": "tumbling",
-        "duration_ms": 10_000,
-        "event_time_column": "ts",
-        "lateness_ms": 0,
-        "group_by": ["user_id"],
-        "aggregations": [{"agg": "count", "as": "n"}],
-    }
     send(broker.bootstrap_servers, topic, click_records(random_clicks(random.Random(4), 40)))
     spec = make_spec(
-        workdir, broker.bootstrap_servers, topic, window, source={"fail_on_data_loss": False}
+        workdir, broker.bootstrap_servers, topic, WINDOW, source={"fail_on_data_loss": False}
     )
     assert PipelineRunner(spec, spark).run(available_now=True).input_rows == 40
     _recreate(broker, topic, 0)
