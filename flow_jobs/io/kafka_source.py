@@ -275,27 +275,38 @@ def retry(call: Any, what: str, retries: int, base_ms: int, sleep: Any = time.sl
             backoff.failed(what, err.str())
 
 
-def cap_offsets(start: dict[int, int], latest: dict[int, int], max_rows: int) -> dict[int, int]:
-    """Advance each partition from ``start`` towards ``latest`` by at most ``max_rows`` in all.
+def cap_offsets(
+    start: dict[int, int], latest: dict[int, int], max_rows: int, turn: int = 0
+) -> tuple[dict[int, int], int]:
+    """Advance each partition from ``start`` towards ``latest`` by at most ``max_rows`` in
+    all; return the new offsets and the ``turn`` to pass to the next call.
 
     The budget is shared fairly (water-filling): a partition with little new data leaves
-    its share to the others, so one busy partition cannot starve the rest.
+    its share to the others, so one busy partition cannot starve the rest. What does not
+    divide evenly (all of it, when the budget is smaller than the number of partitions)
+    goes one row each round the partitions, from partition ``turn`` on: every partition
+    with data advances at least once every ceil(partitions / budget) calls, instead of the
+    low-numbered ones taking the budget until they drain while the others' rows fall
+    behind the watermark those moved.
     """
     pending = {p: max(0, latest[p] - start.get(p, 0)) for p in latest}
-    grant = {p: 0 for p in latest}
+    grant = dict.fromkeys(latest, 0)
     budget = max_rows
-    open_parts = sorted(p for p, n in pending.items() if n > 0)
-    while budget > 0 and open_parts:
-        share = max(1, budget // len(open_parts))
+    open_parts = [p for p in sorted(latest) if pending[p] > 0]
+    while open_parts and budget >= len(open_parts):
+        share = budget // len(open_parts)
         for p in list(open_parts):
-            take = min(share, pending[p] - grant[p], budget)
+            take = min(share, pending[p] - grant[p])
             grant[p] += take
             budget -= take
             if grant[p] >= pending[p]:
                 open_parts.remove(p)
-            if budget == 0:
-                break
-    return {p: start.get(p, 0) + grant[p] for p in latest}
+    if budget and open_parts:
+        order = [p for p in open_parts if p >= turn] + [p for p in open_parts if p < turn]
+        for p in order[:budget]:
+            grant[p] += 1
+        turn = order[budget - 1] + 1
+    return {p: start.get(p, 0) + grant[p] for p in latest}, turn
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -305,6 +316,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self._consumer: Any = None
         self._available_now_end: dict[int, int] | None = None
+        self._turn = 0  # where cap_offsets hands out the next uneven rows
 
     # -- driver side -------------------------------------------------------------------
     def _client(self) -> Any:
@@ -371,7 +383,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         latest = self._available_now_end or {p: high for p, (_low, high) in marks.items()}
         latest = {p: max(o, begin.get(p, 0)) for p, o in latest.items()}
         if isinstance(limit, ReadMaxRows):
-            latest = cap_offsets(begin, latest, limit.max_rows)
+            latest, self._turn = cap_offsets(begin, latest, limit.max_rows, self._turn)
         end: dict[str, Any] = _offsets(topic, latest)
         if losses:  # kept in the offset log: a replay plans the same ranges
             end[DATA_LOSS_KEY] = {
