@@ -159,7 +159,7 @@ def _metadata(runner: Any, spec: PipelineSpec, summary: Any) -> dict[str, Any]:
         "windows_emitted": summary.windows_inserted + summary.windows_updated,
         "windows_inserted": summary.windows_inserted,
         "windows_updated": summary.windows_updated,
-        "late_rows": summary.late_rows_dropped,
+        "late_rows": summary.late_rows,
         "dead_lettered_rows": summary.dead_lettered,
         "global_watermark": summary.watermark or "",
         "batches": summary.batches,

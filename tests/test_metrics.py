@@ -65,7 +65,7 @@ def test_metrics_are_served_during_a_run(
             time.sleep(0.2)
         # A row behind the watermark, in a later batch: dropped and counted.
         send(broker.bootstrap_servers, topic, [Record(to_records([late])[0].value, 0, b"x", 1)])
-        late_rows = 'flow_late_rows_dropped_total{pipeline="metered"}'
+        late_rows = 'flow_late_rows_total{pipeline="metered",source="clicks"}'
         while samples.get(late_rows, 0) < 1:
             assert time.monotonic() < deadline, f"no late row counted: {samples}"
             time.sleep(0.2)

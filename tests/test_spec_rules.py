@@ -128,10 +128,38 @@ RULES = [
         'required when late_data = "reopen"',
     ),
     (
-        "late_data dlq is reserved",
-        edit("lateness_ms = 5000", 'lateness_ms = 5000\nlate_data = "dlq"'),
+        "late_data dlq on a count window",
+        edit(
+            'kind = "tumbling"\nduration_ms = 60000',
+            'kind = "count_tumbling"\ncount = 3\nlate_data = "dlq"',
+        ).replace("lateness_ms = 5000\n", ""),
         "transform.window.late_data",
-        "late_data = 'dlq' is not supported yet",
+        'late_data = "dlq" does not apply to kind = "count_tumbling"',
+    ),
+    (
+        "late_data dlq in processing time",
+        edit(
+            'event_time_column = "ts"\nlateness_ms = 5000',
+            'time_mode = "processing"\nlateness_ms = 5000\nlate_data = "dlq"',
+        ),
+        "transform.window.late_data",
+        "none is ever late",
+    ),
+    (
+        "late_data dlq on a window after a join",
+        edit(
+            "[transform.window]",
+            PAYMENTS + "\n[transform.window]",
+            edit("lateness_ms = 5000", 'lateness_ms = 5000\nlate_data = "dlq"'),
+        ).replace(
+            "[target]",
+            JOIN.replace(
+                "[transform.join]", '[transform]\nchain = ["join", "window"]\n\n[transform.join]'
+            )
+            + "\n[target]",
+        ),
+        "transform.window",
+        "after a join",
     ),
     (
         "late_data reopen is not implemented yet",
@@ -550,9 +578,16 @@ def test_validate_rejects_naming_the_key(
     assert any(fragment in line for line in lines), f"{fragment!r} not in:\n{err}"
 
 
-def test_validate_accepts_a_valid_spec(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "text",
+    [VALID, edit("lateness_ms = 5000", 'lateness_ms = 5000\nlate_data = "dlq"')],
+    ids=["drop", "dlq"],
+)
+def test_validate_accepts_a_valid_spec(
+    text: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     spec = tmp_path / "spec.toml"
-    spec.write_text(VALID)
+    spec.write_text(text)
     assert main(["validate", str(spec)]) == 0
     assert "valid" in capsys.readouterr().out
 

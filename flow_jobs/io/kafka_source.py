@@ -9,6 +9,8 @@ installed from the Python package registries; this source needs nothing but
 * ``partitions(start, end)`` plans one input partition per Kafka partition range, and
   ``read`` runs on executors, yielding Arrow record batches (no per-row Python objects
   reach Spark; JSON payloads are decoded later, in the JVM);
+* every row carries ``_late_watermark``, the watermark Spark's window operators judge its
+  batch by (from the checkpoint's offset log), so late rows can be counted one by one;
 * ``latestOffset(start, limit)`` honours ``max_offsets_per_trigger`` (Spark's read limit)
   and ``prepareForTriggerAvailableNow`` pins the end of an ``availableNow`` run;
 * a range is read up to its end offset and no further, so the last partial fetch never
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -52,8 +55,14 @@ log = logging.getLogger(__name__)
 #: Columns every Kafka source exposes, in order (Spark DDL).
 KAFKA_COLUMNS_DDL = (
     "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, "
-    "timestamp TIMESTAMP, _event_ts TIMESTAMP"
+    "timestamp TIMESTAMP, _event_ts TIMESTAMP, _late_watermark TIMESTAMP"
 )
+
+#: The watermark Spark's window operators judge the row's micro-batch by: the one the
+#: previous batch ran under (``batchWatermarkMs`` of Spark's offset log), stamped on every
+#: row so the plan can single out late rows one by one (``flow_jobs.plan.late_rows``).
+#: NULL in a query's first batch and where the reader cannot read the checkpoint.
+LATE_WATERMARK = "_late_watermark"
 
 _ARROW_SCHEMA = pa.schema(
     [
@@ -64,6 +73,7 @@ _ARROW_SCHEMA = pa.schema(
         ("offset", pa.int64()),
         ("timestamp", pa.timestamp("us", tz="UTC")),
         ("_event_ts", pa.timestamp("us", tz="UTC")),
+        (LATE_WATERMARK, pa.timestamp("us", tz="UTC")),
     ]
 )
 
@@ -107,6 +117,7 @@ class KafkaSourceOptions:
     retry_backoff_ms: int = 250
     group_id: str = "flow-jobs"
     client_config: tuple[tuple[str, str], ...] = ()
+    checkpoint_location: str | None = None  # the query's, to read its offset log
 
     @classmethod
     def from_options(cls, options: dict[str, str]) -> KafkaSourceOptions:
@@ -133,6 +144,7 @@ class KafkaSourceOptions:
             retries=int(options.get("retries", "6")),
             retry_backoff_ms=int(options.get("retry_backoff_ms", "250")),
             group_id=options.get("group_id", "flow-jobs"),
+            checkpoint_location=options.get("checkpoint_location") or None,
             client_config=tuple(
                 sorted(
                     (k[len(_CLIENT_PREFIX) :], v)
@@ -159,6 +171,7 @@ class KafkaRange(InputPartition):
     partition: int
     start: int
     end: int
+    late_watermark_ms: int | None = None  # the previous batch's watermark (offset log)
 
 
 Offsets = dict[str, dict[str, int]]
@@ -404,11 +417,15 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = _by_partition(start, topic)
         for p, loss in _losses(end).items():
             begin[p] = int(loss["resumed_at"])
-        return [
-            KafkaRange(topic, p, begin.get(p, 0), stop)
+        ranges = [
+            (p, begin.get(p, 0), stop)
             for p, stop in sorted(_by_partition(end, topic).items())
             if stop > begin.get(p, 0)
         ]
+        if not ranges:
+            return []
+        mark = late_watermark(self.options.checkpoint_location, end)
+        return [KafkaRange(topic, p, first, stop, mark) for p, first, stop in ranges]
 
     def commit(self, end: dict) -> None:
         # Offsets live in Spark's checkpoint; nothing to acknowledge to Kafka.
@@ -423,6 +440,61 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, KafkaRange)
         yield from read_range(self.options, partition)
+
+
+def local_path(location: str) -> str | None:
+    """A checkpoint location as a path this process can open: a plain path or a
+    ``file://`` URI; None for remote storage (``s3a://``, ``abfss://``, ``hdfs://``)."""
+    if "://" in location and not location.startswith("file://"):
+        return None
+    return location.removeprefix("file://")
+
+
+def late_watermark(checkpoint: str | None, end: dict) -> int | None:
+    """The watermark Spark drops late rows by in the micro-batch that reads up to ``end``:
+    the one the batch before it ran under (epoch ms), or None in a query's first batch.
+
+    Spark writes a batch's offsets and the watermark it runs under (``batchWatermarkMs``)
+    to ``offsets/<batch id>`` before it plans the batch's partitions, so the newest entry
+    is this batch's (on a replay too: nothing newer is written before it has run), and
+    the entry before it holds the watermark Spark's operators filter this batch by. None
+    also where the checkpoint is not on a file system this process reads."""
+    folder = local_path(checkpoint) if checkpoint else None
+    if folder is None:
+        return None
+    folder = os.path.join(folder, "offsets")
+    try:
+        ids = sorted((int(n) for n in os.listdir(folder) if n.isdigit()), reverse=True)
+    except OSError:
+        return None
+    for batch in ids[:2]:  # a batch planned again after a restart is still the newest
+        lines = _offset_log_lines(folder, batch)
+        if lines is None or not any(_same_offsets(line, end) for line in lines[2:]):
+            continue
+        previous = _offset_log_lines(folder, batch - 1) if batch > 0 else None
+        return _watermark_of(previous) if previous else None
+    log.warning("no offset log entry in %s holds %s: late rows not stamped", folder, end)
+    return None
+
+
+def _offset_log_lines(folder: str, batch: int) -> list[str] | None:
+    try:
+        with open(os.path.join(folder, str(batch)), encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    return lines if len(lines) >= 2 else None
+
+
+def _watermark_of(lines: list[str]) -> int:
+    return int(json.loads(lines[1]).get("batchWatermarkMs") or 0)
+
+
+def _same_offsets(line: str, end: dict) -> bool:
+    try:
+        return bool(json.loads(line) == end)
+    except ValueError:
+        return False  # "-": a source without offsets in this batch
 
 
 def read_range(options: KafkaSourceOptions, rng: KafkaRange) -> Iterator[pa.RecordBatch]:
@@ -551,7 +623,10 @@ def _to_arrow(rng: KafkaRange, batch: list, processing_time: bool) -> pa.RecordB
         ts * 1000 if kind and _MIN_TS_MS <= ts <= _MAX_TS_MS else None
         for kind, ts in (m.timestamp() for m in batch)
     ]
-    ts_array = pa.array(kafka_ts, pa.timestamp("us", tz="UTC"))
+    ts_type = pa.timestamp("us", tz="UTC")
+    ts_array = pa.array(kafka_ts, ts_type)
+    mark = rng.late_watermark_ms
+    late_watermark = pa.array([None if mark is None else mark * 1000] * n, ts_type)
     if processing_time:
         now_us = time.time_ns() // 1000
         event_ts = pa.array([now_us] * n, pa.timestamp("us", tz="UTC"))
@@ -566,6 +641,7 @@ def _to_arrow(rng: KafkaRange, batch: list, processing_time: bool) -> pa.RecordB
             pa.array([m.offset() for m in batch], pa.int64()),
             ts_array,
             event_ts,
+            late_watermark,
         ],
         schema=_ARROW_SCHEMA,
     )

@@ -116,6 +116,11 @@ MIGRATIONS: list[tuple[int, str]] = [
         # sources' schemas): what the natural_key_unique check groups by.
         "ALTER TABLE {s}.pipelines ADD COLUMN natural_key jsonb",
     ),
+    (
+        3,
+        # Late rows per source, row by row (late_rows keeps the batch's total).
+        "ALTER TABLE {s}.batches ADD COLUMN source_late_rows jsonb",
+    ),
 ]
 
 
@@ -455,14 +460,14 @@ class StateStore:
         batch_id: int,
         *,
         input_rows: int,
-        late_rows: int,
+        late_rows: dict[str, int],
         batch_ms: float | None,
         write_ms: float | None,
         max_event_times: dict[str, int | None],
         lateness_ms: dict[str, int],
     ) -> None:
-        """Add what Spark reports once a batch is done (input and late rows, per-source
-        event times). Per-source watermark = the source's highest event time so far
+        """Add what Spark reports once a batch is done (input rows, late rows per source,
+        per-source event times). Per-source watermark = the source's highest event time so far
         minus its lateness: carried from the previous batch of the same query."""
         with self.connect() as conn:
             previous = conn.execute(
@@ -483,13 +488,14 @@ class StateStore:
                 )
             conn.execute(
                 self.q(
-                    "UPDATE {s}.batches SET input_rows = %s, late_rows = %s, batch_ms = %s, "
-                    "write_ms = %s, max_event_times = %s, source_watermarks = %s "
-                    "WHERE pipeline = %s AND query_id = %s AND batch_id = %s"
+                    "UPDATE {s}.batches SET input_rows = %s, late_rows = %s, "
+                    "source_late_rows = %s, batch_ms = %s, write_ms = %s, max_event_times = %s, "
+                    "source_watermarks = %s WHERE pipeline = %s AND query_id = %s AND batch_id = %s"
                 ),
                 (
                     input_rows,
-                    late_rows,
+                    sum(late_rows.values()),
+                    Jsonb(late_rows),
                     batch_ms,
                     write_ms,
                     Jsonb({k: v if v is None else _iso(v) for k, v in max_event_times.items()}),

@@ -13,6 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.utils import AnalysisException
 
 from flow_jobs.io.dead_letters import DeadLetterTable
+from flow_jobs.io.kafka_source import local_path
 from flow_jobs.plan.aggregations import AGGREGATORS
 from flow_jobs.plan.errors import PlanError
 from flow_jobs.plan.event_time import EventTime
@@ -43,19 +44,36 @@ class CompiledPipeline:
 
 
 def compile_pipeline(
-    spark: SparkSession, spec: PipelineSpec, dead_letters: DeadLetterTable
+    spark: SparkSession,
+    spec: PipelineSpec,
+    dead_letters: DeadLetterTable,
+    checkpoint: str | None = None,
 ) -> CompiledPipeline:
-    """Build the query; ``spark`` should be this pipeline's own session (temp views)."""
+    """Build the query; ``spark`` should be this pipeline's own session (temp views).
+    ``checkpoint`` is the query's: the sources read each batch's watermark from it."""
     if spec.transform.join is not None:
         return _compile_join_pipeline(spark, spec, dead_letters)
     window = spec.window
     event_time = EventTime.of_window(window)
+    # Late rows are taken out per row at the sources, before the SQL (plan.late_rows);
+    # count windows have no watermark, and arrival times are never late.
+    timed = window.has_watermark and window.time_mode == "event"
+    late_data = window.late_data if timed else None
     views = {}
     for i, source in enumerate(spec.sources):
         view = views[source.name] = compile_source(
-            spark, source, i, event_time, spec.name, dead_letters.staging(source.name)
+            spark,
+            source,
+            i,
+            event_time,
+            spec.name,
+            dead_letters.staging(source.name),
+            late_data,
+            checkpoint,
         )
         view.createOrReplaceTempView(source.name)
+    if late_data == "dlq":
+        _check_late_rows_reach_the_dead_letters(spec, views, checkpoint)
     lookups = register_lookups(spark, spec.transform.lookups)
     frame = _pre_stage(spark, spec)
     if (
@@ -68,6 +86,28 @@ def compile_pipeline(
         staging = dead_letters.staging("transform.sql", topics)
         frame = divert_after_sql(frame, event_time, staging)
     return _windowed(spec, compile_window(frame, window, spec.name), lookups)
+
+
+def _check_late_rows_reach_the_dead_letters(
+    spec: PipelineSpec, views: dict[str, DataFrame], checkpoint: str | None
+) -> None:
+    """``late_data = "dlq"`` promises every late row in the dead letters: refuse a plan
+    where the sources cannot single them out (Spark would drop them, uncounted there)."""
+    column = spec.window.event_time_column
+    if not carried_by_sources(column, views):
+        raise PlanError(
+            "transform.window.late_data",
+            f'"dlq" finds late rows at the sources, before [transform].sql, but the event '
+            f"time {column!r} is computed in the SQL: take it from a source column, or use "
+            '"drop"',
+        )
+    if checkpoint is not None and local_path(checkpoint) is None:
+        raise PlanError(
+            "transform.window.late_data",
+            f'"dlq" reads each micro-batch\'s watermark from the checkpoint, and '
+            f"{checkpoint} is not on a file system this process reads: use a local or "
+            'mounted checkpoint location, or "drop"',
+        )
 
 
 def _windowed(
@@ -200,9 +240,11 @@ def _window_operators(spec: PipelineSpec) -> tuple[OperatorChoice, ...]:
     native = w.engine == "native"
     late = (
         "none: count windows close when full, every event counts"
-        if w.is_count_based
-        else "withWatermark(event_time); Spark drops rows behind it and counts them "
-        "(numRowsDroppedByWatermark)"
+        if not w.has_watermark
+        else "withWatermark(event_time); rows at or below the previous batch's watermark "
+        "(Spark's late rule) are taken out at each source, per row, counted there "
+        "(observe), then "
+        + ("dead-lettered with their bytes" if w.late_data == "dlq" else "dropped")
     )
     emit = (
         "output mode update: every trigger, the windows it changed"

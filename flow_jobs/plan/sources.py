@@ -26,7 +26,7 @@ from pyspark.sql.types import StructType
 from pyspark.sql.utils import AnalysisException
 
 from flow_jobs.io.dead_letters import RECORD_DDL, DeadLetterStaging
-from flow_jobs.io.kafka_source import SOURCE_FORMAT
+from flow_jobs.io.kafka_source import LATE_WATERMARK, SOURCE_FORMAT
 from flow_jobs.plan.errors import PlanError
 from flow_jobs.plan.event_time import (
     EPOCH_MILLIS_TYPES,
@@ -34,6 +34,7 @@ from flow_jobs.plan.event_time import (
     epoch_ms_out_of_range,
     event_time_of,
 )
+from flow_jobs.plan.late_rows import LATE, late_condition, late_reason
 from flow_jobs.spec.models import EVENT_TS, KAFKA_COLUMN, KafkaSource
 
 _PAYLOAD = "__flow_payload"
@@ -47,7 +48,7 @@ RAW_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", EVEN
 KAFKA_METADATA = ("key", "value", "topic", "partition", "offset", "timestamp")
 _RECORD_FIELDS = ("topic", "partition", "offset", "key", "value", "timestamp")
 
-Reason = tuple[Column, str]
+Reason = tuple[Column, str | Column]  # (condition, the dead letter's reason)
 
 
 #: Prefix of the observable metrics each source view reports (``observedMetrics``).
@@ -55,7 +56,11 @@ OBSERVED_PREFIX = "flow_source_"
 
 
 def read_kafka(
-    spark: SparkSession, source: KafkaSource, pipeline: str, time_mode: str
+    spark: SparkSession,
+    source: KafkaSource,
+    pipeline: str,
+    time_mode: str,
+    checkpoint: str | None = None,
 ) -> DataFrame:
     reader = (
         spark.readStream.format(SOURCE_FORMAT)
@@ -68,6 +73,8 @@ def read_kafka(
         .option("time_mode", time_mode)
         .option("group_id", f"flow-jobs-{pipeline}")
     )
+    if checkpoint:  # the reader stamps each row with its batch's watermarks from it
+        reader = reader.option("checkpoint_location", checkpoint)
     if source.max_offsets_per_trigger:
         reader = reader.option("max_offsets_per_trigger", str(source.max_offsets_per_trigger))
     for key, secret in source.client_config.items():
@@ -93,9 +100,12 @@ def compile_source(
     event_time: EventTime,
     pipeline: str,
     staging: DeadLetterStaging,
+    late_data: str | None = None,
+    checkpoint: str | None = None,
 ) -> DataFrame:
-    """The streaming view of one source, bad records already diverted."""
-    frame = read_kafka(spark, source, pipeline, event_time.mode)
+    """The streaming view of one source, bad records already diverted; with
+    ``late_data`` ("drop" | "dlq"), late rows too (``flow_jobs.plan.late_rows``)."""
+    frame = read_kafka(spark, source, pipeline, event_time.mode, checkpoint)
     if source.format == "json":
         frame, payload = _decode_json(frame, source, index)
         view = [
@@ -111,24 +121,36 @@ def compile_source(
     reasons += _event_time_reasons(event_time, payload, index)
     if reasons:
         frame = _divert(frame, reasons, staging)
-    return _observed(frame.select(*view), source, event_time)
-
-
-def _observed(view: DataFrame, source: KafkaSource, event_time: EventTime) -> DataFrame:
-    """Spark's observable metrics on the source's rows: its highest event time per batch
-    (the ledger's per-source watermark) and its row count, reported in the progress."""
-    column = event_time.column
-    if column not in view.columns:
-        return view  # the event time is made by [transform].sql: no per-source figure
-    try:
-        time = event_time_of(F.col(column), view.schema[column].dataType, event_time.key, column)
-    except PlanError:
-        return view  # the operator reports the type error with its own key
-    return view.observe(
+    frame = frame.select(*view, F.col(LATE_WATERMARK))
+    time = source_event_time(frame, event_time)
+    if time is None:  # the event time is made by [transform].sql: no per-source figures
+        return frame.drop(LATE_WATERMARK)
+    # Spark's observable metrics on the source's rows, reported in the batch's progress:
+    # its highest event time (the ledger's per-source watermark), rows and late rows.
+    frame = frame.withColumn(LATE, late_condition(time) if late_data else F.lit(False))
+    frame = frame.observe(
         f"{OBSERVED_PREFIX}{source.name}",
         F.max(F.unix_millis(time)).alias("max_event_time_ms"),  # the JSON shows ms
         F.count(F.lit(1)).alias("rows"),
+        F.count_if(F.col(LATE)).alias("late_rows"),
     )
+    if late_data == "dlq":
+        reason = late_reason(time, event_time.column)
+        frame = _divert(frame, [(F.col(LATE), reason)], staging, record_fields(frame))
+    elif late_data == "drop":
+        frame = frame.where(~F.col(LATE))
+    return frame.drop(LATE, LATE_WATERMARK)
+
+
+def source_event_time(view: DataFrame, event_time: EventTime) -> Column | None:
+    """The event time of a source view's rows, where the view carries its column."""
+    column = event_time.column
+    if column not in view.columns:
+        return None
+    try:
+        return event_time_of(F.col(column), view.schema[column].dataType, event_time.key, column)
+    except PlanError:
+        return None  # the operator reports the type error with its own key
 
 
 def _decode_json(frame: DataFrame, source: KafkaSource, index: int) -> tuple[DataFrame, StructType]:
@@ -215,11 +237,8 @@ def divert_after_sql(
     name = settings.column
     if name not in frame.columns:
         return frame  # with_event_time names the missing column
-    if KAFKA_COLUMN in frame.columns:
-        fields = {c: F.col(f"{KAFKA_COLUMN}.{c}") for c in _RECORD_FIELDS}
-    elif all(c in frame.columns for c in _RECORD_FIELDS):
-        fields = {c: F.col(c) for c in _RECORD_FIELDS}
-    else:
+    fields = record_fields(frame)
+    if fields is None:
         raise PlanError(
             "transform.sql",
             f"the event time {name!r} is computed in the SQL, so a row whose value comes out "
@@ -238,6 +257,16 @@ def divert_after_sql(
     return _divert(frame, reasons, staging, fields)
 
 
+def record_fields(frame: DataFrame) -> dict[str, Column] | None:
+    """Where a frame's rows keep their Kafka bytes and position: the ``_kafka`` column
+    (JSON sources), the Kafka columns (raw sources), or nowhere (None)."""
+    if KAFKA_COLUMN in frame.columns:
+        return {c: F.col(f"{KAFKA_COLUMN}.{c}") for c in _RECORD_FIELDS}
+    if all(c in frame.columns for c in _RECORD_FIELDS):
+        return {c: F.col(c) for c in _RECORD_FIELDS}
+    return None
+
+
 def _divert(
     frame: DataFrame,
     reasons: list[Reason],
@@ -246,7 +275,7 @@ def _divert(
 ) -> DataFrame:
     reason: Column = F.lit(None).cast("string")
     for condition, text in reversed(reasons):
-        reason = F.when(condition, F.lit(text)).otherwise(reason)
+        reason = F.when(condition, F.lit(text) if isinstance(text, str) else text).otherwise(reason)
     fields = fields or {c: F.col(c) for c in _RECORD_FIELDS}
     # Only bad rows carry their record (bytes and position) into the Python tap.
     record = F.when(

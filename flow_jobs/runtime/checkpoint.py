@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from flow_jobs.io.kafka_source import local_path
 from flow_jobs.spec.models import PipelineSpec
 
 
@@ -36,9 +37,9 @@ def checkpoint_location(location: str) -> str:
 
 
 def _local(checkpoint: str) -> Path | None:
-    if "://" in checkpoint and not checkpoint.startswith("file://"):
-        return None  # remote checkpoints: the ledger takes offsets from progress instead
-    return Path(checkpoint.removeprefix("file://"))
+    # Remote checkpoints: the ledger takes offsets from progress instead.
+    path = local_path(checkpoint)
+    return Path(path) if path is not None else None
 
 
 def read_offset_log(checkpoint: str, batch_id: int, spec: PipelineSpec) -> OffsetLogEntry | None:

@@ -6,7 +6,9 @@ Seed 000's five metrics, renamed ``flow_…`` and labelled by pipeline:
   one per open (window, group): the windows still waiting for the watermark;
 * ``flow_windows_emitted_total``: rows written to the target (counted by the batch sink:
   Spark reports no output rows for ``foreachBatch``; a skipped replay counts nothing);
-* ``flow_late_rows_dropped_total``: Spark's ``numRowsDroppedByWatermark``;
+* ``flow_late_rows_total{source=…}``: rows behind the watermark, counted row by row at
+  each source (``flow_jobs.plan.late_rows``), dropped or dead-lettered; ``source=
+  "_operator"`` holds what Spark's operators dropped themselves (a join's late rows);
 * ``flow_state_groups_total``: state rows over every stateful operator (a join's
   buffered rows included);
 * ``flow_watermark_seconds``: per source (its highest event time minus lateness, from
@@ -29,7 +31,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 
 from flow_jobs.runtime.reports import (
     as_dict,
-    late_rows,
+    late_rows_by_source,
     max_event_times,
     state_rows,
     watermark,
@@ -49,9 +51,11 @@ class FlowMetrics:
             "flow_windows_emitted", "rows emitted to the target", labels, registry=registry
         )
         self.late_rows = Counter(
-            "flow_late_rows_dropped", "rows dropped behind the watermark", labels,
+            "flow_late_rows",
+            "rows behind the watermark, per source (dropped or dead-lettered)",
+            ["pipeline", "source"],
             registry=registry,
-        )  # fmt: skip
+        )
         self.state_groups = Gauge(
             "flow_state_groups_total", "state rows over all operators", labels, registry=registry
         )
@@ -128,7 +132,8 @@ class MetricsListener(StreamingQueryListener):
         m = self.metrics
         m.windows_active.labels(pipeline).set(window_state_rows(p))
         m.state_groups.labels(pipeline).set(state_rows(p))
-        m.late_rows.labels(pipeline).inc(late_rows(p))
+        for source, late in late_rows_by_source(p).items():
+            m.late_rows.labels(pipeline, source).inc(late)
         mark = watermark(p)
         if mark:
             seconds = datetime.fromisoformat(mark.replace("Z", "+00:00")).timestamp()

@@ -12,6 +12,7 @@ from flow_jobs.runtime.reports import (
     Progress,
     as_dict,
     late_rows,
+    late_rows_by_source,
     max_event_times,
     state_rows,
     watermark,
@@ -31,7 +32,7 @@ class RunSummary:
     windows_inserted: int
     windows_updated: int
     dead_lettered: int
-    late_rows_dropped: int
+    late_rows: int  # behind the watermark: dropped, or dead-lettered with late_data = "dlq"
     watermark: str | None
     target_version: str | None
     ended_by: str
@@ -41,7 +42,7 @@ class RunSummary:
             f"pipeline {self.pipeline}: {self.batches} batches, {self.input_rows} rows in, "
             f"{self.windows_inserted + self.windows_updated} window rows merged "
             f"({self.windows_inserted} new, {self.windows_updated} updated), "
-            f"{self.dead_lettered} dead-lettered, {self.late_rows_dropped} late rows dropped, "
+            f"{self.dead_lettered} dead-lettered, {self.late_rows} late rows, "
             f"watermark {self.watermark or '-'}, target version "
             f"{self.target_version if self.target_version is not None else '-'} "
             f"({self.ended_by})"
@@ -94,7 +95,7 @@ class ProgressTracker:
             self.query_id,
             int(p["batchId"]),
             input_rows=int(p.get("numInputRows", 0)),
-            late_rows=late_rows(p),
+            late_rows=late_rows_by_source(p),
             batch_ms=(p.get("durationMs") or {}).get("triggerExecution"),
             write_ms=outcome.write_seconds * 1000 if outcome else None,
             max_event_times=max_event_times(p),
@@ -117,7 +118,7 @@ class ProgressTracker:
                 f"{m.updated} updated), target version {m.version}"
             )
         log.info(
-            "%s batch %s: %s rows in, %s; %s dead-lettered, %s late rows dropped, "
+            "%s batch %s: %s rows in, %s; %s dead-lettered, %s late rows, "
             "%s state rows, watermark %s",
             self.pipeline,
             p["batchId"],
@@ -142,7 +143,7 @@ class ProgressTracker:
             windows_inserted=sum(o.merge.inserted for o in outcomes if o.merge),
             windows_updated=sum(o.merge.updated for o in outcomes if o.merge),
             dead_lettered=sum(o.dead_lettered for o in self.outcomes.values()),
-            late_rows_dropped=sum(late_rows(p) for p in progress),
+            late_rows=sum(late_rows(p) for p in progress),
             watermark=watermark(last) if last else None,
             target_version=target_version,
             ended_by=ended_by,

@@ -22,10 +22,30 @@ def as_dict(report: Any) -> Progress:
     return json.loads(report.json) if hasattr(report, "json") else dict(report)
 
 
-def late_rows(progress: Progress) -> int:
-    return sum(
+#: Where Spark's operators dropped rows themselves (``numRowsDroppedByWatermark``: a
+#: join's, or a window's whose event time is computed in [transform].sql), the figure is
+#: theirs, under this name; it counts partial aggregates, not rows.
+OPERATOR_LATE = "_operator"
+
+
+def late_rows_by_source(progress: Progress) -> dict[str, int]:
+    """Late rows of the batch per source, row by row (counted at the sources, see
+    ``flow_jobs.plan.late_rows``), plus what Spark's operators dropped themselves."""
+    late = {
+        name.removeprefix(OBSERVED_PREFIX): int((metrics or {}).get("late_rows") or 0)
+        for name, metrics in (progress.get("observedMetrics") or {}).items()
+        if name.startswith(OBSERVED_PREFIX)
+    }
+    dropped = sum(
         int(op.get("numRowsDroppedByWatermark", 0)) for op in progress.get("stateOperators", [])
     )
+    if dropped:
+        late[OPERATOR_LATE] = dropped
+    return late
+
+
+def late_rows(progress: Progress) -> int:
+    return sum(late_rows_by_source(progress).values())
 
 
 def state_rows(progress: Progress) -> int:

@@ -57,7 +57,9 @@ class PipelineRunner:
         self.stop_event = stop_event or threading.Event()
         self.checkpoint = checkpoint_location(spec.checkpoint_location())
         self.dead_letters = DeadLetterTable(spec.dead_letter_path(), spec.name)
-        self.compiled: CompiledPipeline = compile_pipeline(self.spark, spec, self.dead_letters)
+        self.compiled: CompiledPipeline = compile_pipeline(
+            self.spark, spec, self.dead_letters, self.checkpoint
+        )
         self.output_schema = to_arrow_schema(self.compiled.frame.schema, timezone="UTC")
         self.ledger: StateStore | None = None  # opened by run(): validate needs none
         self.sink: WindowBatchSink | None = None

@@ -323,8 +323,18 @@ class WindowSpec(SpecModel):
             )
 
     def _late_data_rules(self) -> None:
-        if self.late_data == "dlq":
-            raise not_supported("late_data", "dlq", ("drop",))
+        if self.late_data != "drop" and not self.has_watermark:
+            raise key_error(
+                "late_data",
+                f'late_data = "{self.late_data}" does not apply to kind = "{self.kind}": count '
+                "windows close when they are full, no row is ever late",
+            )
+        if self.late_data == "dlq" and self.time_mode == "processing":
+            raise key_error(
+                "late_data",
+                'late_data = "dlq" needs event time: with time_mode = "processing" every row '
+                'is stamped on arrival and none is ever late; use "drop"',
+            )
         if self.late_data == "reopen" and self.allowed_lateness_ms is None:
             raise key_error(
                 "allowed_lateness_ms", 'allowed_lateness_ms is required when late_data = "reopen"'
@@ -379,6 +389,11 @@ class WindowSpec(SpecModel):
     @property
     def is_count_based(self) -> bool:
         return self.kind in COUNT_KINDS
+
+    @property
+    def has_watermark(self) -> bool:
+        """Time windows close by the watermark; count windows when they are full."""
+        return not self.is_count_based
 
     @property
     def engine(self) -> Literal["native", "state"]:
@@ -585,6 +600,13 @@ class TransformSpec(SpecModel):
             )
         if self.chain is not None and (self.window is None or self.join is None):
             raise key_error("chain", "chain needs both [transform.join] and [transform.window]")
+        if self.chain is not None and self.window is not None and self.window.late_data != "drop":
+            raise key_error(
+                "window",
+                f'window.late_data = "{self.window.late_data}" after a join: the window\'s '
+                "input is the join's output, whose late rows the join drops; use "
+                '"drop" (the default) for a window after a join',
+            )
         if self.window is None and self.join is None:
             raise key_error(
                 "window", "[transform.window] or [transform.join] is required: what should run?"
