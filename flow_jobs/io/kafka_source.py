@@ -626,7 +626,9 @@ def _to_arrow(rng: KafkaRange, batch: list, processing_time: bool) -> pa.RecordB
     ts_type = pa.timestamp("us", tz="UTC")
     ts_array = pa.array(kafka_ts, ts_type)
     mark = rng.late_watermark_ms
-    late_watermark = pa.array([None if mark is None else mark * 1000] * n, ts_type)
+    late_watermark = (
+        pa.nulls(n, ts_type) if mark is None else pa.repeat(pa.scalar(mark * 1000, ts_type), n)
+    )
     if processing_time:
         now_us = time.time_ns() // 1000
         event_ts = pa.array([now_us] * n, pa.timestamp("us", tz="UTC"))
