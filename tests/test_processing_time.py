@@ -24,6 +24,12 @@ def _await(condition: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.1)
 
 
+def _counted(target: str, user: str) -> int:
+    if not Path(target).exists():
+        return 0
+    return sum(r["n"] for r in read_delta(target).to_pylist() if r["user_id"] == user)
+
+
 def test_processing_time_windows_use_arrival_time(
     spark: SparkSession, broker: EmbeddedBroker, topic: str, workdir: Path
 ) -> None:
@@ -58,15 +64,15 @@ def test_processing_time_windows_use_arrival_time(
             60,
             "the first burst to be read",
         )
-        # The watermark is the latest arrival time: only a later arrival, past the end of
-        # the first window, closes it. Processing time is wall time, so we wait for it.
-        time.sleep(2.2)
+        # Every row of the burst was stamped with its arrival time by now; its partitions
+        # may have been read in two micro-batches, on either side of a 2 s boundary. The
+        # watermark is the latest arrival time: only an arrival after the end of the
+        # window holding `read`, the latest possible stamp, closes every window of the
+        # burst. Processing time is wall time, so we wait for that end.
+        read = time.time()
+        time.sleep((read // 2 + 1) * 2 - read + 0.2)
         send(broker.bootstrap_servers, topic, [Record(json.dumps({"user_id": "b"}).encode(), 0)])
-        _await(
-            lambda: Path(spec.target.path).exists() and read_delta(spec.target.path).num_rows > 0,
-            60,
-            "the first window",
-        )
+        _await(lambda: _counted(spec.target.path, "a") == 10, 60, "the burst's windows")
         ended = time.time()
     finally:
         stop.set()
