@@ -32,9 +32,8 @@ def late_rows_by_source(progress: Progress) -> dict[str, int]:
     """Late rows of the batch per source, row by row (counted at the sources, see
     ``flow_jobs.plan.late_rows``), plus what Spark's operators dropped themselves."""
     late = {
-        name.removeprefix(OBSERVED_PREFIX): int((metrics or {}).get("late_rows") or 0)
-        for name, metrics in (progress.get("observedMetrics") or {}).items()
-        if name.startswith(OBSERVED_PREFIX)
+        source: int(metrics.get("late_rows") or 0)
+        for source, metrics in _source_metrics(progress).items()
     }
     dropped = sum(
         int(op.get("numRowsDroppedByWatermark", 0)) for op in progress.get("stateOperators", [])
@@ -68,9 +67,16 @@ def watermark(progress: Progress) -> str | None:
 
 def max_event_times(progress: Progress) -> dict[str, int | None]:
     """Each source's highest event time in this batch, epoch ms (observed in its scan)."""
-    observed = progress.get("observedMetrics") or {}
     return {
-        name.removeprefix(OBSERVED_PREFIX): (metrics or {}).get("max_event_time_ms")
-        for name, metrics in observed.items()
+        source: metrics.get("max_event_time_ms")
+        for source, metrics in _source_metrics(progress).items()
+    }
+
+
+def _source_metrics(progress: Progress) -> dict[str, dict[str, Any]]:
+    """Each source view's observed metrics (``flow_jobs.plan.sources``), by source name."""
+    return {
+        name.removeprefix(OBSERVED_PREFIX): metrics or {}
+        for name, metrics in (progress.get("observedMetrics") or {}).items()
         if name.startswith(OBSERVED_PREFIX)
     }
