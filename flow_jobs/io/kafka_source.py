@@ -11,6 +11,9 @@ installed from the Python package registries; this source needs nothing but
   reach Spark; JSON payloads are decoded later, in the JVM);
 * every row carries ``_late_watermark``, the watermark Spark's window operators judge its
   batch by (from the checkpoint's offset log), so late rows can be counted one by one;
+* with ``idle_file`` set, an idle source sends heartbeats: one row with no record and a
+  ``_heartbeat`` watermark, which raises the source's own watermark so that it stops
+  holding back the pipeline's (``flow_jobs.runtime.idleness`` decides when, and to what);
 * ``latestOffset(start, limit)`` honours ``max_offsets_per_trigger`` (Spark's read limit)
   and ``prepareForTriggerAvailableNow`` pins the end of an ``availableNow`` run;
 * a range is read up to its end offset and no further, so the last partial fetch never
@@ -31,9 +34,11 @@ are retried with exponential backoff, ``retries`` in a row at most.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -55,7 +60,7 @@ log = logging.getLogger(__name__)
 #: Columns every Kafka source exposes, in order (Spark DDL).
 KAFKA_COLUMNS_DDL = (
     "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, "
-    "timestamp TIMESTAMP, _event_ts TIMESTAMP, _late_watermark TIMESTAMP"
+    "timestamp TIMESTAMP, _event_ts TIMESTAMP, _late_watermark TIMESTAMP, _heartbeat TIMESTAMP"
 )
 
 #: The watermark Spark's window operators judge the row's micro-batch by: the one the
@@ -63,6 +68,15 @@ KAFKA_COLUMNS_DDL = (
 #: row so the plan can single out late rows one by one (``flow_jobs.plan.late_rows``).
 #: NULL in a query's first batch and where the reader cannot read the checkpoint.
 LATE_WATERMARK = "_late_watermark"
+
+#: NULL on every record. On a heartbeat row (no record: key, value and position NULL)
+#: the watermark its source must reach: the lowest of the sources that are not idle.
+HEARTBEAT = "_heartbeat"
+
+#: Key of an end offset holding the source's last heartbeat, ``{"seq": n, "watermark_ms":
+#: …}``: a new ``seq`` makes Spark plan the source although no record is new, and the
+#: offset log keeps it, so a replayed batch plans the same heartbeat row.
+HEARTBEAT_KEY = "_heartbeat"
 
 _ARROW_SCHEMA = pa.schema(
     [
@@ -74,6 +88,7 @@ _ARROW_SCHEMA = pa.schema(
         ("timestamp", pa.timestamp("us", tz="UTC")),
         ("_event_ts", pa.timestamp("us", tz="UTC")),
         (LATE_WATERMARK, pa.timestamp("us", tz="UTC")),
+        (HEARTBEAT, pa.timestamp("us", tz="UTC")),
     ]
 )
 
@@ -118,6 +133,9 @@ class KafkaSourceOptions:
     group_id: str = "flow-jobs"
     client_config: tuple[tuple[str, str], ...] = ()
     checkpoint_location: str | None = None  # the query's, to read its offset log
+    #: where the driver publishes which sources are idle (None: this source never is)
+    idle_file: str | None = None
+    source_name: str = ""  # the source's name in the idle file
 
     @classmethod
     def from_options(cls, options: dict[str, str]) -> KafkaSourceOptions:
@@ -145,6 +163,8 @@ class KafkaSourceOptions:
             retry_backoff_ms=int(options.get("retry_backoff_ms", "250")),
             group_id=options.get("group_id", "flow-jobs"),
             checkpoint_location=options.get("checkpoint_location") or None,
+            idle_file=options.get("idle_file") or None,
+            source_name=options.get("source_name", ""),
             client_config=tuple(
                 sorted(
                     (k[len(_CLIENT_PREFIX) :], v)
@@ -172,6 +192,7 @@ class KafkaRange(InputPartition):
     start: int
     end: int
     late_watermark_ms: int | None = None  # the previous batch's watermark (offset log)
+    heartbeat_ms: int | None = None  # set: not a Kafka range, the source's heartbeat row
 
 
 Offsets = dict[str, dict[str, int]]
@@ -330,6 +351,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._consumer: Any = None
         self._available_now_end: dict[int, int] | None = None
         self._turn = 0  # where cap_offsets hands out the next uneven rows
+        self._run_start: dict[int, int] | None = None  # an availableNow run's first start
+        self._heartbeat_sent: int | None = None  # this query run's last heartbeat
 
     # -- driver side -------------------------------------------------------------------
     def _client(self) -> Any:
@@ -398,6 +421,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if isinstance(limit, ReadMaxRows):
             latest, self._turn = cap_offsets(begin, latest, limit.max_rows, self._turn)
         end: dict[str, Any] = _offsets(topic, latest)
+        carried = start.get(HEARTBEAT_KEY)
+        beat = self._heartbeat(begin, latest)
+        if beat is not None:
+            seq = int((carried or {}).get("seq", 0)) + 1
+            end[HEARTBEAT_KEY] = {"seq": seq, "watermark_ms": beat}
+            self._heartbeat_sent = beat
+        elif carried is not None:  # unchanged: no batch for it
+            end[HEARTBEAT_KEY] = carried
         if losses:  # kept in the offset log: a replay plans the same ranges
             end[DATA_LOSS_KEY] = {
                 str(x.partition): {
@@ -408,6 +439,24 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 for x in losses
             }
         return end
+
+    def _heartbeat(self, begin: dict[int, int], latest: dict[int, int]) -> int | None:
+        """The watermark this batch's heartbeat raises the source to, or None."""
+        if self.options.idle_file is None:
+            return None
+        if self._available_now_end is not None and self._run_start is None:
+            self._run_start = dict(begin)
+        if any(o > begin.get(p, 0) for p, o in latest.items()):
+            return None  # records of its own: not idle
+        if self._available_now_end is not None:
+            # A replay does not look at the clock: a source is idle for the whole run
+            # when the run has nothing of it to read, and for none of it otherwise.
+            empty = all(o <= (self._run_start or {}).get(p, 0) for p, o in latest.items())
+            target = IDLE_FOR_THE_RUN_MS if empty else None
+        else:
+            target = idle_target(self.options.idle_file, self.options.source_name)
+        sent = self._heartbeat_sent
+        return target if target is not None and (sent is None or target > sent) else None
 
     def reportLatestOffset(self) -> dict | None:
         return _offsets(self.options.topic, self._latest())
@@ -422,10 +471,16 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for p, stop in sorted(_by_partition(end, topic).items())
             if stop > begin.get(p, 0)
         ]
-        if not ranges:
+        beat = end.get(HEARTBEAT_KEY)
+        if beat == start.get(HEARTBEAT_KEY):
+            beat = None
+        if not ranges and beat is None:
             return []
         mark = late_watermark(self.options.checkpoint_location, end)
-        return [KafkaRange(topic, p, first, stop, mark) for p, first, stop in ranges]
+        planned = [KafkaRange(topic, p, first, stop, mark) for p, first, stop in ranges]
+        if beat is not None:
+            planned.append(KafkaRange(topic, -1, 0, 0, mark, int(beat["watermark_ms"])))
+        return planned
 
     def commit(self, end: dict) -> None:
         # Offsets live in Spark's checkpoint; nothing to acknowledge to Kafka.
@@ -439,7 +494,56 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- executor side -----------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, KafkaRange)
+        if partition.heartbeat_ms is not None:
+            yield _heartbeat_row(partition)
+            return
         yield from read_range(self.options, partition)
+
+
+#: A heartbeat's watermark when a source is idle for a whole availableNow run: Spark's
+#: highest TIMESTAMP less a year, so that adding any lateness_ms stays in range.
+IDLE_FOR_THE_RUN_MS = _MAX_TS_MS - 366 * 86_400_000
+
+
+def idle_file(checkpoint: str) -> str:
+    """Where the driver publishes a query's idle sources for its Kafka readers (JSON):
+    beside the checkpoint's folders where it is local, else in the temp folder."""
+    folder = local_path(checkpoint)
+    if folder is None:
+        digest = hashlib.sha256(checkpoint.encode()).hexdigest()[:16]
+        folder = os.path.join(tempfile.gettempdir(), "flow-jobs-idle", digest)
+    return os.path.join(folder, "flow_idle_sources.json")
+
+
+def idle_target(path: str, source: str) -> int | None:
+    """The watermark (epoch ms) the driver asks an idle ``source`` to reach, or None."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            targets = json.load(f)
+    except (OSError, ValueError):
+        return None  # not written yet (no source idle so far), or being replaced
+    value = targets.get(source) if isinstance(targets, dict) else None
+    return int(value) if isinstance(value, int) else None
+
+
+def _heartbeat_row(rng: KafkaRange) -> pa.RecordBatch:
+    ts_type = pa.timestamp("us", tz="UTC")
+    mark = rng.late_watermark_ms
+    assert rng.heartbeat_ms is not None
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.nulls(1, pa.binary()),
+            pa.nulls(1, pa.binary()),
+            pa.array([rng.topic], pa.string()),
+            pa.nulls(1, pa.int32()),
+            pa.nulls(1, pa.int64()),
+            pa.nulls(1, ts_type),
+            pa.nulls(1, ts_type),
+            pa.array([None if mark is None else mark * 1000], ts_type),
+            pa.array([rng.heartbeat_ms * 1000], ts_type),
+        ],
+        schema=_ARROW_SCHEMA,
+    )
 
 
 def local_path(location: str) -> str | None:
@@ -644,6 +748,7 @@ def _to_arrow(rng: KafkaRange, batch: list, processing_time: bool) -> pa.RecordB
             ts_array,
             event_ts,
             late_watermark,
+            pa.nulls(n, ts_type),
         ],
         schema=_ARROW_SCHEMA,
     )

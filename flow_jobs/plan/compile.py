@@ -13,13 +13,19 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.utils import AnalysisException
 
 from flow_jobs.io.dead_letters import DeadLetterTable
-from flow_jobs.io.kafka_source import local_path
+from flow_jobs.io.kafka_source import idle_file, local_path
 from flow_jobs.plan.aggregations import AGGREGATORS
 from flow_jobs.plan.errors import PlanError
 from flow_jobs.plan.event_time import EventTime
 from flow_jobs.plan.joins import compile_join
 from flow_jobs.plan.lookups import Lookup, register_lookups
-from flow_jobs.plan.sources import carried_by_sources, compile_source, divert_after_sql
+from flow_jobs.plan.sources import (
+    SourceWatermark,
+    carried_by_sources,
+    compile_source,
+    divert_after_sql,
+    source_carries,
+)
 from flow_jobs.plan.windows import WINDOW_KINDS, CompiledWindow, compile_window
 from flow_jobs.spec.models import PipelineSpec
 
@@ -41,6 +47,8 @@ class CompiledPipeline:
     natural_key: tuple[str, ...]  # what the target MERGEs on
     nullable_key: tuple[str, ...]  # natural-key columns that may hold NULL
     lookups: tuple[Lookup, ...] = ()
+    #: where the run publishes idle sources for their readers (None: no idleness)
+    idle_file: str | None = None
 
 
 def compile_pipeline(
@@ -48,9 +56,12 @@ def compile_pipeline(
     spec: PipelineSpec,
     dead_letters: DeadLetterTable,
     checkpoint: str | None = None,
+    per_source_watermarks: bool = True,
 ) -> CompiledPipeline:
     """Build the query; ``spark`` should be this pipeline's own session (temp views).
-    ``checkpoint`` is the query's: the sources read each batch's watermark from it."""
+    ``checkpoint`` is the query's: the sources read each batch's watermark from it.
+    ``per_source_watermarks = False`` takes the window's watermark after the SQL, as
+    before them (the fastest source's): ``make bench`` measures what they cost."""
     if spec.transform.join is not None:
         return _compile_join_pipeline(spark, spec, dead_letters)
     window = spec.window
@@ -59,6 +70,8 @@ def compile_pipeline(
     # count windows have no watermark, and arrival times are never late.
     timed = window.has_watermark and window.time_mode == "event"
     late_data = window.late_data if timed else None
+    per_source = timed and per_source_watermarks
+    watermark = _source_watermark(spark, spec, checkpoint) if per_source else None
     views = {}
     for i, source in enumerate(spec.sources):
         view = views[source.name] = compile_source(
@@ -70,6 +83,7 @@ def compile_pipeline(
             dead_letters.staging(source.name),
             late_data,
             checkpoint,
+            watermark,
         )
         view.createOrReplaceTempView(source.name)
     if late_data == "dlq":
@@ -85,7 +99,23 @@ def compile_pipeline(
         topics = tuple((s.topic, s.name) for s in spec.sources)
         staging = dead_letters.staging("transform.sql", topics)
         frame = divert_after_sql(frame, event_time, staging)
-    return _windowed(spec, compile_window(frame, window, spec.name), lookups)
+    compiled = compile_window(frame, window, spec.name, source_watermarks=watermark is not None)
+    idle = watermark.idle_file if watermark else None
+    return _windowed(spec, compiled, lookups, idle)
+
+
+def _source_watermark(
+    spark: SparkSession, spec: PipelineSpec, checkpoint: str | None
+) -> SourceWatermark | None:
+    """A watermark per source when every source carries the event-time column (the
+    pipeline's is then their minimum); None where ``[transform].sql`` computes it, and
+    the window takes one watermark after the SQL. Idleness matters only between sources:
+    with two or more, an idle one sends heartbeats (``flow_jobs.runtime.idleness``)."""
+    column = spec.window.event_time_column
+    if not all(source_carries(spark, s, column) for s in spec.sources):
+        return None
+    idle = idle_file(checkpoint) if checkpoint and len(spec.sources) > 1 else None
+    return SourceWatermark(spec.window.lateness_ms, idle)
 
 
 def _check_late_rows_reach_the_dead_letters(
@@ -111,7 +141,10 @@ def _check_late_rows_reach_the_dead_letters(
 
 
 def _windowed(
-    spec: PipelineSpec, compiled: CompiledWindow, lookups: list[Lookup] | None = None
+    spec: PipelineSpec,
+    compiled: CompiledWindow,
+    lookups: list[Lookup] | None = None,
+    idle: str | None = None,
 ) -> CompiledPipeline:
     """A windowed pipeline (over sources or a join): keyed by window and group."""
     columns = compiled.frame.columns
@@ -124,6 +157,7 @@ def _windowed(
         tuple(spec.natural_key()),
         tuple(spec.window.group_by),
         tuple(lookups or ()),
+        idle,
     )
 
 

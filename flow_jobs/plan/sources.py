@@ -18,15 +18,17 @@ An event time computed by ``[transform].sql`` gets the same checks after the SQL
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.functions import arrow_udf
-from pyspark.sql.types import StructType
+from pyspark.sql.types import DataType, StructType
 from pyspark.sql.utils import AnalysisException
 
 from flow_jobs.io.dead_letters import RECORD_DDL, DeadLetterStaging
-from flow_jobs.io.kafka_source import LATE_WATERMARK, SOURCE_FORMAT
+from flow_jobs.io.kafka_source import HEARTBEAT, LATE_WATERMARK, SOURCE_FORMAT
 from flow_jobs.plan.errors import PlanError
 from flow_jobs.plan.event_time import (
     EPOCH_MILLIS_TYPES,
@@ -41,6 +43,7 @@ _PAYLOAD = "__flow_payload"
 _CORRUPT = "__flow_corrupt_record"
 _REASON = "__flow_dead_letter_reason"
 _RECORD = "__flow_dead_letter_record"
+_WATERMARKED = "__flow_source_watermark"
 
 RAW_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", EVENT_TS)
 #: ``_kafka``: the record's position and bytes, so a row can still be dead-lettered after
@@ -48,7 +51,7 @@ RAW_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", EVEN
 KAFKA_METADATA = ("key", "value", "topic", "partition", "offset", "timestamp")
 _RECORD_FIELDS = ("topic", "partition", "offset", "key", "value", "timestamp")
 
-Reason = tuple[Column, str | Column]  # (condition, the dead letter's reason)
+Reason = tuple[Column, str | Column | None]  # (condition, the dead letter's reason)
 
 
 #: Prefix of the observable metrics each source view reports (``observedMetrics``).
@@ -61,6 +64,7 @@ def read_kafka(
     pipeline: str,
     time_mode: str,
     checkpoint: str | None = None,
+    idle_file: str | None = None,
 ) -> DataFrame:
     reader = (
         spark.readStream.format(SOURCE_FORMAT)
@@ -72,9 +76,12 @@ def read_kafka(
         .option("retry_backoff_ms", str(source.retry_backoff_ms))
         .option("time_mode", time_mode)
         .option("group_id", f"flow-jobs-{pipeline}")
+        .option("source_name", source.name)
     )
     if checkpoint:  # the reader stamps each row with its batch's watermarks from it
         reader = reader.option("checkpoint_location", checkpoint)
+    if idle_file:  # the source may send heartbeats (flow_jobs.runtime.idleness)
+        reader = reader.option("idle_file", idle_file)
     if source.max_offsets_per_trigger:
         reader = reader.option("max_offsets_per_trigger", str(source.max_offsets_per_trigger))
     for key, secret in source.client_config.items():
@@ -102,10 +109,13 @@ def compile_source(
     staging: DeadLetterStaging,
     late_data: str | None = None,
     checkpoint: str | None = None,
+    watermark: SourceWatermark | None = None,
 ) -> DataFrame:
     """The streaming view of one source, bad records already diverted; with
-    ``late_data`` ("drop" | "dlq"), late rows too (``flow_jobs.plan.late_rows``)."""
-    frame = read_kafka(spark, source, pipeline, event_time.mode, checkpoint)
+    ``late_data`` ("drop" | "dlq"), late rows too (``flow_jobs.plan.late_rows``); with
+    ``watermark``, the source's own event-time watermark (``SourceWatermark``)."""
+    idle = watermark.idle_file if watermark else None
+    frame = read_kafka(spark, source, pipeline, event_time.mode, checkpoint, idle)
     if source.format == "json":
         frame, payload = _decode_json(frame, source, index)
         view = [
@@ -119,19 +129,19 @@ def compile_source(
         view = [F.col(c) for c in RAW_COLUMNS]
         reasons = []
     reasons += _event_time_reasons(event_time, payload, index)
-    if reasons:
-        frame = _divert(frame, reasons, staging)
-    frame = frame.select(*view, F.col(LATE_WATERMARK))
+    if reasons:  # a heartbeat row has no record: never a dead letter
+        frame = _divert(frame, [(F.col(HEARTBEAT).isNotNull(), None), *reasons], staging)
+    frame = frame.select(*view, F.col(LATE_WATERMARK), F.col(HEARTBEAT))
     time = source_event_time(frame, event_time)
     if time is None:  # the event time is made by [transform].sql: no per-source figures
-        return frame.drop(LATE_WATERMARK)
+        return frame.where(F.col(HEARTBEAT).isNull()).drop(LATE_WATERMARK, HEARTBEAT)
     # Spark's observable metrics on the source's rows, reported in the batch's progress:
     # its highest event time (the ledger's per-source watermark), rows and late rows.
     frame = frame.withColumn(LATE, late_condition(time) if late_data else F.lit(False))
     frame = frame.observe(
         f"{OBSERVED_PREFIX}{source.name}",
         F.max(F.unix_millis(time)).alias("max_event_time_ms"),  # the JSON shows ms
-        F.count(F.lit(1)).alias("rows"),
+        F.count_if(F.col(HEARTBEAT).isNull()).alias("rows"),
         F.count_if(F.col(LATE)).alias("late_rows"),
     )
     if late_data == "dlq":
@@ -139,7 +149,57 @@ def compile_source(
         frame = _divert(frame, [(F.col(LATE), reason)], staging, record_fields(frame))
     elif late_data == "drop":
         frame = frame.where(~F.col(LATE))
-    return frame.drop(LATE, LATE_WATERMARK)
+    frame = frame.drop(LATE, LATE_WATERMARK)
+    if watermark is None:
+        return frame.where(F.col(HEARTBEAT).isNull()).drop(HEARTBEAT)
+    return watermark.apply(frame, time)
+
+
+@dataclass(frozen=True)
+class SourceWatermark:
+    """A source's own event-time watermark, taken before ``[transform].sql``.
+
+    Spark keeps one watermark per ``withWatermark`` node and closes windows at the lowest
+    of them (``spark.sql.streaming.multipleWatermarkPolicy`` = min, its default), so a
+    node per source makes the pipeline's watermark the minimum over its sources (seed
+    000), whatever the SQL does with their rows afterwards. The node watermarks a hidden
+    copy of the event time, dropped right after it: the user's column keeps its type, and
+    the window marks it as watermarked itself (``plan.windows.with_event_time``), since
+    Spark refuses a second ``withWatermark`` downstream of these.
+
+    A heartbeat row (an idle source, ``flow_jobs.runtime.idleness``) carries no event
+    time, only the watermark its source must reach; it passes the node, which is all it
+    is for, and is filtered out right after it."""
+
+    lateness_ms: int
+    idle_file: str | None = None  # set: the source may send heartbeats
+
+    def apply(self, frame: DataFrame, time: Column) -> DataFrame:
+        lateness = F.expr(f"INTERVAL {self.lateness_ms} MILLISECONDS")
+        marked = F.coalesce(F.col(HEARTBEAT) + lateness, time)
+        return (
+            frame.withColumn(_WATERMARKED, marked)
+            .withWatermark(_WATERMARKED, f"{self.lateness_ms} milliseconds")
+            # Non-deterministic (a partition id is never < 0), so the optimizer pushes no
+            # predicate of the SQL or the window below it: a heartbeat row must reach
+            # the node whatever the SQL filters, and no check meant for records (the
+            # window's NULL guard) may run on it.
+            .where(F.col(HEARTBEAT).isNull() | (F.spark_partition_id() < 0))
+            .drop(_WATERMARKED, HEARTBEAT)
+        )
+
+
+def source_carries(spark: SparkSession, source: KafkaSource, column: str) -> bool:
+    """Whether the source's view has the column ``column`` (read before the plan)."""
+    if column == EVENT_TS:
+        return True
+    if source.format != "json":
+        return column in RAW_COLUMNS
+    try:
+        schema = DataType.fromDDL(source.schema_ddl or "")
+    except Exception:  # compile_source reports the bad schema with its key
+        return False
+    return isinstance(schema, StructType) and column in schema.fieldNames()
 
 
 def source_event_time(view: DataFrame, event_time: EventTime) -> Column | None:
@@ -274,8 +334,9 @@ def _divert(
     fields: dict[str, Column] | None = None,
 ) -> DataFrame:
     reason: Column = F.lit(None).cast("string")
-    for condition, text in reversed(reasons):
-        reason = F.when(condition, F.lit(text) if isinstance(text, str) else text).otherwise(reason)
+    for condition, text in reversed(reasons):  # the first that holds; None: keep the row
+        value = F.lit(text).cast("string") if text is None or isinstance(text, str) else text
+        reason = F.when(condition, value).otherwise(reason)
     fields = fields or {c: F.col(c) for c in _RECORD_FIELDS}
     # Only bad rows carry their record (bytes and position) into the Python tap.
     record = F.when(

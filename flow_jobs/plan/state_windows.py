@@ -55,11 +55,19 @@ _ALL = "flowop_all"  # the single group when group_by is empty
 
 
 def compile_state_window(
-    frame: DataFrame, window: WindowSpec, pipeline: str, watermarked_time: str | None = None
+    frame: DataFrame,
+    window: WindowSpec,
+    pipeline: str,
+    watermarked_time: str | None = None,
+    source_watermarks: bool = False,
 ) -> CompiledWindow:
     count_based = window.is_count_based
     timed = with_event_time(
-        frame, window, watermark=not count_based, watermarked_time=watermarked_time
+        frame,
+        window,
+        watermark=not count_based,
+        watermarked_time=watermarked_time,
+        source_watermarks=source_watermarks,
     )
     inputs = [aggregation_input(a, i, timed) for i, a in enumerate(window.aggregations)]
 

@@ -29,6 +29,8 @@ from flow_jobs.plan.event_time import event_time_of
 from flow_jobs.spec.models import WindowSpec
 
 EVENT_TIME = "__flow_event_time"
+#: The column metadata ``withWatermark`` sets (Spark's ``EventTimeWatermark.delayKey``).
+_DELAY_KEY = "spark.watermarkDelayMs"
 _WINDOW = "__flow_window"
 
 
@@ -81,11 +83,15 @@ def with_event_time(
     window: WindowSpec,
     watermark: bool = True,
     watermarked_time: str | None = None,
+    source_watermarks: bool = False,
 ) -> DataFrame:
     """Add the (watermarked) event-time column the window groups on.
 
     After a join, Spark refuses a second watermark: the window then groups on one side's
-    time, already watermarked (``watermarked_time``)."""
+    time, already watermarked (``watermarked_time``). Where each source has its own
+    (``source_watermarks``, ``plan.sources.SourceWatermark``), so does it: the column only
+    carries the mark ``withWatermark`` gives its column (the delay in its metadata), which
+    is what Spark's window operators look for to evict state and close windows."""
     if watermarked_time is not None:
         return frame.withColumn(EVENT_TIME, F.col(watermarked_time))
     key = "transform.window.event_time_column"
@@ -111,6 +117,9 @@ def with_event_time(
             )
         ),
     ).otherwise(event_time)
+    if watermark and source_watermarks:
+        marked = guarded.alias(EVENT_TIME, metadata={_DELAY_KEY: window.lateness_ms})
+        return frame.withColumn(EVENT_TIME, marked)
     timed = frame.withColumn(EVENT_TIME, guarded)
     return timed.withWatermark(EVENT_TIME, _ms(window.lateness_ms)) if watermark else timed
 
@@ -126,15 +135,21 @@ def check_group_by(frame: DataFrame, window: WindowSpec) -> None:
 
 
 def compile_window(
-    frame: DataFrame, window: WindowSpec, pipeline: str, watermarked_time: str | None = None
+    frame: DataFrame,
+    window: WindowSpec,
+    pipeline: str,
+    watermarked_time: str | None = None,
+    source_watermarks: bool = False,
 ) -> CompiledWindow:
     """The windowed aggregation, with the output columns in the seed's order."""
     check_group_by(frame, window)
     if window.engine == "state":
         from flow_jobs.plan.state_windows import compile_state_window
 
-        return compile_state_window(frame, window, pipeline, watermarked_time)
-    timed = with_event_time(frame, window, watermarked_time=watermarked_time)
+        return compile_state_window(frame, window, pipeline, watermarked_time, source_watermarks)
+    timed = with_event_time(
+        frame, window, watermarked_time=watermarked_time, source_watermarks=source_watermarks
+    )
     event_time = F.col(EVENT_TIME)
     kind = WINDOW_KINDS[window.kind]
     assert kind.window is not None

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from flow_jobs.io.state_store import StateStore
+from flow_jobs.runtime.idleness import IdleSources
 from flow_jobs.runtime.reports import (
     Progress,
     as_dict,
@@ -62,8 +63,10 @@ class ProgressTracker:
         outcomes: dict[int, BatchOutcome],
         ledger: StateStore | None = None,
         state_version: int = 0,
+        idle: IdleSources | None = None,
     ) -> None:
         self.pipeline = spec.name
+        self.idle = idle
         self.outcomes = outcomes
         self.ledger = ledger
         self.query_id: str | None = None  # set once the query has started
@@ -84,6 +87,8 @@ class ProgressTracker:
         if fresh:
             self._log(progress)
             self._to_ledger(progress)
+            if self.idle is not None:
+                self.idle.observe(progress)
 
     def _to_ledger(self, p: Progress) -> None:
         """Spark's figures for a batch, added to the ledger row the sink wrote."""

@@ -33,7 +33,7 @@ def late_rows_by_source(progress: Progress) -> dict[str, int]:
     ``flow_jobs.plan.late_rows``), plus what Spark's operators dropped themselves."""
     late = {
         source: int(metrics.get("late_rows") or 0)
-        for source, metrics in _source_metrics(progress).items()
+        for source, metrics in source_metrics(progress).items()
     }
     dropped = sum(
         int(op.get("numRowsDroppedByWatermark", 0)) for op in progress.get("stateOperators", [])
@@ -69,11 +69,11 @@ def max_event_times(progress: Progress) -> dict[str, int | None]:
     """Each source's highest event time in this batch, epoch ms (observed in its scan)."""
     return {
         source: metrics.get("max_event_time_ms")
-        for source, metrics in _source_metrics(progress).items()
+        for source, metrics in source_metrics(progress).items()
     }
 
 
-def _source_metrics(progress: Progress) -> dict[str, dict[str, Any]]:
+def source_metrics(progress: Progress) -> dict[str, dict[str, Any]]:
     """Each source view's observed metrics (``flow_jobs.plan.sources``), by source name."""
     return {
         name.removeprefix(OBSERVED_PREFIX): metrics or {}

@@ -26,6 +26,7 @@ from flow_jobs.plan.compile import CompiledPipeline, compile_pipeline
 from flow_jobs.plan.sizing import GB, estimate_state
 from flow_jobs.runtime.caps import GroupCap, WindowStateCapHit
 from flow_jobs.runtime.checkpoint import checkpoint_location, describe_batch_in_flight
+from flow_jobs.runtime.idleness import IdleSources
 from flow_jobs.runtime.metrics import MetricsListener, serve
 from flow_jobs.runtime.progress import ProgressTracker, RunSummary
 from flow_jobs.runtime.session import pipeline_session, session_for
@@ -129,8 +130,9 @@ class PipelineRunner:
                 processingTime=f"{self.spec.runtime.trigger_interval_ms} milliseconds"
             )
 
+        idle = self._idle_sources(available_now)
         tracker = self.progress = ProgressTracker(
-            self.spec, sink.outcomes, ledger, state.state_version
+            self.spec, sink.outcomes, ledger, state.state_version, idle
         )
         port = self.spec.runtime.metrics_port or int(os.environ.get("FLOW_METRICS_PORT") or 0)
         if port:
@@ -158,7 +160,7 @@ class PipelineRunner:
         failure: BaseException | None = None
         try:
             sink.bind(query, caps.check)
-            ended_by = self._await(query, tracker, sink, available_now)
+            ended_by = self._await(query, tracker, sink, available_now, idle)
             caps.check(last_progress(query))  # the last batch has no next one to check it
         except WindowStateCapHit as e:
             failure = PipelineFailed(f"pipeline {self.spec.name} failed: {e}")
@@ -197,6 +199,16 @@ class PipelineRunner:
         if first is not None:
             raise first
 
+    def _idle_sources(self, available_now: bool) -> IdleSources | None:
+        """Continuous runs over several sources track idleness (runtime.idleness)."""
+        path, window = self.compiled.idle_file, self.spec.transform.window
+        if path is None or window is None:
+            return None
+        names = [s.name for s in self.spec.sources]
+        # A replay's readers decide on their own, without the clock: publish no target.
+        idleness = window.source_idleness_ms if not available_now else 2**62
+        return IdleSources(path, names, window.lateness_ms, idleness)
+
     def _release(self, listener: MetricsListener, query: StreamingQuery) -> None:
         # Spark delivers listener events on its own thread: wait for this query's last
         # one before removing the listener, so none reaches Python after it has gone.
@@ -210,10 +222,13 @@ class PipelineRunner:
         tracker: ProgressTracker,
         sink: WindowBatchSink,
         available_now: bool,
+        idle: IdleSources | None = None,
     ) -> str:
         try:
             while not query.awaitTermination(0.5):
                 tracker.poll(query)
+                if idle is not None:  # after the poll: it fed idle the new reports
+                    idle.publish()
                 # Between micro-batches on the driver: Spark plans a batch (cached lookups
                 # included) before its foreachBatch runs, so refreshes run on their own clock.
                 for lookup in self.compiled.lookups:
