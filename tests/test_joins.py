@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import random
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ from pyspark.sql import SparkSession
 from flow_jobs.embedded.broker import EmbeddedBroker
 from flow_jobs.embedded.producer import Record
 from flow_jobs.io.delta import read_delta
+from flow_jobs.io.state_store import StateStore
 from flow_jobs.plan.errors import PlanError
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec.models import PipelineSpec
@@ -459,3 +462,90 @@ def test_a_window_needs_an_event_time_on_every_joined_row(
     spec = _spec(workdir, broker, topics, {"how": how, "time_window_ms": 4_000}, window)
     with pytest.raises(PlanError, match=message):
         PipelineRunner(spec, spark)
+
+
+def test_late_rows_of_a_join_are_counted_per_row_and_dead_lettered(
+    spark: SparkSession,
+    broker: EmbeddedBroker,
+    topics: tuple[str, str],
+    workdir: Path,
+) -> None:
+    """late_data = "dlq" on a join, into a dead_letter_topic, over two runs of one
+    checkpoint. Run 1 leaves the watermark at 9 s (the lower side's 19 s less 10 s of
+    lateness). Run 2 brings on-time pairs and, on both sides, rows at or below 9 s: late
+    by the rule (docs/spec-reference.md, "Late rows"), each counted once under its
+    source, none joined, each a message with its original key and value bytes and its
+    position in the headers. Spark's join then has nothing left to drop (no "_operator"
+    count), and the dead-letter table gets none of them."""
+
+    def order(name: str, second: float) -> dict:
+        return {"order_id": name, "region": "eu", "amount": 1.0, "ts": BASE_MS + int(second * 1000)}
+
+    def payment(name: str, second: float) -> dict:
+        return {"order_id": name, "region": "eu", "paid": 2.0, "ts": BASE_MS + int(second * 1000)}
+
+    spec = _spec(workdir, broker, topics, {"how": "inner", "time_window_ms": 4_000})
+    doc = spec.to_document()
+    dead_topic = f"{topics[0]}-late"
+    broker.create_topic(dead_topic, partitions=1)
+    doc["transform"]["join"] |= {"late_data": "dlq", "dead_letter_topic": dead_topic}
+    spec = PipelineSpec.model_validate(doc)
+    _send(broker, topics[0], [order(f"o{i}", i) for i in range(20)])
+    _send(broker, topics[1], [payment(f"o{i}", i + 0.5) for i in range(20)])
+    first = PipelineRunner(spec, spark).run(available_now=True)
+    assert first.late_rows == 0 and first.watermark == "2023-11-14T22:13:29.000Z"
+
+    late_orders = [order("late-a", 1), order("o2", 9), order("late-b", 8.999)]
+    late_payments = [payment("o30", 9), payment("late-c", 3)]  # o30 is on time: unmatched
+    on_time_orders = [order(f"o{i}", i) for i in range(20, 40)]
+    on_time_payments = [payment(f"o{i}", i + 0.5) for i in range(20, 40)]
+    _send(broker, topics[0], [*on_time_orders[:10], *late_orders, *on_time_orders[10:]])
+    _send(broker, topics[1], [*late_payments, *on_time_payments])
+    second = PipelineRunner(spec, spark).run(available_now=True)
+
+    assert second.late_rows == 5
+    assert second.dead_lettered == 5
+    ledger = StateStore(os.environ["FLOW_STATE_STORE_URL"], os.environ["FLOW_STATE_STORE_SCHEMA"])
+    late_by_source: Counter[str] = Counter()
+    for row in ledger.recent_batches(spec.name, 1_000):
+        late_by_source.update(row["source_late_rows"] or {})
+    assert late_by_source == Counter({"orders": 3, "payments": 2})
+    joined = read_delta(spec.target.path).to_pylist()
+    assert {(r["left_order_id"], r["left_ts"]) for r in joined} == {
+        (o["order_id"], o["ts"]) for o in [order(f"o{i}", i) for i in range(40)]
+    }
+    assert read_delta(spec.dead_letter_path()).num_rows == 0
+    messages = _consume(broker.bootstrap_servers, dead_topic)
+    assert len(messages) == 5
+    sent = {"orders": late_orders, "payments": late_payments}
+    for value, key, headers in messages:
+        assert key is None  # the records had none
+        source = headers["flow.source"]
+        assert json.loads(value) in sent[source]  # the original bytes, verbatim
+        assert headers["flow.topic"] == topics[0 if source == "orders" else 1]
+        assert headers["flow.reason"].startswith("late: event time ts = ")
+        assert int(headers["flow.offset"]) >= 0 and headers["flow.partition"] in ("0", "1")
+    positions = {(h["flow.topic"], h["flow.partition"], h["flow.offset"]) for *_, h in messages}
+    assert len(positions) == 5
+
+
+def _consume(bootstrap: str, topic: str) -> list[tuple[bytes, bytes | None, dict[str, str]]]:
+    """Every message of a one-partition topic: (value, key, headers)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "t", "enable.partition.eof": True}
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    out = []
+    try:
+        while True:
+            m = consumer.poll(10)
+            assert m is not None, "no end of partition within 10 s"
+            if m.error():
+                break  # the end of the partition
+            headers = {k: v.decode() for k, v in m.headers() or []}
+            out.append((m.value(), m.key(), headers))
+    finally:
+        consumer.close()
+    return out

@@ -353,6 +353,31 @@ RULES = [
         "left_keys is empty: a join without keys would pair every row",
     ),
     (
+        "dead_letter_topic without dlq",
+        edit("lateness_ms = 5000", 'lateness_ms = 5000\ndead_letter_topic = "late-clicks"'),
+        "transform.window.dead_letter_topic",
+        'set late_data = "dlq" or remove it',
+    ),
+    (
+        "dead_letter_topic not a topic name",
+        edit(
+            "lateness_ms = 5000",
+            'lateness_ms = 5000\nlate_data = "dlq"\ndead_letter_topic = "late clicks!"',
+        ),
+        "transform.window.dead_letter_topic",
+        "is not a Kafka topic name",
+    ),
+    (
+        "late_data reopen on a join",
+        edit(
+            "[transform.window]",
+            PAYMENTS + "\n[transform.window]",
+            edit("[target]", JOIN + 'late_data = "reopen"\n\n[target]'),
+        ),
+        "transform.join.late_data",
+        "late_data = 'reopen' is not supported yet; supported: 'drop', 'dlq'",
+    ),
+    (
         "join keys of unequal length",
         edit(
             "[transform.window]",
@@ -580,8 +605,21 @@ def test_validate_rejects_naming_the_key(
 
 @pytest.mark.parametrize(
     "text",
-    [VALID, edit("lateness_ms = 5000", 'lateness_ms = 5000\nlate_data = "dlq"')],
-    ids=["drop", "dlq"],
+    [
+        VALID,
+        edit("lateness_ms = 5000", 'lateness_ms = 5000\nlate_data = "dlq"'),
+        edit(
+            "lateness_ms = 5000",
+            'lateness_ms = 5000\nlate_data = "dlq"\ndead_letter_topic = "clicks.late"',
+        ),
+        VALID.split("[transform.window]")[0]
+        + PAYMENTS
+        + JOIN
+        + 'event_time_column = "ts"\nlate_data = "dlq"\ndead_letter_topic = "late"\n'
+        + "\n[target]"
+        + VALID.split("[target]")[1],
+    ],
+    ids=["drop", "dlq", "dlq-topic", "join-dlq-topic"],
 )
 def test_validate_accepts_a_valid_spec(
     text: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]

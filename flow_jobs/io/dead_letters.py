@@ -16,15 +16,21 @@ on the executors, inside the scan's own stage (an Arrow UDF in a filter, see
 
 The staging folder must be on storage every executor and the driver can reach (the local
 disk for ``local[*]``, a shared mount on a cluster), like the Delta target itself.
+
+Late rows (``late_data = "dlq"``) are staged in a folder of their own, ``late/``: with a
+``dead_letter_topic`` they go to that Kafka topic instead of the table
+(``DeadLetterTopic``), at least once (a crash between the send and the deletion of the
+staged files sends them again; each message names its record's position).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import re
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -34,6 +40,7 @@ import pyarrow.parquet as pq
 
 from flow_jobs.io.delta import DeltaMergeTable
 from flow_jobs.io.state_store import StateStore
+from flow_jobs.spec.models import PipelineSpec
 
 #: Spark DDL of the struct the plan hands to the tap for each bad row.
 RECORD_DDL = (
@@ -64,6 +71,10 @@ _STAGED = pa.schema(
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
+#: The staging folder's sub-folder of late rows.
+LATE_FOLDER = "late"
+
+
 def staging_dir_for(dead_letter_path: str) -> str:
     return str(Path(dead_letter_path).resolve()) + "_staging"
 
@@ -78,6 +89,10 @@ class DeadLetterStaging:
     #: After ``[transform].sql`` a row may come from any source: (topic, source) pairs
     #: name its source by its topic (``source`` then only prefixes the staged file).
     topic_sources: tuple[tuple[str, str], ...] = ()
+    late: bool = False  # late rows: staged apart, for a dead_letter_topic
+
+    def late_rows(self) -> DeadLetterStaging:
+        return dataclasses.replace(self, late=True)
 
     def stage(self, reason: pa.Array, record: pa.StructArray) -> pa.Array:
         """Write the rows with a reason to a staged file; return the keep-mask."""
@@ -118,9 +133,10 @@ class DeadLetterStaging:
             f"{self.source}-{rows.column('topic')[0]}-{rows.column('partition')[0]}"
             f"-{pc.min(offsets)}-{pc.max(offsets)}-{digest}",
         )
-        os.makedirs(self.staging_dir, exist_ok=True)
-        final = os.path.join(self.staging_dir, name + ".parquet")
-        tmp = os.path.join(self.staging_dir, f".{name}.{uuid.uuid4().hex}.tmp")
+        folder = os.path.join(self.staging_dir, LATE_FOLDER) if self.late else self.staging_dir
+        os.makedirs(folder, exist_ok=True)
+        final = os.path.join(folder, name + ".parquet")
+        tmp = os.path.join(folder, f".{name}.{uuid.uuid4().hex}.tmp")
         pq.write_table(staged, tmp)
         os.replace(tmp, final)
         return pc.invert(bad)
@@ -136,11 +152,18 @@ class DeadLetterTable:
     """Driver side: the dead-letter table and the commit of staged files into it: a Delta
     table at ``path``, or (with ``store``) the state store's ``dead_letters`` table."""
 
-    def __init__(self, path: str, pipeline: str, store: StateStore | None = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        pipeline: str,
+        store: StateStore | None = None,
+        late_topic: DeadLetterTopic | None = None,
+    ) -> None:
         self.path = path
         self.staging_dir = staging_dir_for(path)
         self.pipeline = pipeline
         self.store = store
+        self.late_topic = late_topic  # where late rows go instead of the table
         self.table = DeltaMergeTable(path, DEAD_LETTER_SCHEMA, NATURAL_KEY, update_matched=False)
 
     @property
@@ -155,14 +178,29 @@ class DeadLetterTable:
     def ensure(self) -> None:
         if self.store is None:
             self.table.ensure()
+        if self.late_topic is not None:
+            self.late_topic.ensure()
         os.makedirs(self.staging_dir, exist_ok=True)
 
     def commit(self, batch_id: int) -> int:
-        """MERGE every staged file into the table; return how many rows were new."""
-        files = sorted(Path(self.staging_dir).glob("*.parquet"))
+        """Write every staged row where it goes; return how many were new (the table's
+        new rows, and the late rows sent to a dead_letter_topic)."""
+        staging = Path(self.staging_dir)
+        files = sorted(staging.glob("*.parquet"))
+        late = sorted((staging / LATE_FOLDER).glob("*.parquet"))
+        sent = 0
+        if late and self.late_topic is not None:
+            sent = self.late_topic.send(_read_staged(late))
+            for f in late:
+                f.unlink()
+        else:
+            files += late
+        return sent + self._merge(files, batch_id)
+
+    def _merge(self, files: list[Path], batch_id: int) -> int:
         if not files:
             return 0
-        staged = pa.concat_tables([pq.read_table(f, schema=_STAGED) for f in files])
+        staged = _read_staged(files)
         now = datetime.now(UTC)
         rows = staged.append_column(
             "batch_id", pa.array([batch_id] * staged.num_rows, pa.int64())
@@ -180,3 +218,102 @@ class DeadLetterTable:
         for f in files:
             f.unlink()
         return inserted
+
+
+def _read_staged(files: list[Path]) -> pa.Table:
+    return pa.concat_tables([pq.read_table(f, schema=_STAGED) for f in files])
+
+
+@dataclass(frozen=True)
+class DeadLetterTopic:
+    """``dead_letter_topic``: late rows as Kafka messages on their source's cluster.
+
+    Each message is the record's original key and value, verbatim, with headers naming
+    where it came from and why: ``flow.pipeline``, ``flow.source``, ``flow.topic``,
+    ``flow.partition``, ``flow.offset``, ``flow.kafka_timestamp_ms`` and ``flow.reason``
+    (its event time, the watermark it missed and by how much)."""
+
+    topic: str
+    #: source name -> librdkafka settings of its cluster (bootstrap servers, client
+    #: config: secrets among them, so never in the repr)
+    clusters: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = field(repr=False)
+    pipeline: str = ""
+
+    @staticmethod
+    def of(spec: PipelineSpec) -> DeadLetterTopic | None:
+        """The spec's ``dead_letter_topic`` (a join's, else the window's), if any."""
+        operator = spec.transform.join or spec.transform.window
+        topic = operator.dead_letter_topic if operator is not None else None
+        if topic is None:
+            return None
+        clusters = tuple(
+            (
+                s.name,
+                (
+                    ("bootstrap.servers", s.bootstrap_servers),
+                    *((k, v.get_secret_value()) for k, v in sorted(s.client_config.items())),
+                ),
+            )
+            for s in spec.sources
+        )
+        return DeadLetterTopic(topic, clusters, spec.name)
+
+    def _config(self, source: str) -> dict[str, str]:
+        return dict(dict(self.clusters)[source])
+
+    def ensure(self) -> None:
+        """Refuse to start when the topic is missing on a source's cluster."""
+        from confluent_kafka.admin import AdminClient
+
+        for source, _ in self.clusters:
+            config = self._config(source)
+            metadata = AdminClient(config).list_topics(self.topic, timeout=30)
+            found = metadata.topics.get(self.topic)
+            if found is None or found.error is not None or not found.partitions:
+                raise RuntimeError(
+                    f"dead_letter_topic {self.topic!r} does not exist on "
+                    f"{config['bootstrap.servers']} (source {source!r}): create it first"
+                )
+
+    def send(self, rows: pa.Table) -> int:
+        """Produce every row, wait for the broker's acknowledgements; raise if any failed
+        (the staged files stay, and the next micro-batch sends them again)."""
+        from confluent_kafka import Producer
+
+        failures: list[str] = []
+
+        def delivered(err: object, _msg: object) -> None:
+            if err is not None:
+                failures.append(str(err))
+
+        by_source: dict[str, list[dict]] = {}
+        for row in rows.to_pylist():
+            by_source.setdefault(row["source"], []).append(row)
+        for source, records in by_source.items():
+            producer = Producer({**self._config(source), "enable.idempotence": True, "acks": "all"})
+            for r in records:
+                stamp = r["kafka_timestamp"]
+                headers = [
+                    ("flow.pipeline", self.pipeline.encode()),
+                    ("flow.source", source.encode()),
+                    ("flow.topic", r["topic"].encode()),
+                    ("flow.partition", str(r["partition"]).encode()),
+                    ("flow.offset", str(r["offset"]).encode()),
+                    ("flow.reason", r["reason"].encode()),
+                ]
+                if stamp is not None:
+                    ms = int(stamp.timestamp() * 1000)
+                    headers.append(("flow.kafka_timestamp_ms", str(ms).encode()))
+                producer.produce(
+                    self.topic, r["value"], r["key"], headers=headers, on_delivery=delivered
+                )
+                producer.poll(0)
+            left = producer.flush(60)
+            if left:
+                failures.append(f"{left} messages unacknowledged after 60 s")
+        if failures:
+            raise RuntimeError(
+                f"dead_letter_topic {self.topic!r}: {len(failures)} late rows not delivered "
+                f"({failures[0]}); they stay staged and are sent again"
+            )
+        return rows.num_rows

@@ -63,7 +63,9 @@ def compile_pipeline(
     ``per_source_watermarks = False`` takes the window's watermark after the SQL, as
     before them (the fastest source's): ``make bench`` measures what they cost."""
     if spec.transform.join is not None:
-        return _compile_join_pipeline(spark, spec, dead_letters)
+        if spec.transform.join.late_data == "dlq":
+            _check_checkpoint_is_readable("transform.join.late_data", checkpoint)
+        return _compile_join_pipeline(spark, spec, dead_letters, checkpoint)
     window = spec.window
     event_time = EventTime.of_window(window)
     # Late rows are taken out per row at the sources, before the SQL (plan.late_rows);
@@ -131,9 +133,13 @@ def _check_late_rows_reach_the_dead_letters(
             f"time {column!r} is computed in the SQL: take it from a source column, or use "
             '"drop"',
         )
+    _check_checkpoint_is_readable("transform.window.late_data", checkpoint)
+
+
+def _check_checkpoint_is_readable(key: str, checkpoint: str | None) -> None:
     if checkpoint is not None and local_path(checkpoint) is None:
         raise PlanError(
-            "transform.window.late_data",
+            key,
             f'"dlq" reads each micro-batch\'s watermark from the checkpoint, and '
             f"{checkpoint} is not on a file system this process reads: use a local or "
             'mounted checkpoint location, or "drop"',
@@ -162,9 +168,12 @@ def _windowed(
 
 
 def _compile_join_pipeline(
-    spark: SparkSession, spec: PipelineSpec, dead_letters: DeadLetterTable
+    spark: SparkSession,
+    spec: PipelineSpec,
+    dead_letters: DeadLetterTable,
+    checkpoint: str | None,
 ) -> CompiledPipeline:
-    joined = compile_join(spark, spec, dead_letters)
+    joined = compile_join(spark, spec, dead_letters, checkpoint)
     if not spec.has_window:
         return CompiledPipeline(
             spec,
@@ -241,7 +250,10 @@ def _operators(spec: PipelineSpec) -> tuple[OperatorChoice, ...]:
                 f"{join.how} join on {', '.join(join.left_keys)} = {', '.join(join.right_keys)}",
                 f"Spark stream-stream join (symmetric hash join), right time - left time in "
                 f"[{lower}, {upper}] ms; withWatermark({join.lateness_ms} ms) on each side "
-                "evicts state and releases outer rows",
+                "evicts state and releases outer rows; rows at or below the previous "
+                "batch's watermark are taken out at each side's source, per row, counted, "
+                "then "
+                + ("dead-lettered with their bytes" if join.late_data == "dlq" else "dropped"),
             ),
         )
     else:

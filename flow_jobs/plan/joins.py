@@ -6,7 +6,10 @@ key never matches) within ``right time - left time`` in [lower, upper]. Spark's 
 emits each (left, right) match once, when the second of the two arrives; it derives
 from the bounds and both watermarks when a buffered row can no longer match, evicts it
 (state stays bounded), and only then emits an outer join's unmatched row, with NULLs
-on the other side. Rows behind a side's watermark are dropped and counted.
+on the other side. Spark's join drops an input row whose own side's event time is at or
+below the previous batch's watermark, the same rule as the windows' (checked here batch
+by batch): each side's source view takes such rows out first, row by row, counts them,
+and drops or dead-letters them (``late_data``; ``flow_jobs.plan.late_rows``).
 
 Output: every column of each view (but ``_kafka``) prefixed ``left_`` / ``right_``, or
 the configured ``output_*_columns`` (renames allowed), then ``join_row_id``: a hash of
@@ -54,15 +57,28 @@ def _shift(time: Column, ms: int) -> Column:
 
 
 def _side(
-    spark: SparkSession, spec: PipelineSpec, side: str, dead_letters: DeadLetterTable
+    spark: SparkSession,
+    spec: PipelineSpec,
+    side: str,
+    dead_letters: DeadLetterTable,
+    checkpoint: str | None,
 ) -> tuple[DataFrame, int]:
     join = spec.transform.join
     assert join is not None
     name = join.left_source if side == "left" else join.right_source
     index = next(i for i, s in enumerate(spec.sources) if s.name == name)
     settings = EventTime.of_join(join, side)
+    # Arrival times are never late (time_mode = "processing").
+    late_data = join.late_data if settings.mode == "event" else None
     view = compile_source(
-        spark, spec.sources[index], index, settings, spec.name, dead_letters.staging(name)
+        spark,
+        spec.sources[index],
+        index,
+        settings,
+        spec.name,
+        dead_letters.staging(name),
+        late_data,
+        checkpoint,
     )
     column = settings.column
     if column not in view.columns:
@@ -104,12 +120,16 @@ def _position(view: DataFrame, alias: str) -> list[Column]:
 
 
 def compile_join(
-    spark: SparkSession, spec: PipelineSpec, dead_letters: DeadLetterTable
+    spark: SparkSession,
+    spec: PipelineSpec,
+    dead_letters: DeadLetterTable,
+    checkpoint: str | None = None,
 ) -> CompiledJoin:
+    """``checkpoint``: the query's, where the sources read each batch's watermark."""
     join = spec.transform.join
     assert join is not None
-    left, _ = _side(spark, spec, "left", dead_letters)
-    right, _ = _side(spark, spec, "right", dead_letters)
+    left, _ = _side(spark, spec, "left", dead_letters, checkpoint)
+    right, _ = _side(spark, spec, "right", dead_letters, checkpoint)
     for side, view, keys in (("left", left, join.left_keys), ("right", right, join.right_keys)):
         for i, k in enumerate(keys):
             if k not in view.columns:

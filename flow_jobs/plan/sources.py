@@ -146,12 +146,13 @@ def compile_source(
     )
     if late_data == "dlq":
         reason = late_reason(time, event_time.column)
-        frame = _divert(frame, [(F.col(LATE), reason)], staging, record_fields(frame))
+        late = staging.late_rows()  # staged apart: a dead_letter_topic may take them
+        frame = _divert(frame, [(F.col(LATE), reason)], late, record_fields(frame))
     elif late_data == "drop":
         frame = frame.where(~F.col(LATE))
     frame = frame.drop(LATE, LATE_WATERMARK)
-    if watermark is None:
-        return frame.where(F.col(HEARTBEAT).isNull()).drop(HEARTBEAT)
+    if watermark is None:  # no idle_file: the reader sends no heartbeat
+        return frame.drop(HEARTBEAT)
     return watermark.apply(frame, time)
 
 
@@ -175,11 +176,15 @@ class SourceWatermark:
     idle_file: str | None = None  # set: the source may send heartbeats
 
     def apply(self, frame: DataFrame, time: Column) -> DataFrame:
+        delay = f"{self.lateness_ms} milliseconds"
+        if self.idle_file is None:  # one source: no heartbeat, nothing to filter
+            marked = frame.withColumn(_WATERMARKED, time).withWatermark(_WATERMARKED, delay)
+            return marked.drop(_WATERMARKED, HEARTBEAT)
         lateness = F.expr(f"INTERVAL {self.lateness_ms} MILLISECONDS")
         marked = F.coalesce(F.col(HEARTBEAT) + lateness, time)
         return (
             frame.withColumn(_WATERMARKED, marked)
-            .withWatermark(_WATERMARKED, f"{self.lateness_ms} milliseconds")
+            .withWatermark(_WATERMARKED, delay)
             # Non-deterministic (a partition id is never < 0), so the optimizer pushes no
             # predicate of the SQL or the window below it: a heartbeat row must reach
             # the node whatever the SQL filters, and no check meant for records (the

@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming import StreamingQuery
 
-from flow_jobs.io.dead_letters import DeadLetterTable
+from flow_jobs.io.dead_letters import DeadLetterTable, DeadLetterTopic
 from flow_jobs.io.delta import DeltaMergeTable
 from flow_jobs.io.state_store import StateStore
 from flow_jobs.io.targets import (
@@ -57,7 +57,9 @@ class PipelineRunner:
         self.spark = pipeline_session(spark or session_for(spec.spark), spec.spark)
         self.stop_event = stop_event or threading.Event()
         self.checkpoint = checkpoint_location(spec.checkpoint_location())
-        self.dead_letters = DeadLetterTable(spec.dead_letter_path(), spec.name)
+        self.dead_letters = DeadLetterTable(
+            spec.dead_letter_path(), spec.name, late_topic=DeadLetterTopic.of(spec)
+        )
         self.compiled: CompiledPipeline = compile_pipeline(
             self.spark, spec, self.dead_letters, self.checkpoint
         )

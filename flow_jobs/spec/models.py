@@ -73,6 +73,27 @@ def not_supported(key: str, value: object, supported: tuple[str, ...] | str) -> 
     return key_error(key, f"{key} = {value!r} is not supported yet; supported: {shown}")
 
 
+#: Kafka's legal topic names (at most 249 characters of these).
+KAFKA_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
+def dead_letter_topic_rule(topic: str | None, late_data: str) -> None:
+    if topic is None:
+        return
+    if late_data != "dlq":
+        raise key_error(
+            "dead_letter_topic",
+            f'dead_letter_topic is where late_data = "dlq" sends late rows; late_data is '
+            f'"{late_data}": set late_data = "dlq" or remove it',
+        )
+    if not KAFKA_TOPIC_NAME.fullmatch(topic) or topic in (".", ".."):
+        raise key_error(
+            "dead_letter_topic",
+            f"dead_letter_topic = {topic!r} is not a Kafka topic name (letters, digits, "
+            "'.', '_', '-'; at most 249)",
+        )
+
+
 def _identifier(key: str, value: str) -> None:
     if not SQL_IDENTIFIER.match(value):
         raise key_error(
@@ -249,6 +270,8 @@ class WindowSpec(SpecModel):
     group_by: list[str] = Field(default_factory=list)
     late_data: Literal["drop", "dlq", "reopen"] = "drop"
     allowed_lateness_ms: Annotated[int, Field(ge=0)] | None = None
+    #: late_data = "dlq": late rows go to this Kafka topic instead of the dead-letter table
+    dead_letter_topic: str | None = None
     max_groups_per_window: Annotated[int, Field(gt=0)] = 1_000_000
     crash_recovery: Literal["at_least_once", "kafka_eos", "persisted"] = "at_least_once"
     on_state_cap: Literal["fail", "drop_new_groups", "backpressure"] = "fail"
@@ -348,6 +371,7 @@ class WindowSpec(SpecModel):
                 "allowed_lateness_ms",
                 "late_data = 'reopen' is not supported yet; supported: 'drop'",
             )
+        dead_letter_topic_rule(self.dead_letter_topic, self.late_data)
 
     def _output_rules(self) -> None:
         seen: dict[str, str] = {}
@@ -446,6 +470,8 @@ class JoinSpec(SpecModel):
     time_mode: Literal["event", "processing"] = "event"
     lateness_ms: Annotated[int, Field(ge=0)] = 0
     late_data: Literal["drop", "dlq", "reopen"] = "drop"
+    #: late_data = "dlq": late rows go to this Kafka topic instead of the dead-letter table
+    dead_letter_topic: str | None = None
     max_event_time_skew_ms: Annotated[int, Field(gt=0)] = 300_000
     output_left_columns: OutputColumns | None = None
     output_right_columns: OutputColumns | None = None
@@ -507,8 +533,15 @@ class JoinSpec(SpecModel):
                 f'time_mode = "processing" joins on arrival time ({EVENT_TS}); remove the '
                 "event-time columns",
             )
-        if self.late_data != "drop":
-            raise not_supported("late_data", self.late_data, ("drop",))
+        if self.late_data == "reopen":  # a joined row is final once written
+            raise not_supported("late_data", self.late_data, ("drop", "dlq"))
+        if self.late_data == "dlq" and self.time_mode == "processing":
+            raise key_error(
+                "late_data",
+                'late_data = "dlq" needs event time: with time_mode = "processing" every row '
+                'is stamped on arrival and none is ever late; use "drop"',
+            )
+        dead_letter_topic_rule(self.dead_letter_topic, self.late_data)
         for side in ("output_left_columns", "output_right_columns"):
             columns = getattr(self, side)
             if columns is not None and not columns:
