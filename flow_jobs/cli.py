@@ -165,7 +165,9 @@ def format_batches(rows: list[dict[str, Any]]) -> str:
             return "-"
         parts = []
         for source, topics in value.items():
-            for partitions in topics.values():
+            for topic, partitions in topics.items():
+                if topic.startswith("_"):  # "_data_loss", "_heartbeat": not offsets
+                    continue
                 parts.append(f"{source}:" + ",".join(f"{p}={o}" for p, o in partitions.items()))
         return " ".join(parts)
 
