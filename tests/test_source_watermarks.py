@@ -25,7 +25,8 @@ from pyspark.sql import SparkSession
 from flow_jobs.cli import format_batches
 from flow_jobs.embedded.broker import EmbeddedBroker
 from flow_jobs.embedded.producer import Record
-from flow_jobs.runtime.idleness import IdleSources
+from flow_jobs.io.kafka_source import IDLE_FOR_THE_RUN_MS
+from flow_jobs.runtime.idleness import IdleSources, replay_targets
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec.models import PipelineSpec
 from tests.reference import reference_windows
@@ -168,6 +169,22 @@ def test_a_source_with_nothing_to_read_is_idle_for_a_whole_replay(
     first_watermark = max(e["ts"] for e in slow) - LATENESS
     actual = read_windows(spec.target.path, spec.natural_key())
     assert_same_windows(actual, _expected("tumbling", slow, first_watermark))
+
+
+def test_a_replay_lifts_only_empty_sources_and_only_beside_one_with_records(
+    broker: EmbeddedBroker, topic: str, workdir: Path
+) -> None:
+    """--available-now idleness (no clock): with nothing to read anywhere, no source is
+    idle (the watermark must not move: every source lifted to the highest timestamp
+    would close every window and make every later row late); once ``slow`` has a
+    record, ``fast``, still empty, is idle for the run."""
+    topics = _topics(broker, topic)
+    spec = _spec(workdir, broker, topics, "tumbling")
+    checkpoint = str(workdir / "checkpoint")
+
+    assert replay_targets(spec, checkpoint) == {}
+    send(broker.bootstrap_servers, topics["slow"], _records(random_clicks(random.Random(1), 1)))
+    assert replay_targets(spec, checkpoint) == {"fast": IDLE_FOR_THE_RUN_MS}
 
 
 def _await(condition: Callable[[], bool], timeout: float, what: str) -> None:

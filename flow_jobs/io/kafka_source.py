@@ -369,22 +369,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return retry(self._read_watermarks, f"Kafka {o.topic}", o.retries, o.retry_backoff_ms)
 
     def _read_watermarks(self) -> dict[int, tuple[int, int]]:
-        from confluent_kafka import TopicPartition
-
-        consumer = self._client()
-        topic = self.options.topic
-        metadata = consumer.list_topics(topic, timeout=30)
-        topic_md = metadata.topics.get(topic)
-        if topic_md is None or topic_md.error is not None or not topic_md.partitions:
-            reason = topic_md.error if topic_md is not None else "not found"
-            raise RuntimeError(
-                f"Kafka topic {topic!r} on {self.options.bootstrap_servers} "
-                f"is not readable: {reason}"
-            )
-        return {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
-            for p in sorted(topic_md.partitions)
-        }
+        return read_watermarks(self._client(), self.options)
 
     def initialOffset(self) -> dict:
         marks = self._watermarks()
@@ -448,13 +433,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._run_start = dict(begin)
         if any(o > begin.get(p, 0) for p, o in latest.items()):
             return None  # records of its own: not idle
+        target = idle_target(self.options.idle_file, self.options.source_name)
         if self._available_now_end is not None:
             # A replay does not look at the clock: a source is idle for the whole run
-            # when the run has nothing of it to read, and for none of it otherwise.
+            # when the run has nothing of it to read (the driver found so at the start,
+            # and another source has records: runtime.idleness.replay_targets), and it
+            # still has none now; for none of it otherwise.
             empty = all(o <= (self._run_start or {}).get(p, 0) for p, o in latest.items())
-            target = IDLE_FOR_THE_RUN_MS if empty else None
-        else:
-            target = idle_target(self.options.idle_file, self.options.source_name)
+            target = target if empty else None
         sent = self._heartbeat_sent
         return target if target is not None and (sent is None or target > sent) else None
 
@@ -498,6 +484,24 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             yield _heartbeat_row(partition)
             return
         yield from read_range(self.options, partition)
+
+
+def read_watermarks(consumer: Any, options: KafkaSourceOptions) -> dict[int, tuple[int, int]]:
+    """Each partition's (earliest, latest) offsets on the broker."""
+    from confluent_kafka import TopicPartition
+
+    topic = options.topic
+    metadata = consumer.list_topics(topic, timeout=30)
+    topic_md = metadata.topics.get(topic)
+    if topic_md is None or topic_md.error is not None or not topic_md.partitions:
+        reason = topic_md.error if topic_md is not None else "not found"
+        raise RuntimeError(
+            f"Kafka topic {topic!r} on {options.bootstrap_servers} is not readable: {reason}"
+        )
+    return {
+        p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+        for p in sorted(topic_md.partitions)
+    }
 
 
 #: A heartbeat's watermark when a source is idle for a whole availableNow run: Spark's

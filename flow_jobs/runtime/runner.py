@@ -26,7 +26,7 @@ from flow_jobs.plan.compile import CompiledPipeline, compile_pipeline
 from flow_jobs.plan.sizing import GB, estimate_state
 from flow_jobs.runtime.caps import GroupCap, WindowStateCapHit
 from flow_jobs.runtime.checkpoint import checkpoint_location, describe_batch_in_flight
-from flow_jobs.runtime.idleness import IdleSources
+from flow_jobs.runtime.idleness import IdleSources, replay_targets
 from flow_jobs.runtime.metrics import MetricsListener, serve
 from flow_jobs.runtime.progress import ProgressTracker, RunSummary
 from flow_jobs.runtime.session import pipeline_session, session_for
@@ -202,14 +202,17 @@ class PipelineRunner:
             raise first
 
     def _idle_sources(self, available_now: bool) -> IdleSources | None:
-        """Continuous runs over several sources track idleness (runtime.idleness)."""
+        """Runs over several sources track idleness (runtime.idleness): by the clock in
+        continuous runs, by what each source has to read in a replay."""
         path, window = self.compiled.idle_file, self.spec.transform.window
         if path is None or window is None:
             return None
         names = [s.name for s in self.spec.sources]
-        # A replay's readers decide on their own, without the clock: publish no target.
-        idleness = window.source_idleness_ms if not available_now else 2**62
-        return IdleSources(path, names, window.lateness_ms, idleness)
+        if not available_now:
+            return IdleSources(path, names, window.lateness_ms, window.source_idleness_ms)
+        idle = IdleSources(path, names, window.lateness_ms, window.source_idleness_ms)
+        idle.publish_replay(replay_targets(self.spec, self.checkpoint))
+        return None  # nothing more to publish while it runs
 
     def _release(self, listener: MetricsListener, query: StreamingQuery) -> None:
         # Spark delivers listener events on its own thread: wait for this query's last
