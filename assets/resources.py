@@ -62,10 +62,9 @@ class KafkaResource(ConfigurableResource):
         out: dict[str, dict[str, dict[str, int]]] = {}
         for source in spec.sources:
             config = {
-                "bootstrap.servers": source.bootstrap_servers,
+                **source.cluster_config(),
                 "group.id": f"flow-jobs-sensor-{spec.name}",
                 "enable.auto.commit": False,
-                **{k: v.get_secret_value() for k, v in source.client_config.items()},
             }
             consumer = Consumer(config)
             try:

@@ -246,16 +246,7 @@ class DeadLetterTopic:
         topic = operator.dead_letter_topic if operator is not None else None
         if topic is None:
             return None
-        clusters = tuple(
-            (
-                s.name,
-                (
-                    ("bootstrap.servers", s.bootstrap_servers),
-                    *((k, v.get_secret_value()) for k, v in sorted(s.client_config.items())),
-                ),
-            )
-            for s in spec.sources
-        )
+        clusters = tuple((s.name, tuple(s.cluster_config().items())) for s in spec.sources)
         return DeadLetterTopic(topic, clusters, spec.name)
 
     def _config(self, source: str) -> dict[str, str]:

@@ -160,6 +160,14 @@ class KafkaSource(SpecModel):
     #: Extra librdkafka client properties (e.g. ``security.protocol``); kept secret.
     client_config: dict[str, SecretStr] = Field(default_factory=dict)
 
+    def cluster_config(self) -> dict[str, str]:
+        """librdkafka settings to reach this source's cluster: the bootstrap servers and
+        the client config, secrets revealed (for a client, never for a log)."""
+        return {
+            "bootstrap.servers": self.bootstrap_servers,
+            **{k: v.get_secret_value() for k, v in sorted(self.client_config.items())},
+        }
+
     @model_validator(mode="after")
     def _rules(self) -> KafkaSource:
         _identifier("name", self.name)
