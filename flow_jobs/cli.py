@@ -67,6 +67,8 @@ def _describe(spec: PipelineSpec) -> str:
 def _validate(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
     print(f"{args.spec}: valid — {_describe(spec)}")
+    for warning in spec.warnings():
+        print(f"warning: {warning}")
     if args.plan:
         from flow_jobs.runtime.runner import PipelineRunner
 

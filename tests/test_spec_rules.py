@@ -67,6 +67,8 @@ def edit(old: str, new: str, text: str = VALID) -> str:
 
 
 WINDOW = '[transform.window]\nkind = "tumbling"\nduration_ms = 60000'
+REOPEN_KEYS = 'lateness_ms = 5000\nlate_data = "reopen"\nallowed_lateness_ms = 1000'
+REOPEN = edit("lateness_ms = 5000", REOPEN_KEYS)
 
 # (case, spec text, the key the message must name, a fragment of the message)
 RULES = [
@@ -162,13 +164,47 @@ RULES = [
         "after a join",
     ),
     (
-        "late_data reopen is not implemented yet",
+        "late_data reopen on a session window",
         edit(
-            "lateness_ms = 5000",
-            'lateness_ms = 5000\nlate_data = "reopen"\nallowed_lateness_ms = 1000',
+            'kind = "tumbling"\nduration_ms = 60000',
+            'kind = "session"\ngap_ms = 60000\nlate_data = "reopen"\nallowed_lateness_ms = 1000',
         ),
+        "transform.window.late_data",
+        'late_data = "reopen" is not supported for kind = "session": a late row can merge',
+    ),
+    (
+        "late_data reopen on a sliding window",
+        edit('kind = "tumbling"', 'kind = "sliding"', REOPEN),
+        "transform.window.late_data",
+        'not supported for kind = "sliding"',
+    ),
+    (
+        "late_data reopen in processing time",
+        edit(
+            'event_time_column = "ts"\nlateness_ms = 5000',
+            'time_mode = "processing"\nlateness_ms = 5000\nlate_data = "reopen"\n'
+            "allowed_lateness_ms = 1000",
+        ),
+        "transform.window.late_data",
+        'late_data = "reopen" needs event time',
+    ),
+    (
+        "late_data reopen with emit current",
+        edit("lateness_ms = 5000", 'emit = "current"', REOPEN),
+        "transform.window.late_data",
+        'use emit = "final" with reopen',
+    ),
+    (
+        "allowed_lateness_ms without reopen",
+        edit("lateness_ms = 5000", "lateness_ms = 5000\nallowed_lateness_ms = 1000"),
         "transform.window.allowed_lateness_ms",
-        "late_data = 'reopen' is not supported yet",
+        'only valid with late_data = "reopen"',
+    ),
+    (
+        "revision column named like an aggregate",
+        edit('as = "n"', 'as = "revision"', REOPEN),
+        "transform.window.aggregations",
+        "'revision' equals a window column name",
     ),
     (
         "crash_recovery kafka_eos is reserved",
@@ -618,8 +654,10 @@ def test_validate_rejects_naming_the_key(
         + 'event_time_column = "ts"\nlate_data = "dlq"\ndead_letter_topic = "late"\n'
         + "\n[target]"
         + VALID.split("[target]")[1],
+        edit("lateness_ms = 5000", REOPEN_KEYS),
+        edit('kind = "tumbling"', 'kind = "hopping"\nhop_ms = 20000', REOPEN),
     ],
-    ids=["drop", "dlq", "dlq-topic", "join-dlq-topic"],
+    ids=["drop", "dlq", "dlq-topic", "join-dlq-topic", "reopen", "reopen-hopping"],
 )
 def test_validate_accepts_a_valid_spec(
     text: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -628,6 +666,18 @@ def test_validate_accepts_a_valid_spec(
     spec.write_text(text)
     assert main(["validate", str(spec)]) == 0
     assert "valid" in capsys.readouterr().out
+
+
+def test_validate_warns_that_a_kafka_target_keeps_every_revision(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = tmp_path / "spec.toml"
+    kafka = '[target]\nkind = "kafka"\ntopic = "out"\nbootstrap_servers = "127.0.0.1:9092"\n'
+    spec.write_text(REOPEN.split("[target]")[0] + kafka)
+    assert main(["validate", str(spec)]) == 0
+    out = capsys.readouterr().out
+    assert 'warning: late_data = "reopen" re-emits a window' in out
+    assert "one record per revision (the revision column)" in out
 
 
 def test_every_shipped_pipeline_validates() -> None:

@@ -9,7 +9,9 @@ Spark's state store (RocksDB) inside the checkpoint, like every other operator's
 Sliding windows use one event-time timer per group, at the end of its oldest pending
 window + 1 ms: Spark fires it once the watermark passes that end. Late rows never reach
 this code: Spark drops rows behind the watermark before the operator and counts them.
-Count windows need no timer: they close on arrival.
+Count windows need no timer: they close on arrival. Tumbling and hopping windows come
+here only when they reopen (``flow_jobs.operators.reopen``), with one timer per group
+too, and an integer revision column last in their output.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import pandas as pd
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
-from flow_jobs.operators import count_based, sliding
+from flow_jobs.operators import count_based, reopen, sliding
 from flow_jobs.operators.aggregators import (
     Avg,
     Collect,
@@ -108,10 +110,22 @@ class WindowOperatorPlan:
     columns: tuple[ColumnKind, ...]
     aggregators: tuple[AggregatorSpec, ...]
     output_columns: tuple[str, ...]
+    hop_ms: int | None = None  # hopping (tumbling: the duration)
+    #: set: tumbling / hopping windows that reopen (late_data = "reopen")
+    allowed_lateness_ms: int | None = None
 
     @property
     def count_based(self) -> bool:
         return self.kind.startswith("count_")
+
+    @property
+    def reopens(self) -> bool:
+        return self.allowed_lateness_ms is not None
+
+    @property
+    def bounds(self) -> reopen.Bounds:
+        duration = self.duration_ms or 0
+        return reopen.Bounds(duration, self.hop_ms or duration, self.allowed_lateness_ms or 0)
 
 
 class WindowProcessor(StatefulProcessor):
@@ -131,6 +145,8 @@ class WindowProcessor(StatefulProcessor):
         empty = EventFrame.empty(list(self.plan.columns))
         if self.plan.count_based:
             return {"state": count_based.CountState(empty, 0, 0)}
+        if self.plan.reopens:
+            return {"state": reopen.empty(empty), "timer": None, "seq": 0}
         return {
             "state": sliding.SlidingState(empty, np.empty(0, np.int64)),
             "timer": None,
@@ -149,6 +165,11 @@ class WindowProcessor(StatefulProcessor):
         if self.plan.count_based:
             t = state.frame.t
             return (int(t.min()), int(t.max())) if len(t) else (None, None)
+        if self.plan.reopens:
+            starts = state.starts
+            if not len(starts):
+                return None, None
+            return int(starts[0]), int(starts[-1]) + (self.plan.duration_ms or 0)
         pending = state.pending
         if not len(pending):
             return None, None
@@ -163,6 +184,8 @@ class WindowProcessor(StatefulProcessor):
         blob = self._load()
         if self.plan.count_based:
             yield from self._count_windows(key, pdf, blob)
+        elif self.plan.reopens:
+            yield from self._reopen_input(key, pdf, blob)
         else:
             yield from self._sliding_input(key, pdf, blob)
 
@@ -171,6 +194,9 @@ class WindowProcessor(StatefulProcessor):
     ) -> Iterator[pd.DataFrame]:
         blob = self._load()
         blob["timer"] = None  # this one has fired
+        if self.plan.reopens:
+            yield from self._reopen_close(key, blob, timerValues.getCurrentWatermarkInMs())
+            return
         state, done = sliding.close(
             blob["state"], timerValues.getCurrentWatermarkInMs(), self.plan.duration_ms or 0
         )
@@ -201,8 +227,11 @@ class WindowProcessor(StatefulProcessor):
         self._save(blob, empty=False)
 
     def _set_timer(self, blob: dict[str, Any]) -> None:
-        pending = blob["state"].pending
-        wanted = int(pending[0]) + 1 if len(pending) else None
+        if self.plan.reopens:
+            wanted = reopen.next_timer(blob["state"], self.plan.bounds)
+        else:
+            pending = blob["state"].pending
+            wanted = int(pending[0]) + 1 if len(pending) else None
         if blob["timer"] != wanted:
             if blob["timer"] is not None:
                 self.handle.deleteTimer(blob["timer"])
@@ -214,6 +243,40 @@ class WindowProcessor(StatefulProcessor):
         starts = sliding.window_starts(ends, self.plan.duration_ms or 0)
         w = sliding.ranges(frame, ends, self.plan.duration_ms or 0)
         return self._output(key, frame, w, starts, ends, None)
+
+    # -- tumbling / hopping that reopen ------------------------------------------------
+    def _reopen_input(
+        self, key: Any, pdf: pd.DataFrame, blob: dict[str, Any]
+    ) -> Iterator[pd.DataFrame]:
+        new = frame_from_pandas(arrival_order(pdf), list(self.plan.columns), blob["seq"])
+        blob["seq"] += len(new)
+        state, reopened = reopen.add(blob["state"], new, self.plan.bounds)
+        blob["state"] = state
+        if len(reopened):  # late rows corrected emitted windows: they emit again
+            yield self._reopen_output(key, state, reopened)
+        self._set_timer(blob)
+        self._save(blob, empty=False)
+
+    def _reopen_close(
+        self, key: Any, blob: dict[str, Any], watermark_ms: int
+    ) -> Iterator[pd.DataFrame]:
+        before = blob["state"]
+        state, first = reopen.close(before, watermark_ms, self.plan.bounds)
+        if len(first):
+            yield self._reopen_output(key, before, first)
+        blob["state"] = state
+        self._set_timer(blob)
+        self._save(blob, empty=not len(state.starts))
+
+    def _reopen_output(
+        self, key: Any, state: reopen.ReopenState, index: np.ndarray
+    ) -> pd.DataFrame:
+        starts = state.starts[index]
+        w = reopen.ranges(state.frame, starts, self.plan.bounds)
+        ends = starts + (self.plan.duration_ms or 0)
+        return self._output(
+            key, state.frame, w, starts, ends, None, state.revisions[index].astype(np.int32)
+        )
 
     # -- count-based -------------------------------------------------------------------
     def _count_windows(
@@ -239,11 +302,13 @@ class WindowProcessor(StatefulProcessor):
         starts: np.ndarray,
         ends: np.ndarray,
         indices: np.ndarray | None,
+        revisions: np.ndarray | None = None,
     ) -> pd.DataFrame:
         group = dict(zip(self.plan.group_columns, key, strict=False))
+        closing = ")" if self.plan.reopens else "]"  # sliding and count windows hold their end
 
-        def describe(i: int) -> str:  # both engines' windows here include their end
-            bounds = f"[{_iso(starts[i])}, {_iso(ends[i])}]"
+        def describe(i: int) -> str:
+            bounds = f"[{_iso(starts[i])}, {_iso(ends[i])}{closing}"
             return f"{bounds} for group {group}" if group else bounds
 
         ctx = Context.of(frame, self.kinds, describe)
@@ -258,6 +323,8 @@ class WindowProcessor(StatefulProcessor):
         for aggregator in self.aggregators:
             for name, values in zip(aggregator.outputs, aggregator.compute(ctx, w), strict=True):
                 data[name] = values
+        if revisions is not None:
+            data[self.plan.output_columns[-1]] = revisions
         return pd.DataFrame(data, columns=list(self.plan.output_columns))
 
 

@@ -69,9 +69,10 @@ def compile_pipeline(
     window = spec.window
     event_time = EventTime.of_window(window)
     # Late rows are taken out per row at the sources, before the SQL (plan.late_rows);
-    # count windows have no watermark, and arrival times are never late.
+    # count windows have no watermark, and arrival times are never late. Rows past a
+    # reopening window's allowed lateness are late like any other, and dropped.
     timed = window.has_watermark and window.time_mode == "event"
-    late_data = window.late_data if timed else None
+    late_data = ("drop" if window.reopens else window.late_data) if timed else None
     per_source = timed and per_source_watermarks
     watermark = _source_watermark(spark, spec, checkpoint) if per_source else None
     views = {}
@@ -117,7 +118,7 @@ def _source_watermark(
     if not all(source_carries(spark, s, column) for s in spec.sources):
         return None
     idle = idle_file(checkpoint) if checkpoint and len(spec.sources) > 1 else None
-    return SourceWatermark(spec.window.lateness_ms, idle)
+    return SourceWatermark(spec.window.watermark_delay_ms, idle)
 
 
 def _check_late_rows_reach_the_dead_letters(
@@ -297,9 +298,24 @@ def _window_operators(spec: PipelineSpec) -> tuple[OperatorChoice, ...]:
         if w.emit == "current"
         else "output mode append: each window once, when it closes"
     )
+    kind = WINDOW_KINDS[w.kind].compiles_to
+    lateness = f"lateness_ms = {w.lateness_ms}, late_data = {w.late_data}"
+    if w.reopens:
+        kind = f"{w.kind} windows on transformWithStateInPandas (event-time timers)"
+        lateness += f", allowed_lateness_ms = {w.allowed_lateness_ms}"
+        late = (
+            f"withWatermark(event_time, {w.watermark_delay_ms} ms = lateness + allowed "
+            "lateness); rows at or below the previous batch's watermark are taken out at "
+            "each source, per row, counted there (observe), then dropped"
+        )
+        emit = (
+            "output mode append: each window when the watermark + allowed_lateness_ms "
+            f"passes its end, then again ({w.revision_column} + 1) in each batch that "
+            "corrects it, until the watermark passes its end; the MERGE keeps the last"
+        )
     return (
-        OperatorChoice(f"window kind = {w.kind}", WINDOW_KINDS[w.kind].compiles_to),
-        OperatorChoice(f"lateness_ms = {w.lateness_ms}, late_data = {w.late_data}", late),
+        OperatorChoice(f"window kind = {w.kind}", kind),
+        OperatorChoice(lateness, late),
         OperatorChoice(f"emit = {w.emit}", emit),
         *(
             OperatorChoice(

@@ -50,7 +50,7 @@ def _aggregation_bytes(a: Aggregation) -> int:
 
 
 def estimate_state(window: WindowSpec) -> StateEstimate:
-    lateness = window.lateness_ms
+    lateness = window.watermark_delay_ms  # a reopening window is held allowed_lateness_ms more
     if window.kind == "tumbling":
         duration = window.duration_ms or 1
         active = math.ceil((duration + lateness) / duration)

@@ -1,4 +1,4 @@
-"""Compile sliding and count-based windows onto Spark's arbitrary-state API.
+"""Compile sliding, count-based and reopening windows onto Spark's arbitrary-state API.
 
 The window input is projected to what the operator needs, grouped by the group keys and
 handed to ``transformWithStateInPandas`` with ``flow_jobs.operators.processor``:
@@ -23,6 +23,7 @@ from pyspark.sql.types import (
     DataType,
     DecimalType,
     FractionalType,
+    IntegerType,
     IntegralType,
     LongType,
     StructField,
@@ -95,6 +96,7 @@ def compile_state_window(
             for a in inputs
             for name, dtype in zip(a.spec.output_names(), result_types(a), strict=True)
         ),
+        *([StructField(window.revision_column, IntegerType(), False)] if window.reopens else []),
     ]
     schema = StructType(output_fields)
     plan = WindowOperatorPlan(
@@ -108,6 +110,8 @@ def compile_state_window(
         columns=tuple(kinds),
         aggregators=tuple(specs),
         output_columns=tuple(schema.fieldNames()),
+        hop_ms=window.hop_ms,
+        allowed_lateness_ms=window.allowed_lateness_ms if window.reopens else None,
     )
     output = (
         framed.select(*projection)

@@ -118,10 +118,11 @@ def with_event_time(
         ),
     ).otherwise(event_time)
     if watermark and source_watermarks:
-        marked = guarded.alias(EVENT_TIME, metadata={_DELAY_KEY: window.lateness_ms})
+        marked = guarded.alias(EVENT_TIME, metadata={_DELAY_KEY: window.watermark_delay_ms})
         return frame.withColumn(EVENT_TIME, marked)
     timed = frame.withColumn(EVENT_TIME, guarded)
-    return timed.withWatermark(EVENT_TIME, _ms(window.lateness_ms)) if watermark else timed
+    delay = _ms(window.watermark_delay_ms)
+    return timed.withWatermark(EVENT_TIME, delay) if watermark else timed
 
 
 def check_group_by(frame: DataFrame, window: WindowSpec) -> None:

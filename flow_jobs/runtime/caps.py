@@ -10,8 +10,9 @@ cap the check costs nothing.
 Per kind, "groups per window" is:
 
 * tumbling / hopping: state rows sharing a window (they are keyed by window + group);
-* session, sliding, count-based: these windows belong to one group each, so the cap
-  bounds the groups holding open windows; the message names the span they cover.
+* session, sliding, count-based, and tumbling / hopping that reopen (state-API
+  windows): these windows belong to one group each, so the cap bounds the groups
+  holding open windows; the message names the span they cover.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ class GroupCap:
             .option("operatorId", self._window_operator())
         )
         kind = self.spec.window.kind
-        if kind in ("tumbling", "hopping"):
+        if self.spec.window.engine == "native" and kind in ("tumbling", "hopping"):
             state = reader.load(self.checkpoint)
             rows = (
                 state.groupBy(F.col("key.window").alias("w"))

@@ -72,8 +72,9 @@ class ProgressTracker:
         self.query_id: str | None = None  # set once the query has started
         self.progress: dict[int, Progress] = {}
         self._lock = threading.Lock()
-        operator = spec.transform.join or spec.transform.window
-        lateness = operator.lateness_ms if operator is not None else 0
+        # how far each source's watermark runs behind its highest event time
+        window, join = spec.transform.window, spec.transform.join
+        lateness = join.lateness_ms if join else window.watermark_delay_ms if window else 0
         self.lateness_ms = {s.name: lateness for s in spec.sources}
 
     def poll(self, query: Any) -> None:

@@ -113,6 +113,8 @@ class PipelineRunner:
                 self.spec.name,
                 estimate.describe(),
             )
+        for warning in self.spec.warnings():
+            log.warning("%s: %s", self.spec.name, warning)
         caps = GroupCap(self.spark, self.spec, self.checkpoint)
         for choice in self.compiled.operators:
             log.debug("%s: %s -> %s", self.spec.name, choice.feature, choice.operator)
@@ -209,8 +211,8 @@ class PipelineRunner:
             return None
         names = [s.name for s in self.spec.sources]
         if not available_now:
-            return IdleSources(path, names, window.lateness_ms, window.source_idleness_ms)
-        idle = IdleSources(path, names, window.lateness_ms, window.source_idleness_ms)
+            return IdleSources(path, names, window.watermark_delay_ms, window.source_idleness_ms)
+        idle = IdleSources(path, names, window.watermark_delay_ms, window.source_idleness_ms)
         idle.publish_replay(replay_targets(self.spec, self.checkpoint))
         return None  # nothing more to publish while it runs
 

@@ -50,6 +50,8 @@ WindowKind = Literal[
 ]
 TIME_KINDS = ("tumbling", "hopping", "session", "sliding")
 COUNT_KINDS = ("count_tumbling", "count_hopping", "count_sliding")
+#: Kinds whose windows can reopen (late_data = "reopen", seed 000): fixed bounds.
+REOPEN_KINDS = ("tumbling", "hopping")
 #: Kinds whose window bounds never move once a window exists: an update per trigger
 #: (emit = "current") supersedes itself under MERGE. Session and count windows grow.
 CURRENT_KINDS = ("tumbling", "hopping", "sliding")
@@ -287,6 +289,8 @@ class WindowSpec(SpecModel):
     window_end_column: str = "window_end"
     #: Count windows only: their bounds (first and last event time) need not be unique.
     window_index_column: str = "window_index"
+    #: late_data = "reopen": 1 for a window's first emit, +1 for each correction
+    revision_column: str = "revision"
     emit: Literal["final", "current"] = "final"
     #: Rows whose event time is further ahead of the micro-batch's processing time are
     #: dead-lettered: one far-future row would otherwise push the watermark ahead and
@@ -375,11 +379,33 @@ class WindowSpec(SpecModel):
                 "allowed_lateness_ms", 'allowed_lateness_ms is only valid with late_data = "reopen"'
             )
         if self.late_data == "reopen":
-            raise key_error(
-                "allowed_lateness_ms",
-                "late_data = 'reopen' is not supported yet; supported: 'drop'",
-            )
+            self._reopen_rules()
         dead_letter_topic_rule(self.dead_letter_topic, self.late_data)
+
+    def _reopen_rules(self) -> None:
+        if self.kind not in REOPEN_KINDS:
+            why = {
+                "session": "a late row can merge two emitted sessions into one with other "
+                "bounds, and the superseded rows would stay in the target",
+                "sliding": "each event time is its own window; reopening one is not there yet",
+            }.get(self.kind, "")
+            raise key_error(
+                "late_data",
+                f'late_data = "reopen" is not supported for kind = "{self.kind}": {why}; '
+                f'use "drop" or "dlq" (reopen works for {", ".join(REOPEN_KINDS)})',
+            )
+        if self.time_mode == "processing":
+            raise key_error(
+                "late_data",
+                'late_data = "reopen" needs event time: with time_mode = "processing" every '
+                'row is stamped on arrival and none is ever late; use "drop"',
+            )
+        if self.emit == "current":
+            raise key_error(
+                "late_data",
+                'late_data = "reopen" re-emits a closed window when a late row corrects it; '
+                'emit = "current" already emits every change: use emit = "final" with reopen',
+            )
 
     def _output_rules(self) -> None:
         seen: dict[str, str] = {}
@@ -397,6 +423,8 @@ class WindowSpec(SpecModel):
         claim(self.window_end_column, "window_end_column")
         if self.is_count_based:
             claim(self.window_index_column, "window_index_column")
+        if self.reopens:
+            claim(self.revision_column, "revision_column")
         for i, column in enumerate(self.group_by):
             if column in self.group_by[:i]:
                 raise key_error("group_by", f"group_by[{i}] = {column!r} is listed twice")
@@ -423,6 +451,19 @@ class WindowSpec(SpecModel):
         return self.kind in COUNT_KINDS
 
     @property
+    def reopens(self) -> bool:
+        return self.late_data == "reopen"
+
+    @property
+    def watermark_delay_ms(self) -> int:
+        """How far Spark's watermark runs behind the highest event time: ``lateness_ms``,
+        plus ``allowed_lateness_ms`` when windows reopen (their rows must still reach the
+        operator; it emits a window first when the watermark + allowed lateness passes
+        its end, ``flow_jobs.operators.reopen``)."""
+        allowed = (self.allowed_lateness_ms or 0) if self.reopens else 0
+        return self.lateness_ms + allowed
+
+    @property
     def has_watermark(self) -> bool:
         """Time windows close by the watermark; count windows when they are full."""
         return not self.is_count_based
@@ -430,6 +471,8 @@ class WindowSpec(SpecModel):
     @property
     def engine(self) -> Literal["native", "state"]:
         """Where the window runs: Spark's native aggregation, or its arbitrary-state API."""
+        if self.reopens:  # Spark's aggregation emits a window once, or on every change
+            return "state"
         return "native" if self.kind in ("tumbling", "hopping", "session") else "state"
 
     @property
@@ -894,6 +937,18 @@ class PipelineSpec(SpecModel):
     def has_window(self) -> bool:
         return self.transform.window is not None
 
+    def warnings(self) -> list[str]:
+        """What is valid but deserves a word at start-up (and from ``validate``)."""
+        out = []
+        if self.has_window and self.window.reopens and self.target.kind == "kafka":
+            out.append(
+                'late_data = "reopen" re-emits a window each time late rows correct it, and '
+                "a Kafka topic keeps every record: consumers see one record per revision "
+                f"(the {self.window.revision_column} column) and should keep the highest "
+                "per window and group"
+            )
+        return out
+
     def checkpoint_location(self) -> str:
         return self.checkpoint.location or f"./.flow/{self.name}/checkpoint"
 
@@ -909,9 +964,11 @@ class PipelineSpec(SpecModel):
 
     def output_columns(self) -> list[str]:
         """The one place that knows the output column order (seed 000)."""
+        w = self.window
         return [
             *self.natural_key(),
-            *(n for a in self.window.aggregations for n in a.output_names()),
+            *(n for a in w.aggregations for n in a.output_names()),
+            *([w.revision_column] if w.reopens else []),
         ]
 
     def to_document(self) -> dict[str, Any]:
