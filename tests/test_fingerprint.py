@@ -65,3 +65,15 @@ def test_no_secret_in_the_fingerprinted_fields() -> None:
         'format = "json"', 'format = "json"\nclient_config = { "sasl.password" = "s3cr3t" }'
     )
     assert "s3cr3t" not in repr(fingerprint_fields(parse_spec(text)))
+
+
+def test_keys_added_later_change_nothing_at_their_default() -> None:
+    """Checkpoints started before a key existed resume under its default; setting it
+    is a change like any other."""
+    assert "transform.window.revision_column" not in BASE_FIELDS
+    assert "transform.window.dead_letter_topic" not in BASE_FIELDS
+    reopen = 'lateness_ms = 5000\nlate_data = "reopen"\nallowed_lateness_ms = 1000'
+    _, fields = _fingerprint(edit("lateness_ms = 5000", reopen + '\nrevision_column = "rev"'))
+    assert 'transform.window.revision_column: "<absent>" -> "rev"' in "; ".join(
+        changed_fields(BASE_FIELDS, fields)
+    )

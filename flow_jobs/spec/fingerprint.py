@@ -20,6 +20,10 @@ resumed under:
 * caps and guards that fail or divert, never reshape state:
   ``max_groups_per_window``, ``on_state_cap``, ``max_event_time_skew_ms``;
 * ``[[transform.lookups]]``: static tables are refreshable by design.
+
+A key added to the spec after checkpoints exist, whose default keeps what those
+checkpoints ran (``ADDED_KEYS``), is fingerprinted only when set to something else:
+upgrading flow-jobs must not refuse every existing checkpoint.
 """
 
 from __future__ import annotations
@@ -42,6 +46,12 @@ SAFE_SOURCE_KEYS = frozenset(
     }
 )
 SAFE_OPERATOR_KEYS = frozenset({"max_groups_per_window", "on_state_cap", "max_event_time_skew_ms"})
+#: Keys added after checkpoints existed, with the default that changes nothing for them.
+ADDED_KEYS: dict[str, Any] = {
+    "transform.window.dead_letter_topic": None,
+    "transform.join.dead_letter_topic": None,
+    "transform.window.revision_column": "revision",
+}
 
 
 def fingerprint_fields(spec: PipelineSpec) -> dict[str, Any]:
@@ -70,7 +80,7 @@ def fingerprint_fields(spec: PipelineSpec) -> dict[str, Any]:
                         fields[f"transform.window.aggregations.{agg['as']}.{k}"] = v
             else:
                 fields[f"transform.{part}.{key}"] = value
-    return fields
+    return {k: v for k, v in fields.items() if k not in ADDED_KEYS or ADDED_KEYS[k] != v}
 
 
 def fingerprint_of(fields: dict[str, Any]) -> str:
