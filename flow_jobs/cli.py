@@ -91,13 +91,15 @@ def _run(args: argparse.Namespace) -> int:
         )
         stop.set()
 
-    signal.signal(signal.SIGINT, request_stop)
-    signal.signal(signal.SIGTERM, request_stop)
+    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         summary = PipelineRunner(spec, stop_event=stop).run(available_now=args.available_now)
     except (PipelineFailed, IncompatibleSpec) as e:
         print(f"error: {redact(str(e))}", file=sys.stderr)
         return EXIT_INVALID
+    finally:  # main() may run inside another program (a test, a notebook)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     print(summary.describe())
     return EXIT_OK
 
