@@ -7,6 +7,7 @@ import random
 import time
 from pathlib import Path
 
+import pytest
 from pyspark.sql import SparkSession
 
 from flow_jobs.embedded.broker import EmbeddedBroker
@@ -56,9 +57,13 @@ def test_bad_records_land_in_the_dead_letter_table(
     records, expected_dead, next_offset = [], {}, [0, 0]
     for i, (value, reason) in enumerate(stream):
         partition = i % 2
-        records.append(Record(value, partition, key=b"k%d" % i, timestamp_ms=1_700_000_000_000 + i))
+        # Kafka headers on some records, bad and good: a dead letter keeps its own.
+        headers = (("id", b"%d" % i), ("bin", b"\x00\xff"), ("id", None)) if i % 3 == 0 else ()
+        records.append(Record(value, partition, b"k%d" % i, 1_700_000_000_000 + i, headers))
         if reason is not None:
-            expected_dead[(partition, next_offset[partition])] = (value, reason, b"k%d" % i)
+            expected_dead[(partition, next_offset[partition])] = (
+                value, reason, b"k%d" % i, list(headers) or None
+            )  # fmt: skip
         next_offset[partition] += 1
     send(broker.bootstrap_servers, topic, records)
     window = {
@@ -77,8 +82,15 @@ def test_bad_records_land_in_the_dead_letter_table(
 
     assert summary.dead_lettered == len(bad)
     dead = read_delta(spec.dead_letter_path()).to_pylist()
-    got = {(r["partition"], r["offset"]): (r["value"], r["reason"], r["key"]) for r in dead}
+    got = {
+        (r["partition"], r["offset"]): (
+            r["value"], r["reason"], r["key"],
+            None if r["headers"] is None else [(h["key"], h["value"]) for h in r["headers"]],
+        )
+        for r in dead
+    }  # fmt: skip
     assert got == expected_dead
+    assert any(h for *_, h in got.values()) and not all(h for *_, h in got.values())
     assert {r["topic"] for r in dead} == {topic}
     assert {r["source"] for r in dead} == {"clicks"}
     assert {r["pipeline"] for r in dead} == {spec.name}
@@ -99,3 +111,33 @@ def test_bad_records_land_in_the_dead_letter_table(
     assert again.dead_lettered == 0  # all already there: MERGE inserted nothing new
     assert len(read_delta(spec.dead_letter_path())) == len(bad)
     assert_same_windows(read_windows(spec.target.path, spec.natural_key()), expected)
+
+
+def test_a_dead_letter_table_from_before_headers_gets_the_column(tmp_path: Path) -> None:
+    """An existing table without ``headers`` is migrated on start, its rows kept; any
+    other difference is still refused."""
+    import pyarrow as pa
+
+    from flow_jobs.io.dead_letters import DEAD_LETTER_SCHEMA, DeadLetterTable
+    from flow_jobs.io.delta import DeltaMergeTable, TargetSchemaError
+
+    path = str(tmp_path / "dead")
+    before = pa.schema([f for f in DEAD_LETTER_SCHEMA if f.name != "headers"])
+    old = DeltaMergeTable(path, before, ("source", "topic", "partition", "offset"))
+    old.ensure()
+    row = {f.name: None for f in before} | {
+        "pipeline": "p", "source": "s", "topic": "t", "partition": 0, "offset": 1
+    }  # fmt: skip
+    old.merge(pa.Table.from_pylist([row], before))
+
+    DeadLetterTable(path, "p").ensure()
+
+    rows = read_delta(path).to_pylist()
+    assert [(r["offset"], r["headers"]) for r in rows] == [(1, None)]
+    narrower = pa.schema([f for f in before if f.name != "reason"])
+    other = DeltaMergeTable(str(tmp_path / "other"), narrower, ("source",))
+    other.ensure()
+    with pytest.raises(TargetSchemaError):
+        DeltaMergeTable(
+            str(tmp_path / "other"), DEAD_LETTER_SCHEMA, ("source",), added=("headers",)
+        ).ensure()

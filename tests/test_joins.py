@@ -84,10 +84,19 @@ def _closing() -> tuple[dict, dict]:
 
 
 def _send(broker: EmbeddedBroker, topic: str, rows: list[dict]) -> None:
+    """Each row as JSON; a row's ``_headers`` become the record's Kafka headers."""
     send(
         broker.bootstrap_servers,
         topic,
-        [Record(json.dumps(r).encode(), i % 2, timestamp_ms=r["ts"]) for i, r in enumerate(rows)],
+        [
+            Record(
+                json.dumps({k: v for k, v in r.items() if k != "_headers"}).encode(),
+                i % 2,
+                timestamp_ms=r["ts"],
+                headers=r.get("_headers", ()),
+            )
+            for i, r in enumerate(rows)
+        ],
     )
 
 
@@ -474,9 +483,10 @@ def test_late_rows_of_a_join_are_counted_per_row_and_dead_lettered(
     checkpoint. Run 1 leaves the watermark at 9 s (the lower side's 19 s less 10 s of
     lateness). Run 2 brings on-time pairs and, on both sides, rows at or below 9 s: late
     by the rule (docs/spec-reference.md, "Late rows"), each counted once under its
-    source, none joined, each a message with its original key and value bytes and its
-    position in the headers. Spark's join then has nothing left to drop (no "_operator"
-    count), and the dead-letter table gets none of them."""
+    source, none joined, each a message with its original key, value and Kafka headers
+    (repeated names, binary values, in order) and its position in flow.* headers.
+    Spark's join then has nothing left to drop (no "_operator" count), and the
+    dead-letter table gets none of them."""
 
     def order(name: str, second: float) -> dict:
         return {"order_id": name, "region": "eu", "amount": 1.0, "ts": BASE_MS + int(second * 1000)}
@@ -495,7 +505,12 @@ def test_late_rows_of_a_join_are_counted_per_row_and_dead_lettered(
     first = PipelineRunner(spec, spark).run(available_now=True)
     assert first.late_rows == 0 and first.watermark == "2023-11-14T22:13:29.000Z"
 
-    late_orders = [order("late-a", 1), order("o2", 9), order("late-b", 8.999)]
+    traced = (("trace", b"\x00\xff"), ("trace", b"two"), ("empty", None))
+    late_orders = [
+        {**order("late-a", 1), "_headers": traced},
+        order("o2", 9),
+        order("late-b", 8.999),
+    ]
     late_payments = [payment("o30", 9), payment("late-c", 3)]  # o30 is on time: unmatched
     on_time_orders = [order(f"o{i}", i) for i in range(20, 40)]
     on_time_payments = [payment(f"o{i}", i + 0.5) for i in range(20, 40)]
@@ -518,19 +533,28 @@ def test_late_rows_of_a_join_are_counted_per_row_and_dead_lettered(
     messages = _consume(broker.bootstrap_servers, dead_topic)
     assert len(messages) == 5
     sent = {"orders": late_orders, "payments": late_payments}
-    for value, key, headers in messages:
+    for value, key, raw in messages:
         assert key is None  # the records had none
+        headers = {k: v.decode() for k, v in raw if k.startswith("flow.")}
         source = headers["flow.source"]
-        assert json.loads(value) in sent[source]  # the original bytes, verbatim
+        row = json.loads(value)  # the original bytes, verbatim
+        assert row in [{k: v for k, v in r.items() if k != "_headers"} for r in sent[source]]
+        own = [(k, v) for k, v in raw if not k.startswith("flow.")]
+        assert own == (list(traced) if row["order_id"] == "late-a" else [])
         assert headers["flow.topic"] == topics[0 if source == "orders" else 1]
         assert headers["flow.reason"].startswith("late: event time ts = ")
         assert int(headers["flow.offset"]) >= 0 and headers["flow.partition"] in ("0", "1")
-    positions = {(h["flow.topic"], h["flow.partition"], h["flow.offset"]) for *_, h in messages}
+    positions = {
+        tuple(v for k, v in raw if k in ("flow.topic", "flow.partition", "flow.offset"))
+        for *_, raw in messages
+    }
     assert len(positions) == 5
 
 
-def _consume(bootstrap: str, topic: str) -> list[tuple[bytes, bytes | None, dict[str, str]]]:
-    """Every message of a one-partition topic: (value, key, headers)."""
+def _consume(
+    bootstrap: str, topic: str
+) -> list[tuple[bytes, bytes | None, list[tuple[str, bytes | None]]]]:
+    """Every message of a one-partition topic: (value, key, headers in order)."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer(
@@ -544,8 +568,7 @@ def _consume(bootstrap: str, topic: str) -> list[tuple[bytes, bytes | None, dict
             assert m is not None, "no end of partition within 10 s"
             if m.error():
                 break  # the end of the partition
-            headers = {k: v.decode() for k, v in m.headers() or []}
-            out.append((m.value(), m.key(), headers))
+            out.append((m.value(), m.key(), list(m.headers() or [])))
     finally:
         consumer.close()
     return out

@@ -285,18 +285,21 @@ def test_dead_letters_can_go_to_the_state_store(
 ) -> None:
     events = random_clicks(random.Random(2), 50, step_ms=500)
     records = to_records(events)
-    records[7] = Record(b"{not json", 1, b"k", records[7].timestamp_ms)
+    headers = (("trace", b"\x00\x01"), ("trace", None))
+    records[7] = Record(b"{not json", 1, b"k", records[7].timestamp_ms, headers)
     send(broker.bootstrap_servers, topic, records)
     spec = spec_with(workdir, broker, topic, dead_letter={"kind": "state_store"})
     summary = PipelineRunner(spec, spark).run(available_now=True)
     assert summary.dead_lettered == 1
     with psycopg.connect(os.environ["FLOW_STATE_STORE_URL"]) as conn:
         rows = conn.execute(
-            sql.SQL('SELECT topic, partition, "offset", value, reason FROM {}').format(
-                sql.Identifier(os.environ["FLOW_STATE_STORE_SCHEMA"], "dead_letters")
-            )
+            sql.SQL(
+                'SELECT topic, partition, "offset", value, header_keys, header_values FROM {}'
+            ).format(sql.Identifier(os.environ["FLOW_STATE_STORE_SCHEMA"], "dead_letters"))
         ).fetchall()
-    assert [(t, p, v) for t, p, _o, v, _r in rows] == [(topic, 1, b"{not json")]
+    assert [(t, p, v, k, hv) for t, p, _o, v, k, hv in rows] == [
+        (topic, 1, b"{not json", ["trace", "trace"], [b"\x00\x01", None])
+    ]
     assert sum(r["dead_lettered_rows"] for r in store().recent_batches(spec.name)) == 1
 
 

@@ -20,6 +20,7 @@ class Record:
     partition: int
     key: bytes | None = None
     timestamp_ms: int | None = None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
 
 
 def produce(bootstrap_servers: str, topic: str, records: Iterable[Record]) -> int:
@@ -60,7 +61,9 @@ def produce(bootstrap_servers: str, topic: str, records: Iterable[Record]) -> in
 
 
 def _send(producer: Producer, topic: str, record: Record, on_delivery: object) -> None:
-    kwargs = {"timestamp": record.timestamp_ms} if record.timestamp_ms is not None else {}
+    kwargs: dict = {"timestamp": record.timestamp_ms} if record.timestamp_ms is not None else {}
+    if record.headers:
+        kwargs["headers"] = list(record.headers)
     while True:
         try:
             producer.produce(

@@ -39,13 +39,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from flow_jobs.io.delta import DeltaMergeTable
+from flow_jobs.io.kafka_source import HEADERS_TYPE
 from flow_jobs.io.state_store import StateStore
 from flow_jobs.spec.models import PipelineSpec
 
 #: Spark DDL of the struct the plan hands to the tap for each bad row.
 RECORD_DDL = (
     "STRUCT<topic: STRING, partition: INT, offset: BIGINT, key: BINARY, value: BINARY, "
-    "timestamp: TIMESTAMP>"
+    "timestamp: TIMESTAMP, headers: ARRAY<STRUCT<key: STRING, value: BINARY>>>"
 )
 
 DEAD_LETTER_SCHEMA = pa.schema(
@@ -61,6 +62,7 @@ DEAD_LETTER_SCHEMA = pa.schema(
         ("kafka_timestamp", pa.timestamp("us", tz="UTC")),
         ("batch_id", pa.int64()),
         ("dead_lettered_at", pa.timestamp("us", tz="UTC")),
+        ("headers", HEADERS_TYPE),  # the record's Kafka headers (added later: last)
     ]
 )
 NATURAL_KEY = ("source", "topic", "partition", "offset")
@@ -112,6 +114,7 @@ class DeadLetterStaging:
                 "key": rows.column("key"),
                 "value": rows.column("value"),
                 "kafka_timestamp": rows.column("timestamp").cast(pa.timestamp("us", tz="UTC")),
+                "headers": rows.column("headers"),
             },
             schema=_STAGED,
         )
@@ -164,7 +167,9 @@ class DeadLetterTable:
         self.pipeline = pipeline
         self.store = store
         self.late_topic = late_topic  # where late rows go instead of the table
-        self.table = DeltaMergeTable(path, DEAD_LETTER_SCHEMA, NATURAL_KEY, update_matched=False)
+        self.table = DeltaMergeTable(
+            path, DEAD_LETTER_SCHEMA, NATURAL_KEY, update_matched=False, added=("headers",)
+        )
 
     @property
     def description(self) -> str:
@@ -228,8 +233,8 @@ def _read_staged(files: list[Path]) -> pa.Table:
 class DeadLetterTopic:
     """``dead_letter_topic``: late rows as Kafka messages on their source's cluster.
 
-    Each message is the record's original key and value, verbatim, with headers naming
-    where it came from and why: ``flow.pipeline``, ``flow.source``, ``flow.topic``,
+    Each message is the record's original key, value and headers, verbatim, then
+    headers naming where it came from and why: ``flow.pipeline``, ``flow.source``, ``flow.topic``,
     ``flow.partition``, ``flow.offset``, ``flow.kafka_timestamp_ms`` and ``flow.reason``
     (its event time, the watermark it missed and by how much)."""
 
@@ -295,6 +300,8 @@ class DeadLetterTopic:
                 if stamp is not None:
                     ms = int(stamp.timestamp() * 1000)
                     headers.append(("flow.kafka_timestamp_ms", str(ms).encode()))
+                # the record's own headers first, in their order, then ours
+                headers = [(h["key"], h["value"]) for h in r["headers"] or ()] + headers
                 producer.produce(
                     self.topic, r["value"], r["key"], headers=headers, on_delivery=delivered
                 )

@@ -19,6 +19,7 @@ from pathlib import Path
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, QueryBuilder, Transaction
 from deltalake.exceptions import TableNotFoundError
+from deltalake.schema import Field
 
 
 class TargetSchemaError(RuntimeError):
@@ -61,8 +62,11 @@ class DeltaMergeTable:
         nullable_key: Sequence[str] = (),
         update_matched: bool = True,
         storage_options: dict[str, str] | None = None,
+        added: Sequence[str] = (),
     ) -> None:
         self.path = path
+        #: nullable columns added to the schema later: a table without them gets them
+        self.added = tuple(added)
         self.schema = normalize_schema(schema)
         self.natural_key = list(natural_key)
         self.update_matched = update_matched
@@ -95,6 +99,11 @@ class DeltaMergeTable:
                 self._uri(), self.schema, mode="ignore", storage_options=self.storage_options
             )
         existing = normalize_schema(pa.schema(table.schema().to_arrow()))
+        missing = [f for f in self.schema if f.name in self.added and f.name not in existing.names]
+        earlier = pa.schema([f for f in self.schema if f not in missing])
+        if missing and existing.equals(earlier):  # a table from before they were added
+            table.alter.add_columns([Field.from_arrow(f) for f in missing])
+            existing = normalize_schema(pa.schema(table.schema().to_arrow()))
         if not existing.equals(self.schema):
             raise TargetSchemaError(
                 f"Delta table {self.path} has columns {_describe(existing)}, but the "

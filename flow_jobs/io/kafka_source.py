@@ -60,8 +60,11 @@ log = logging.getLogger(__name__)
 #: Columns every Kafka source exposes, in order (Spark DDL).
 KAFKA_COLUMNS_DDL = (
     "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, "
-    "timestamp TIMESTAMP, _event_ts TIMESTAMP, _late_watermark TIMESTAMP, _heartbeat TIMESTAMP"
+    "timestamp TIMESTAMP, headers ARRAY<STRUCT<key: STRING, value: BINARY>>, "
+    "_event_ts TIMESTAMP, _late_watermark TIMESTAMP, _heartbeat TIMESTAMP"
 )
+#: A record's Kafka headers, in order (NULL: none): kept so a dead letter carries them.
+HEADERS_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 
 #: The watermark Spark's window operators judge the row's micro-batch by: the one the
 #: previous batch ran under (``batchWatermarkMs`` of Spark's offset log), stamped on every
@@ -86,6 +89,7 @@ _ARROW_SCHEMA = pa.schema(
         ("partition", pa.int32()),
         ("offset", pa.int64()),
         ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("headers", HEADERS_TYPE),
         ("_event_ts", pa.timestamp("us", tz="UTC")),
         (LATE_WATERMARK, pa.timestamp("us", tz="UTC")),
         (HEARTBEAT, pa.timestamp("us", tz="UTC")),
@@ -542,6 +546,7 @@ def _heartbeat_row(rng: KafkaRange) -> pa.RecordBatch:
             pa.nulls(1, pa.int32()),
             pa.nulls(1, pa.int64()),
             pa.nulls(1, ts_type),
+            pa.nulls(1, HEADERS_TYPE),
             pa.nulls(1, ts_type),
             pa.array([None if mark is None else mark * 1000], ts_type),
             pa.array([rng.heartbeat_ms * 1000], ts_type),
@@ -750,11 +755,22 @@ def _to_arrow(rng: KafkaRange, batch: list, processing_time: bool) -> pa.RecordB
             pa.array([rng.partition] * n, pa.int32()),
             pa.array([m.offset() for m in batch], pa.int64()),
             ts_array,
+            _headers(batch),
             event_ts,
             late_watermark,
             pa.nulls(n, ts_type),
         ],
         schema=_ARROW_SCHEMA,
+    )
+
+
+def _headers(batch: list) -> pa.Array:
+    headers = [m.headers() for m in batch]
+    if not any(headers):  # the usual case: no record has headers
+        return pa.nulls(len(batch), HEADERS_TYPE)
+    return pa.array(
+        [None if h is None else [{"key": k, "value": v} for k, v in h] for h in headers],
+        HEADERS_TYPE,
     )
 
 

@@ -121,6 +121,12 @@ MIGRATIONS: list[tuple[int, str]] = [
         # Late rows per source, row by row (late_rows keeps the batch's total).
         "ALTER TABLE {s}.batches ADD COLUMN source_late_rows jsonb",
     ),
+    (
+        4,
+        # A dead letter's Kafka headers, in order: names and exact value bytes.
+        "ALTER TABLE {s}.dead_letters ADD COLUMN header_keys text[], "
+        "ADD COLUMN header_values bytea[]",
+    ),
 ]
 
 
@@ -582,6 +588,7 @@ class StateStore:
         columns = [
             "pipeline", "source", "reason", "topic", "partition", "offset",
             "key", "value", "kafka_timestamp", "batch_id", "dead_lettered_at",
+            "header_keys", "header_values",
         ]  # fmt: skip
         statement = sql.SQL(
             "INSERT INTO {t} ({cols}) VALUES ({vals}) ON CONFLICT DO NOTHING"
@@ -593,6 +600,12 @@ class StateStore:
         inserted = 0
         with self.connect() as conn, conn.cursor() as cur:
             for row in rows:
+                headers = row.get("headers")
+                row = {
+                    **row,
+                    "header_keys": None if headers is None else [h["key"] for h in headers],
+                    "header_values": None if headers is None else [h["value"] for h in headers],
+                }
                 cur.execute(statement, [row[c] for c in columns])
                 inserted += cur.rowcount
         return inserted

@@ -45,11 +45,11 @@ _REASON = "__flow_dead_letter_reason"
 _RECORD = "__flow_dead_letter_record"
 _WATERMARKED = "__flow_source_watermark"
 
-RAW_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", EVENT_TS)
+RAW_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "headers", EVENT_TS)
 #: ``_kafka``: the record's position and bytes, so a row can still be dead-lettered after
 #: ``[transform].sql`` (value is pruned by the optimizer where nothing reads it).
-KAFKA_METADATA = ("key", "value", "topic", "partition", "offset", "timestamp")
-_RECORD_FIELDS = ("topic", "partition", "offset", "key", "value", "timestamp")
+KAFKA_METADATA = ("key", "value", "topic", "partition", "offset", "timestamp", "headers")
+_RECORD_FIELDS = ("topic", "partition", "offset", "key", "value", "timestamp", "headers")
 
 Reason = tuple[Column, str | Column | None]  # (condition, the dead letter's reason)
 
@@ -327,8 +327,10 @@ def record_fields(frame: DataFrame) -> dict[str, Column] | None:
     (JSON sources), the Kafka columns (raw sources), or nowhere (None)."""
     if KAFKA_COLUMN in frame.columns:
         return {c: F.col(f"{KAFKA_COLUMN}.{c}") for c in _RECORD_FIELDS}
-    if all(c in frame.columns for c in _RECORD_FIELDS):
-        return {c: F.col(c) for c in _RECORD_FIELDS}
+    if all(c in frame.columns for c in _RECORD_FIELDS if c != "headers"):
+        # a raw source's SQL may leave the headers out: the dead letter then has none
+        headers = F.col("headers") if "headers" in frame.columns else F.lit(None)
+        return {**{c: F.col(c) for c in _RECORD_FIELDS if c != "headers"}, "headers": headers}
     return None
 
 
