@@ -7,7 +7,7 @@ between the write and Spark's commit). After the kills, one ``--available-now`` 
 drains the rest. The target must then equal an independent computation — no window
 missing, none doubled — and the ledger's batch ids must be contiguous.
 
-``FLOW_CRASH_KILLS`` sets the number of kills per target (3 here, to keep the suite inside
+``FLOW_CRASH_KILLS`` sets the number of kills per target (2 here, to keep the suite inside
 its 15-minute budget: each kill costs a JVM start; ``make soak`` runs 50).
 """
 
@@ -31,7 +31,7 @@ from tests.support import assert_same_windows, make_spec, random_clicks, read_wi
 from tests.support import to_records as records_of
 from tests.test_state_store import read_postgres
 
-KILLS = int(os.environ.get("FLOW_CRASH_KILLS", "3"))
+KILLS = int(os.environ.get("FLOW_CRASH_KILLS", "2"))
 AGGREGATIONS = [("count", None, "n"), ("sum", "amount", "amount_sum"), ("last", "page", "page")]
 LATENESS = 2_000
 
