@@ -6,7 +6,8 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
@@ -242,8 +243,9 @@ class PipelineRunner:
                     lookup.refresh_if_due(self.spark)
                 if self.stop_event.is_set():
                     log.info("%s: stop requested; finishing the batch in flight", self.spec.name)
-                    sink.request_stop()
-                    query.stop()
+                    with _quiet_expected_stop(self.spark):
+                        sink.request_stop()
+                        query.stop()
                     return "stopped on request"
         except StreamingQueryException as e:
             if self.stop_event.is_set() and StopRequested.__name__ in str(e):
@@ -256,6 +258,25 @@ class PipelineRunner:
 
 #: How long a finished run waits for Spark to deliver the query's termination event.
 _LISTENER_DRAIN_S = 10.0
+
+
+@contextmanager
+def _quiet_expected_stop(spark: SparkSession) -> Iterator[None]:
+    """A batch that starts between the stop request and ``query.stop()`` is refused by
+    the sink (``StopRequested``, so its offsets are not committed); Spark would log that
+    expected end as "terminated with error" with a Python traceback. The run still sees
+    the exception (``_watch`` tells it from a real failure); only that log line goes,
+    while the query stops."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    name = "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution"
+    configurator = jvm.org.apache.logging.log4j.core.config.Configurator
+    before = jvm.org.apache.logging.log4j.LogManager.getLogger(name).getLevel()
+    configurator.setLevel(name, jvm.org.apache.logging.log4j.Level.OFF)
+    try:
+        yield
+    finally:
+        configurator.setLevel(name, before)
 
 
 def _stop(query: StreamingQuery) -> None:
