@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from flow_jobs.operators.frame import NULL_SUFFIX, TIME, VALUE_PREFIX, ColumnKind
-from flow_jobs.operators.processor import AggregatorSpec, WindowOperatorPlan, WindowProcessor
+from flow_jobs.operators.aggregators import Avg, Count, Extreme, Sum
+from flow_jobs.operators.frame import LANE, NULL_SUFFIX, POSITION, TIME, VALUE_PREFIX, ColumnKind
+from flow_jobs.operators.processor import WindowOperatorPlan, WindowProcessor
 
 
 class _State:
@@ -88,10 +89,10 @@ def main() -> int:
         group_columns=("user_id",),
         columns=(ColumnKind("amount", "float"),),
         aggregators=(
-            AggregatorSpec("count", None, ("n",)),
-            AggregatorSpec("sum", "amount", ("amount_sum",)),
-            AggregatorSpec("avg", "amount", ("amount_avg",)),
-            AggregatorSpec("max", "amount", ("amount_max",)),
+            Count(None, ["n"]),
+            Sum("amount", ["amount_sum"]),
+            Avg("amount", ["amount_avg"]),
+            Extreme("amount", ["amount_max"], largest=True),
         ),
         output_columns=(
             "window_start",
@@ -113,9 +114,8 @@ def main() -> int:
         k: pd.DataFrame(
             {
                 TIME: 1_700_000_000_000 + np.arange(n) * 1_000 + k,
-                "flowop_topic": "t",
-                "flowop_partition": 0,
-                "flowop_offset": np.arange(n),
+                LANE: 0,
+                POSITION: np.arange(n),
                 VALUE_PREFIX + "amount": rng.uniform(0, 100, n),
                 VALUE_PREFIX + "amount" + NULL_SUFFIX: False,
             }
@@ -128,12 +128,13 @@ def main() -> int:
     windows = 0
     for k, pdf in frames.items():
         handle.key = k
-        windows += sum(len(o) for o in processor.handleInputRows((f"u{k}",), iter([pdf]), None))
-    if not count:  # the closing batch: every group's timer fires
-        for k in frames:
-            handle.key = k
-            out = processor.handleExpiredTimer((f"u{k}",), _Timers(2**62), None)
-            windows += sum(len(o) for o in out)
+        rows = processor.handleInputRows((f"u{k}",), iter([pdf]), _Timers(0))
+        windows += sum(len(o) for o in rows)
+    # the closing batch: every group's timer fires (count windows number their events)
+    for k in frames:
+        handle.key = k
+        out = processor.handleExpiredTimer((f"u{k}",), _Timers(2**62), None)
+        windows += sum(len(o) for o in out)
     profile.disable()
     elapsed = time.perf_counter() - started
     rows = args.keys * n

@@ -6,13 +6,16 @@ It shares no code with flow_jobs. Windows are enumerated from their definitions:
 * session: a group's events sorted by time; an event joins the running session when it
   falls before the session's end (last event + gap); the session is [first, last + gap);
 * sliding: one window [max(0, t - duration), t] per distinct event time t of a group;
-* count: a group's events numbered in arrival order; window k holds events
-  [k * stride, k * stride + count - 1]; its bounds are the min and max event time.
+* count: a group's events numbered in their total order (event time, then Kafka
+  position, ``_arrival``); window k holds events [k * stride, k * stride + count - 1];
+  its bounds are the times of its first and last event. An event is numbered once the
+  watermark has reached it (t <= watermark), so only those count (docs/spec-reference.md,
+  "Order of events"); ``current=True``: every event, partial windows included.
 
 Time windows are returned when closed by the watermark (end <= watermark; sliding:
 end < watermark); count windows when complete. Aggregates follow SQL NULL rules;
-first/last/collect/reduce follow event time, ties by value (``ties="value"``, native
-windows) or by arrival (``ties="arrival"``, state-API windows).
+first/last/collect/reduce follow event time, ties by Kafka position: ``_arrival`` holds
+a sortable (topic, partition, offset) or any rank that orders the same way.
 """
 
 from __future__ import annotations
@@ -38,26 +41,23 @@ def window_starts(t: int, duration: int, hop: int | None) -> list[int]:
     return sorted(starts)
 
 
-def _sorted_members(rows: list[Row], column: str | None, time_key: str, ties: str) -> list[Row]:
-    def key(r: Row) -> tuple:
-        return (r[time_key], r["_arrival"] if ties == "arrival" else r[column])
-
-    return sorted(rows, key=key)
+def _sorted_members(rows: list[Row], time_key: str) -> list[Row]:
+    return sorted(rows, key=lambda r: (r[time_key], r["_arrival"]))
 
 
-def aggregate(agg: Agg, rows: list[Row], time_key: str, ties: str) -> list[Any]:
+def aggregate(agg: Agg, rows: list[Row], time_key: str) -> list[Any]:
     """One window's value(s) for one aggregation (two for count_distinct with a sketch)."""
     name, column, _alias, options = agg
     if name == "count":
         return [len(rows) if column is None else sum(r[column] is not None for r in rows)]
     if name == "reduce" and column is None:
-        ordered = sorted(rows, key=lambda r: (r[time_key], r["_arrival"]))
+        ordered = _sorted_members(rows, time_key)
         values = [{k: v for k, v in r.items() if not k.startswith("_")} for r in ordered]
         return [_fold(values, options["initializer"], options["reducer"])]
     present = [r for r in rows if r[column] is not None]
     values = [r[column] for r in present]
     if name in ("first", "last", "collect", "reduce"):
-        ordered = [r[column] for r in _sorted_members(present, column, time_key, ties)]
+        ordered = [r[column] for r in _sorted_members(present, time_key)]
         if name == "collect":
             return [ordered]
         if name == "reduce":
@@ -110,13 +110,21 @@ def reference_windows(
     group_by: Sequence[str],
     aggregations: Sequence[Agg | tuple[str, str | None, str]],
     watermark_ms: int | None = None,
-    ties: str = "value",
+    current: bool = False,
 ) -> dict[tuple, dict[str, Any]]:
     """Closed windows keyed by natural key, each with its aggregate values by alias.
 
-    ``events`` carry epoch milliseconds under ``time_key`` and, for count windows and
-    arrival ties, their arrival rank under ``_arrival``.
+    ``events`` carry epoch milliseconds under ``time_key`` and their Kafka position (or
+    a rank ordering the same way) under ``_arrival``. Events given without it are ranked
+    in the order given, which is their Kafka order when the caller produced them in that
+    order to one partition, or when no two of a group share an event time. ``current``:
+    count windows as emit = "current" leaves them (keyed by index and group, partial
+    ones too).
     """
+    events = list(events)
+    if not all("_arrival" in e for e in events):
+        assert not any("_arrival" in e for e in events), "give _arrival to all events or none"
+        events = [{**e, "_arrival": i} for i, e in enumerate(events)]
     aggs: list[Agg] = [a if len(a) == 4 else (*a, {}) for a in aggregations]  # type: ignore[misc]
     by_group: dict[tuple, list[Row]] = defaultdict(list)
     for e in events:
@@ -157,19 +165,26 @@ def reference_windows(
             assert count is not None
             stride = {"count_tumbling": count, "count_sliding": 1}.get(kind, step)
             assert stride is not None
-            ordered = sorted(rows, key=lambda r: r["_arrival"])
+            ordered = _sorted_members(rows, time_key)
+            if not current:
+                assert watermark_ms is not None
+                ordered = [r for r in ordered if r[time_key] <= watermark_ms]
             k = 0
-            while k * stride + count <= len(ordered):
+            while k * stride < len(ordered) and (current or k * stride + count <= len(ordered)):
                 members = ordered[k * stride : k * stride + count]
-                times = [r[time_key] for r in members]
-                windows.append(((_ts(min(times)), _ts(max(times)), k, *group), members))
+                first, last = members[0][time_key], members[-1][time_key]
+                key = (k, *group) if current else (_ts(first), _ts(last), k, *group)
+                windows.append((key, members))
                 k += 1
 
     out = {}
     for key, members in windows:
         values: dict[str, Any] = {}
+        if current and kind.startswith("count_"):  # bounds are values, not the key
+            values["window_start"] = _ts(members[0][time_key])
+            values["window_end"] = _ts(members[-1][time_key])
         for agg in aggs:
-            results = aggregate(agg, members, time_key, ties)
+            results = aggregate(agg, members, time_key)
             values[agg[2]] = results[0]
             if len(results) > 1:
                 values[agg[2] + "_sketch"] = results[1]

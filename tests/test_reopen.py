@@ -89,6 +89,7 @@ def model(
 def _frame(rows: Sequence[Row], seq: int) -> EventFrame:
     return EventFrame(
         np.array([t for _, t, _ in rows], np.int64),
+        np.zeros(len(rows), np.int64),
         np.arange(seq, seq + len(rows), dtype=np.int64),
         {"v": Values(np.array([v for *_, v in rows], np.int64), np.ones(len(rows), bool))},
     )
@@ -240,11 +241,12 @@ def _event(rng: random.Random, user: str, ms: int, phase: int) -> dict[str, Any]
 
 
 def _phase_records(events: list[dict[str, Any]], counts: list[int]) -> list[Record]:
-    """Keys on both partitions, round-robin; each event notes its arrival rank."""
+    """Keys on both partitions, round-robin; each event notes its Kafka position (the
+    tie-break of equal event times)."""
     records = []
     for i, e in enumerate(events):
         p = i % 2
-        e["_arrival"] = (e["_phase"], p, counts[p])
+        e["_arrival"] = (p, counts[p])
         counts[p] += 1
         value = json.dumps({k: v for k, v in e.items() if not k.startswith("_")}).encode()
         records.append(Record(value, p, e["user_id"].encode(), e["ts"]))
@@ -287,7 +289,6 @@ def _expected(events: list[dict[str, Any]], watermark: int) -> dict:
         group_by=["user_id"],
         aggregations=AGGREGATIONS,
         watermark_ms=watermark,
-        ties="arrival",
     )
 
 

@@ -130,13 +130,13 @@ RULES = [
         'required when late_data = "reopen"',
     ),
     (
-        "late_data dlq on a count window",
+        "reopen on a count window",
         edit(
             'kind = "tumbling"\nduration_ms = 60000',
-            'kind = "count_tumbling"\ncount = 3\nlate_data = "dlq"',
-        ).replace("lateness_ms = 5000\n", ""),
+            'kind = "count_tumbling"\ncount = 3\nlate_data = "reopen"\nallowed_lateness_ms = 9',
+        ),
         "transform.window.late_data",
-        'late_data = "dlq" does not apply to kind = "count_tumbling"',
+        'late_data = "reopen" is not supported for kind = "count_tumbling"',
     ),
     (
         "late_data dlq in processing time",
@@ -275,12 +275,6 @@ RULES = [
         edit('kind = "tumbling"\nduration_ms = 60000', 'kind = "count_tumbling"\ncount = 1'),
         "transform.window.count",
         "greater than or equal to 2",
-    ),
-    (
-        "lateness on a count window",
-        edit('kind = "tumbling"\nduration_ms = 60000', 'kind = "count_tumbling"\ncount = 3'),
-        "transform.window.lateness_ms",
-        "count windows close when they are full",
     ),
     (
         "emit current on session windows",
@@ -715,3 +709,15 @@ def test_output_columns_follow_the_seed_order() -> None:
         "n",
         "amount_sum",
     ]
+
+
+def test_every_aggregator_name_has_its_unit() -> None:
+    """An aggregator is one unit (flow_jobs.plan.aggregations) plus its name in AggKind."""
+    from typing import get_args
+
+    from flow_jobs.plan.aggregations import AGGREGATORS
+    from flow_jobs.spec.models import AggKind
+
+    assert set(get_args(AggKind)) == set(AGGREGATORS)
+    for name, unit in AGGREGATORS.items():
+        assert unit.name == name and unit.native_form and unit.state_form

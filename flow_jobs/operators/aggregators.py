@@ -1,14 +1,19 @@
 """Aggregators for state-API windows: one small class each, over many windows at once.
 
-A window is an inclusive index range ``[lo, hi]`` into a group's ``EventFrame`` (time
-order for sliding windows, arrival order for count windows). Each aggregator computes
-its value for every window of a batch in one call, vectorised with numpy where the
-aggregate allows it (prefix sums for count/sum/avg, a sparse table for range min/max,
-a range minimum over the event-time rank for first/last); distinct counts, collect and
-a user reduce loop in Python because their state is a set, a list or user code.
+A window is an inclusive index range ``[lo, hi]`` into a group's ``EventFrame``, which
+holds its events in their total order (event time, then Kafka position). Each
+aggregator computes its value for every window of a batch in one call, vectorised with
+numpy where the aggregate allows it (prefix sums for count/sum/avg, a sparse table for
+range min/max, a range minimum over the order rank for first/last); distinct counts,
+collect and a user reduce loop in Python because their state is a set, a list or user
+code.
 
 Semantics are the native engine's (``flow_jobs.plan.aggregations``): SQL NULL rules,
-first/last/collect/reduce in event-time order, ties by arrival.
+first/last/collect/reduce in the events' total order, and Spark's floating point rules:
+NaN is larger than any other value for min/max, a sum holding NaN, or both infinities,
+is NaN; one holding an infinity is that infinity. Float sums are as exact as summing
+each window on its own (``_float_sums``): a huge value in one window does not leak into
+the next through the prefix sums.
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ class Context:
 
     @staticmethod
     def of(frame: EventFrame, kinds: dict[str, str], describe: Callable[[int], str]) -> Context:
-        order = np.lexsort((frame.seq, frame.t))
+        order = frame.order()
         rank = np.empty(len(order), np.int64)
         rank[order] = np.arange(len(order), dtype=np.int64)
         return Context(frame, kinds, rank, order, describe)
@@ -139,7 +144,7 @@ class Sum(WindowAggregator):
         if kind == "int":
             return [_int_sums(v, ctx, w, n)]
         if kind == "float":
-            return [_nullable(range_sum(np.where(v.valid, v.data, 0), w), n > 0)]
+            return [_nullable(_float_sums(np.where(v.valid, v.data, 0.0), w), n > 0)]
         return [[_python_sum(v, ctx, w, i) for i in range(len(w))]]
 
 
@@ -148,13 +153,52 @@ class Avg(WindowAggregator):
         v, kind = self.values(ctx), ctx.kinds[self.column or ""]
         n = range_sum(v.valid.astype(np.int64), w)
         if kind in ("int", "float"):
-            total = range_sum(np.where(v.valid, v.data, 0).astype(np.float64), w)
+            total = _float_sums(np.where(v.valid, v.data, 0).astype(np.float64), w)
             return [_nullable(total / np.maximum(n, 1), n > 0)]
         sums = [_python_sum(v, ctx, w, i) for i in range(len(w))]
         return [[None if s is None else s / int(c) for s, c in zip(sums, n, strict=True)]]
 
 
 _INT64 = np.iinfo(np.int64)
+_EPS = np.finfo(np.float64).eps
+
+
+def _float_sums(x: np.ndarray, w: Ranges) -> np.ndarray:
+    """Per-window float64 sums from prefix sums, without their cancellation error.
+
+    A plain prefix difference ``P[hi+1] - P[lo]`` loses the window to the rounding of
+    everything before it (a frame [1e17, 3.0] gives 0.0 for the window {3.0}), and one
+    NaN or infinity poisons every later window. So: NaN and infinities are counted per
+    window (prefix counts) instead of summed; finite values are summed as double-double
+    prefix sums (each rounding error of the running sum recovered exactly with Knuth's
+    TwoSum and summed apart), which leaves an error of the order of the window's own
+    rounding. Windows where even that could matter (the values before the window dwarf
+    it by ~2^52 times the frame length), and frames whose running sum overflows, are
+    summed directly."""
+    if not len(w):
+        return np.empty(0, np.float64)
+    finite = np.isfinite(x)
+    clean = np.where(finite, x, 0.0)
+    p = prefix(clean)
+    with np.errstate(invalid="ignore", over="ignore"):
+        a, b = p[:-1], clean
+        bb = p[1:] - a
+        e = prefix((a - (p[1:] - bb)) + (b - bb))  # TwoSum: a + b == p[1:] + err exactly
+        out = (p[w.hi + 1] - p[w.lo]) + (e[w.hi + 1] - e[w.lo])
+    magnitude = prefix(np.abs(clean))
+    inside = magnitude[w.hi + 1] - magnitude[w.lo]
+    doubtful = magnitude[w.hi + 1] * _EPS * len(x) > inside * 0.5
+    if not np.isfinite(p[-1]) or not np.isfinite(magnitude[-1]):
+        doubtful[:] = True
+    for i in np.flatnonzero(doubtful):
+        out[i] = np.sum(clean[w.lo[i] : w.hi[i] + 1])
+    if not finite.all():
+        nan = range_sum(np.isnan(x).astype(np.int64), w) > 0
+        up = range_sum((x == np.inf).astype(np.int64), w) > 0
+        down = range_sum((x == -np.inf).astype(np.int64), w) > 0
+        out = np.where(up, np.inf, np.where(down, -np.inf, out))
+        out[nan | (up & down)] = np.nan
+    return out
 
 
 def _int_sums(v: Values, ctx: Context, w: Ranges, n: np.ndarray) -> Any:
@@ -190,22 +234,34 @@ class Extreme(WindowAggregator):
     def compute(self, ctx: Context, w: Ranges) -> list[list[Any]]:
         v, kind = self.values(ctx), ctx.kinds[self.column or ""]
         n = range_sum(v.valid.astype(np.int64), w)
-        if kind in ("int", "float", "ts"):
-            dtype = np.float64 if kind == "float" else np.int64
-            info = np.finfo(dtype) if kind == "float" else np.iinfo(dtype)
+        if kind == "float":
+            return [self._floats(v, w, n)]
+        if kind in ("int", "ts"):
+            info = np.iinfo(np.int64)
             fill = info.min if self.largest else info.max
-            data = np.where(v.valid, v.data, fill).astype(dtype)
+            data = np.where(v.valid, v.data, fill).astype(np.int64)
             best = range_reduce(data, w, np.maximum if self.largest else np.minimum)
             if kind == "ts":
                 holder = Values(best, n > 0)
                 return [_as_output(holder, "ts", np.arange(len(w)), n > 0)]
             return [_nullable(best, n > 0)]
         pick = max if self.largest else min
-        out = []
+        out: list[Any] = []
         for i in range(len(w)):
             members = ctx.members(w, i, v.valid)
             out.append(pick(v.data[members].tolist()) if len(members) else None)
         return [out]
+
+    def _floats(self, v: Values, w: Ranges, n: np.ndarray) -> Any:
+        """Spark's order: NaN above +inf. max: a NaN wins (np.maximum propagates it);
+        min: NaN only when the window holds nothing else."""
+        if self.largest:
+            data = np.where(v.valid, v.data, -np.inf)
+            return _nullable(range_reduce(data, w, np.maximum), n > 0)
+        number = v.valid & ~np.isnan(v.data)
+        best = range_reduce(np.where(number, v.data, np.inf), w, np.minimum)
+        best[range_sum(number.astype(np.int64), w) == 0] = np.nan
+        return _nullable(best, n > 0)
 
 
 class Positional(WindowAggregator):

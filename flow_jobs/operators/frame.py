@@ -22,11 +22,12 @@ NULL_SUFFIX = "__null"
 VALUE_PREFIX = "flowop_v_"
 #: Event time in epoch milliseconds (BIGINT).
 TIME = "flowop_t"
-#: Kafka position of each row (topic, partition, offset): the arrival order a shuffle
-#: loses, restored per group and micro-batch. Without it (sliding windows over SQL that
-#: dropped ``_kafka``), TIE orders rows of equal time by a hash of their content.
-ORDER_COLUMNS = ("flowop_topic", "flowop_partition", "flowop_offset")
-TIE = "flowop_tie"
+#: The tie-break of rows of equal event time, a total order no micro-batch cut changes
+#: (``flow_jobs.plan.ordering``): LANE is the Kafka topic's rank among the pipeline's
+#: topics * 2^31 + the partition, POSITION the offset. Without a Kafka position (SQL
+#: that dropped ``_kafka``, a join's output) LANE is 0 and POSITION a hash of the row.
+LANE = "flowop_lane"
+POSITION = "flowop_pos"
 
 
 @dataclass(frozen=True)
@@ -48,11 +49,20 @@ class Values:
 
 @dataclass
 class EventFrame:
-    """Events of one group: time, arrival sequence, and the columns aggregations read."""
+    """Events of one group: time, the tie-break of equal times, and the columns
+    aggregations read. ``(t, lane, pos)`` orders the events totally."""
 
     t: np.ndarray  # int64 epoch ms
-    seq: np.ndarray  # int64 arrival rank within the group (ties in time)
+    lane: np.ndarray  # int64 Kafka topic rank * 2^31 + partition (0 without a position)
+    pos: np.ndarray  # int64 Kafka offset (a hash of the row without a position)
     columns: dict[str, Values] = field(default_factory=dict)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # State written before the total order (an arrival rank ``seq``) keeps its order.
+        if "seq" in state:
+            seq = state.pop("seq")
+            state["lane"], state["pos"] = np.zeros(len(seq), np.int64), seq
+        self.__dict__.update(state)
 
     def __len__(self) -> int:
         return len(self.t)
@@ -62,13 +72,20 @@ class EventFrame:
         return EventFrame(
             np.empty(0, np.int64),
             np.empty(0, np.int64),
+            np.empty(0, np.int64),
             {k.name: Values(_empty(k.kind), np.empty(0, bool)) for k in kinds},
         )
 
     def take(self, index: np.ndarray) -> EventFrame:
         return EventFrame(
-            self.t[index], self.seq[index], {n: v.take(index) for n, v in self.columns.items()}
+            self.t[index],
+            self.lane[index],
+            self.pos[index],
+            {n: v.take(index) for n, v in self.columns.items()},
         )
+
+    def slice(self, start: int, stop: int | None = None) -> EventFrame:
+        return self.take(np.arange(start, len(self) if stop is None else stop))
 
     def concat(self, other: EventFrame) -> EventFrame:
         if not len(self):
@@ -77,7 +94,8 @@ class EventFrame:
             return self
         return EventFrame(
             np.concatenate([self.t, other.t]),
-            np.concatenate([self.seq, other.seq]),
+            np.concatenate([self.lane, other.lane]),
+            np.concatenate([self.pos, other.pos]),
             {
                 n: Values(
                     np.concatenate([v.data, other.columns[n].data]),
@@ -87,18 +105,22 @@ class EventFrame:
             },
         )
 
+    def order(self) -> np.ndarray:
+        """Row indices in the events' total order (event time, lane, position)."""
+        return np.lexsort((self.pos, self.lane, self.t))
+
     def time_ordered(self) -> EventFrame:
-        """Sorted by (event time, arrival): the order first/last/collect/reduce follow."""
-        return self.take(np.lexsort((self.seq, self.t)))
+        """Sorted in the total order: the one first/last/collect/reduce and count windows
+        follow."""
+        return self.take(self.order())
 
 
 def _empty(kind: str) -> np.ndarray:
     return np.empty(0, {"int": np.int64, "ts": np.int64, "float": np.float64}.get(kind, object))
 
 
-def frame_from_pandas(pdf: pd.DataFrame, kinds: list[ColumnKind], seq_start: int) -> EventFrame:
-    """Rows as Spark sent them (already in arrival order) to an EventFrame."""
-    n = len(pdf)
+def frame_from_pandas(pdf: pd.DataFrame, kinds: list[ColumnKind]) -> EventFrame:
+    """Rows as Spark sent them, in the total order (a shuffle keeps none)."""
     columns: dict[str, Values] = {}
     for k in kinds:
         wire = VALUE_PREFIX + k.name
@@ -109,17 +131,13 @@ def frame_from_pandas(pdf: pd.DataFrame, kinds: list[ColumnKind], seq_start: int
             data = pdf[wire].to_numpy(dtype=np.float64 if k.kind == "float" else np.int64)
             valid = ~pdf[wire + NULL_SUFFIX].to_numpy(dtype=bool)
         columns[k.name] = Values(data, valid)
-    return EventFrame(
+    frame = EventFrame(
         pdf[TIME].to_numpy(dtype=np.int64),
-        np.arange(seq_start, seq_start + n, dtype=np.int64),
+        pdf[LANE].to_numpy(dtype=np.int64),
+        pdf[POSITION].to_numpy(dtype=np.int64),
         columns,
     )
-
-
-def arrival_order(pdf: pd.DataFrame) -> pd.DataFrame:
-    """A micro-batch's rows of one group, in arrival order (the shuffle lost it)."""
-    by = [c for c in ORDER_COLUMNS if c in pdf.columns] or [TIME, TIE]
-    return pdf.sort_values(by, kind="stable", ignore_index=True)
+    return frame.time_ordered()
 
 
 def to_python(values: Values, kind: str, index: int) -> Any:

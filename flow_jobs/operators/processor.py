@@ -9,7 +9,9 @@ Spark's state store (RocksDB) inside the checkpoint, like every other operator's
 Sliding windows use one event-time timer per group, at the end of its oldest pending
 window + 1 ms: Spark fires it once the watermark passes that end. Late rows never reach
 this code: Spark drops rows behind the watermark before the operator and counts them.
-Count windows need no timer: they close on arrival. Tumbling and hopping windows come
+Count windows number their events once the watermark passes them (a timer at the
+oldest pending event's time), so that their order is the events' total order whatever
+the micro-batches (``flow_jobs.operators.count_based``). Tumbling and hopping windows come
 here only when they reopen (``flow_jobs.operators.reopen``), with one timer per group
 too, and an integer revision column last in their output.
 """
@@ -27,22 +29,8 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
 from flow_jobs.operators import count_based, reopen, sliding
-from flow_jobs.operators.aggregators import (
-    Avg,
-    Collect,
-    Context,
-    Count,
-    CountDistinctExact,
-    CountDistinctSketch,
-    Extreme,
-    Positional,
-    Ranges,
-    Reduce,
-    Sum,
-    WindowAggregator,
-    range_reduce,
-)
-from flow_jobs.operators.frame import ColumnKind, EventFrame, arrival_order, frame_from_pandas
+from flow_jobs.operators.aggregators import Context, CountDistinctExact, Ranges, WindowAggregator
+from flow_jobs.operators.frame import ColumnKind, EventFrame, frame_from_pandas
 
 #: The group's window state, plus the time span of its open windows (epoch ms): read by
 #: the max_groups_per_window check (``flow_jobs.runtime.caps``) without unpickling.
@@ -57,46 +45,6 @@ STATE_VARIABLE = "window_state"
 
 
 @dataclass(frozen=True)
-class AggregatorSpec:
-    """What an aggregator needs, in a form that pickles (built on the driver)."""
-
-    agg: str
-    column: str | None
-    outputs: tuple[str, ...]
-    lg_k: int = 14
-    cap: int = 0
-    initializer: Callable[[Any], Any] | None = None
-    reducer: Callable[[Any, Any], Any] | None = None
-    row_columns: tuple[str, ...] = ()
-
-    def build(self, pipeline: str) -> WindowAggregator:
-        outputs = list(self.outputs)
-        a = self.agg
-        if a == "count":
-            return Count(self.column, outputs)
-        if a == "sum":
-            return Sum(self.column, outputs)
-        if a == "avg":
-            return Avg(self.column, outputs)
-        if a in ("min", "max"):
-            return Extreme(self.column, outputs, largest=a == "max")
-        if a in ("first", "last"):
-            return Positional(self.column, outputs, last=a == "last")
-        if a == "count_distinct" and self.cap:
-            return CountDistinctExact(self.column, outputs, self.cap, pipeline)
-        if a == "count_distinct":
-            return CountDistinctSketch(self.column, outputs, self.lg_k)
-        if a == "collect":
-            return Collect(self.column, outputs)
-        if a == "reduce":
-            assert self.initializer is not None and self.reducer is not None
-            return Reduce(
-                self.column, outputs, self.initializer, self.reducer, list(self.row_columns)
-            )
-        raise ValueError(f"no state-engine aggregator for {a!r}")
-
-
-@dataclass(frozen=True)
 class WindowOperatorPlan:
     """Everything the processor needs, decided at plan time on the driver."""
 
@@ -108,11 +56,14 @@ class WindowOperatorPlan:
     emit: str
     group_columns: tuple[str, ...]  # empty: one global group
     columns: tuple[ColumnKind, ...]
-    aggregators: tuple[AggregatorSpec, ...]
+    #: built on the driver by each aggregator's unit (``flow_jobs.plan.aggregations``)
+    aggregators: tuple[WindowAggregator, ...]
     output_columns: tuple[str, ...]
     hop_ms: int | None = None  # hopping (tumbling: the duration)
     #: set: tumbling / hopping windows that reopen (late_data = "reopen")
     allowed_lateness_ms: int | None = None
+    #: False: time_mode = "processing" (count windows number events on arrival)
+    event_time: bool = True
 
     @property
     def count_based(self) -> bool:
@@ -135,23 +86,21 @@ class WindowProcessor(StatefulProcessor):
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
         self.state = handle.getValueState(STATE_VARIABLE, _STATE_SCHEMA)
-        self.aggregators = [a.build(self.plan.pipeline) for a in self.plan.aggregators]
+        self.aggregators = list(self.plan.aggregators)
         self.kinds = {c.name: c.kind for c in self.plan.columns}
 
     # -- state -------------------------------------------------------------------------
     def _load(self) -> dict[str, Any]:
         if self.state.exists():
-            return pickle.loads(self.state.get()[0])
+            blob = pickle.loads(self.state.get()[0])
+            blob.setdefault("timer", None)  # count windows' state before they had one
+            return blob
         empty = EventFrame.empty(list(self.plan.columns))
         if self.plan.count_based:
-            return {"state": count_based.CountState(empty, 0, 0)}
+            return {"state": count_based.CountState(empty, 0, 0), "timer": None}
         if self.plan.reopens:
-            return {"state": reopen.empty(empty), "timer": None, "seq": 0}
-        return {
-            "state": sliding.SlidingState(empty, np.empty(0, np.int64)),
-            "timer": None,
-            "seq": 0,
-        }
+            return {"state": reopen.empty(empty), "timer": None}
+        return {"state": sliding.SlidingState(empty, np.empty(0, np.int64)), "timer": None}
 
     def _save(self, blob: dict[str, Any], empty: bool) -> None:
         if empty:
@@ -183,7 +132,7 @@ class WindowProcessor(StatefulProcessor):
         pdf = pd.concat(list(rows), ignore_index=True)
         blob = self._load()
         if self.plan.count_based:
-            yield from self._count_windows(key, pdf, blob)
+            yield from self._count_input(key, pdf, blob, timerValues.getCurrentWatermarkInMs())
         elif self.plan.reopens:
             yield from self._reopen_input(key, pdf, blob)
         else:
@@ -194,6 +143,9 @@ class WindowProcessor(StatefulProcessor):
     ) -> Iterator[pd.DataFrame]:
         blob = self._load()
         blob["timer"] = None  # this one has fired
+        if self.plan.count_based:
+            yield from self._count_number(key, blob, timerValues.getCurrentWatermarkInMs())
+            return
         if self.plan.reopens:
             yield from self._reopen_close(key, blob, timerValues.getCurrentWatermarkInMs())
             return
@@ -213,10 +165,17 @@ class WindowProcessor(StatefulProcessor):
     def _sliding_input(
         self, key: Any, pdf: pd.DataFrame, blob: dict[str, Any]
     ) -> Iterator[pd.DataFrame]:
-        new = frame_from_pandas(arrival_order(pdf), list(self.plan.columns), blob["seq"])
-        blob["seq"] += len(new)
+        new = frame_from_pandas(pdf, list(self.plan.columns))
         state, fresh = sliding.add(blob["state"], new)
         blob["state"] = state
+        duration = self.plan.duration_ms or 0
+        self._check_open(
+            key,
+            state.frame,
+            sliding.ranges(state.frame, state.pending, duration),
+            sliding.window_starts(state.pending, duration),
+            state.pending,
+        )
         if self.plan.emit == "current":
             changed = np.union1d(
                 fresh, sliding.touched(state.pending, new.t, self.plan.duration_ms or 0)
@@ -227,7 +186,11 @@ class WindowProcessor(StatefulProcessor):
         self._save(blob, empty=False)
 
     def _set_timer(self, blob: dict[str, Any]) -> None:
-        if self.plan.reopens:
+        if self.plan.count_based:
+            pending = blob["state"].pending_times
+            # fires once the watermark is above it: at the oldest pending event's time
+            wanted = int(pending[0]) - 1 if len(pending) and self.plan.event_time else None
+        elif self.plan.reopens:
             wanted = reopen.next_timer(blob["state"], self.plan.bounds)
         else:
             pending = blob["state"].pending
@@ -248,10 +211,16 @@ class WindowProcessor(StatefulProcessor):
     def _reopen_input(
         self, key: Any, pdf: pd.DataFrame, blob: dict[str, Any]
     ) -> Iterator[pd.DataFrame]:
-        new = frame_from_pandas(arrival_order(pdf), list(self.plan.columns), blob["seq"])
-        blob["seq"] += len(new)
+        new = frame_from_pandas(pdf, list(self.plan.columns))
         state, reopened = reopen.add(blob["state"], new, self.plan.bounds)
         blob["state"] = state
+        self._check_open(
+            key,
+            state.frame,
+            reopen.ranges(state.frame, state.starts, self.plan.bounds),
+            state.starts,
+            state.starts + (self.plan.duration_ms or 0),
+        )
         if len(reopened):  # late rows corrected emitted windows: they emit again
             yield self._reopen_output(key, state, reopened)
         self._set_timer(blob)
@@ -279,19 +248,61 @@ class WindowProcessor(StatefulProcessor):
         )
 
     # -- count-based -------------------------------------------------------------------
-    def _count_windows(
-        self, key: Any, pdf: pd.DataFrame, blob: dict[str, Any]
+    def _count_input(
+        self, key: Any, pdf: pd.DataFrame, blob: dict[str, Any], watermark_ms: int
     ) -> Iterator[pd.DataFrame]:
-        state = blob["state"]
-        new = frame_from_pandas(arrival_order(pdf), list(self.plan.columns), state.seen)
+        new = frame_from_pandas(pdf, list(self.plan.columns))
         count, stride = self.plan.count or 0, self.plan.stride or 0
-        kept, frame, w, ks = count_based.add(state, new, count, stride)
-        if len(ks):
-            starts = range_reduce(frame.t, w, np.minimum)
-            ends = range_reduce(frame.t, w, np.maximum)
-            yield self._output(key, frame, w, starts, ends, ks)
-        blob["state"] = kept
-        self._save(blob, empty=False)
+        state, changed = count_based.add(
+            blob["state"], new, count, stride, self.plan.emit == "current"
+        )
+        if changed is not None and len(changed.ks):
+            yield self._count_output(key, changed)
+        blob["state"] = state
+        yield from self._count_number(key, blob, watermark_ms)
+
+    def _count_number(
+        self, key: Any, blob: dict[str, Any], watermark_ms: int
+    ) -> Iterator[pd.DataFrame]:
+        count, stride = self.plan.count or 0, self.plan.stride or 0
+        watermark = watermark_ms if self.plan.event_time else None
+        state, complete = count_based.number(blob["state"], watermark, count, stride)
+        w = count_based.open_windows(state, count, stride)
+        self._check_open(key, state.frame, w, state.frame.t[w.lo], state.frame.t[w.hi])
+        if self.plan.emit == "final" and len(complete.ks):
+            yield self._count_output(key, complete)
+        blob["state"] = state
+        self._set_timer(blob)
+        self._save(blob, empty=not len(state.frame))
+
+    def _count_output(self, key: Any, windows: count_based.Windows) -> pd.DataFrame:
+        w, t = windows.ranges, windows.frame.t
+        return self._output(key, windows.frame, w, t[w.lo], t[w.hi], windows.ks)
+
+    # -- the exact distinct-count cap, while windows are open --------------------------
+    def _check_open(
+        self, key: Any, frame: EventFrame, w: Ranges, starts: np.ndarray, ends: np.ndarray
+    ) -> None:
+        """Fail now if an open window holds more distinct values than its cap allows:
+        its state must not grow until the window closes. Free unless the group's held
+        values outnumber the cap (no window can hold more than all of them)."""
+        for a in self.aggregators:
+            if not isinstance(a, CountDistinctExact) or not len(w):
+                continue
+            values = frame.columns[a.column or ""]
+            if _distinct_at_most(values.data[values.valid], a.cap):
+                continue
+            a.compute(Context.of(frame, self.kinds, self._describe(key, starts, ends)), w)
+
+    def _describe(self, key: Any, starts: np.ndarray, ends: np.ndarray) -> Callable[[int], str]:
+        group = dict(zip(self.plan.group_columns, key, strict=False))
+        closing = ")" if self.plan.reopens else "]"  # sliding and count windows hold their end
+
+        def describe(i: int) -> str:
+            bounds = f"[{_iso(starts[i])}, {_iso(ends[i])}{closing}"
+            return f"{bounds} for group {group}" if group else bounds
+
+        return describe
 
     # -- output ------------------------------------------------------------------------
     def _output(
@@ -305,13 +316,7 @@ class WindowProcessor(StatefulProcessor):
         revisions: np.ndarray | None = None,
     ) -> pd.DataFrame:
         group = dict(zip(self.plan.group_columns, key, strict=False))
-        closing = ")" if self.plan.reopens else "]"  # sliding and count windows hold their end
-
-        def describe(i: int) -> str:
-            bounds = f"[{_iso(starts[i])}, {_iso(ends[i])}{closing}"
-            return f"{bounds} for group {group}" if group else bounds
-
-        ctx = Context.of(frame, self.kinds, describe)
+        ctx = Context.of(frame, self.kinds, self._describe(key, starts, ends))
         data: dict[str, Any] = {
             self.plan.output_columns[0]: pd.to_datetime(starts, unit="ms", utc=True),
             self.plan.output_columns[1]: pd.to_datetime(ends, unit="ms", utc=True),
@@ -326,6 +331,15 @@ class WindowProcessor(StatefulProcessor):
         if revisions is not None:
             data[self.plan.output_columns[-1]] = revisions
         return pd.DataFrame(data, columns=list(self.plan.output_columns))
+
+
+def _distinct_at_most(values: np.ndarray, cap: int) -> bool:
+    if len(values) <= cap:
+        return True
+    try:
+        return len(pd.unique(values)) <= cap
+    except TypeError:  # unhashable items (arrays): let the aggregator count them
+        return False
 
 
 def _iso(ms: Any) -> str:

@@ -1,4 +1,6 @@
-"""Aggregators: each one a small named unit, with what it compiles to in each engine.
+"""Aggregators: each one a small named unit (``AGGREGATORS``) holding its native compile,
+its state-API implementation (built from ``flow_jobs.operators.aggregators``) and its
+result types, so both engines write the same columns.
 
 Native windows (tumbling, hopping, session) aggregate with Spark's built-in functions
 inside the streaming aggregation: partial aggregation before the shuffle, state in the
@@ -9,11 +11,11 @@ engines write the same columns.
 NULL handling is SQL's: ``count`` (no column) counts rows, everything else skips NULL
 values, an aggregate over no non-NULL value is NULL (``count(col)`` is 0).
 
-``first`` / ``last`` / ``collect`` / ``reduce`` follow event time, not arrival: Spark's
+``first`` / ``last`` / ``collect`` / ``reduce`` follow the events' total order (event
+time, then Kafka position: ``flow_jobs.plan.ordering``), not arrival: Spark's
 ``first()`` / ``last()`` depend on the order rows reach a task, which a shuffle does
 not keep, so they compile to ``min`` / ``max`` / ``array_sort`` over
-``struct(event_time, value)``: ties on the event time go to the smaller value (native)
-or to the earlier arrival (state API, which keeps Kafka positions).
+``struct(event_time, lane, position, value)``; the state API sorts by the same keys.
 
 ``count_distinct`` approximate is Spark's ``hll_sketch_agg``: an Apache DataSketches
 HLL sketch (loadable with the ``datasketches`` package, ``hll_sketch.deserialize``)
@@ -31,9 +33,10 @@ operator. The value is the named column's, or the row as a dict without a column
 from __future__ import annotations
 
 import sys
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -50,46 +53,10 @@ from pyspark.sql.types import (
     StringType,
 )
 
-from flow_jobs.operators.aggregators import fold
+from flow_jobs.operators import aggregators as ops
+from flow_jobs.operators.aggregators import WindowAggregator
 from flow_jobs.plan.errors import PlanError
 from flow_jobs.spec.models import Aggregation, resolve_import_path
-
-
-@dataclass(frozen=True)
-class Aggregator:
-    name: str
-    native: str  # what it compiles to in a native window
-    state: str  # what computes it in a state-API window
-    numeric_only: bool = False
-
-
-AGGREGATORS: dict[str, Aggregator] = {
-    a.name: a
-    for a in (
-        Aggregator("count", "count(1), or count(col)", "prefix sums of row / non-NULL counts"),
-        Aggregator("sum", "try_sum(col)", "prefix sums", numeric_only=True),
-        Aggregator("min", "min(col)", "range minimum (sparse table)"),
-        Aggregator("max", "max(col)", "range maximum (sparse table)"),
-        Aggregator("avg", "try_avg(col)", "prefix sums / counts", numeric_only=True),
-        Aggregator("first", "min(struct(event_time, col)).col", "range minimum of time rank"),
-        Aggregator("last", "max(struct(event_time, col)).col", "range maximum of time rank"),
-        Aggregator(
-            "count_distinct",
-            "hll_sketch_agg + hll_sketch_estimate (exact: size(collect_set), capped)",
-            "datasketches hll_sketch HLL_8 (exact: a set, capped)",
-        ),
-        Aggregator(
-            "collect",
-            "array_sort(collect_list(struct(event_time, col))).col",
-            "values in (event time, arrival) order",
-        ),
-        Aggregator(
-            "reduce",
-            "array_sort(collect_list(struct(event_time, value))) folded by a Python UDF",
-            "fold in (event time, arrival) order",
-        ),
-    )
-}
 
 
 @dataclass(frozen=True)
@@ -147,30 +114,6 @@ def hll_item(value: Column, data_type: DataType) -> Column:
     return value if isinstance(data_type, StringType) else value.cast(StringType())
 
 
-def result_types(a: AggregationInput) -> list[DataType]:
-    """The output column types, identical in both engines."""
-    agg, t = a.spec, a.data_type
-    if agg.agg == "count":
-        return [LongType()]
-    if agg.agg == "count_distinct":
-        return [LongType(), BinaryType()][: len(agg.output_names())]
-    if agg.agg == "collect":
-        assert t is not None
-        return [ArrayType(t, containsNull=False)]
-    if agg.agg == "reduce":
-        return [_parse_type(agg.result_type or "", f"{a.key}.result_type")]
-    assert t is not None
-    if agg.agg == "sum":
-        if isinstance(t, DecimalType):
-            return [DecimalType(min(38, t.precision + 10), t.scale)]
-        return [DoubleType() if isinstance(t, FractionalType) else LongType()]
-    if agg.agg == "avg":
-        if isinstance(t, DecimalType):
-            return [DecimalType(min(38, t.precision + 4), min(38, t.scale + 4))]
-        return [DoubleType()]
-    return [t]  # min, max, first, last
-
-
 def _parse_type(ddl: str, key: str) -> DataType:
     from pyspark.sql.types import _parse_datatype_string
 
@@ -196,91 +139,316 @@ def resolve_function(path: str, key: str) -> Callable[..., Any]:
     return function
 
 
-def native_aggregate(
-    a: AggregationInput,
-    event_time: Column,
-    window_bounds: tuple[Column, Column],
-    group_by: list[str],
-    pipeline: str,
-) -> NativeAggregate:
-    agg, hidden, value = a.spec, a.hidden, a.value
-    if agg.agg == "count":
-        expr = F.count(F.lit(1)) if value is None else F.count(value)
-        return _simple(expr, hidden, agg.as_)
-    if agg.agg in ("sum", "avg"):
-        assert value is not None
-        # try_: a sum that overflows its type (BIGINT, DECIMAL) is NULL, not a query that
-        # fails on every replay (Spark 4's ANSI mode raises ARITHMETIC_OVERFLOW).
-        function = F.try_sum if agg.agg == "sum" else F.try_avg
-        return _simple(function(value), hidden, agg.as_)
-    if agg.agg in ("min", "max"):
-        assert value is not None
-        return _simple(getattr(F, agg.agg)(value), hidden, agg.as_)
-    if agg.agg in ("first", "last"):
-        assert value is not None
-        ordered = F.when(value.isNotNull(), F.struct(event_time.alias("t"), value.alias("v")))
-        pick = F.min if agg.agg == "first" else F.max
-        return _simple(pick(ordered).getField("v"), hidden, agg.as_)
-    if agg.agg == "count_distinct" and agg.mode == "exact":
-        return _exact_distinct(a, window_bounds, group_by, pipeline)
-    if agg.agg == "count_distinct":
-        assert value is not None and a.data_type is not None
-        sketch = F.hll_sketch_agg(hll_item(value, a.data_type), agg.precision).alias(hidden)
-        outputs = [F.hll_sketch_estimate(F.col(hidden)).alias(agg.as_)]
-        if agg.sketch_column:
-            outputs.append(F.col(hidden).alias(agg.sketch_column))
-        return NativeAggregate((sketch,), tuple(outputs))
-    items = _time_ordered_items(a, event_time)
-    if agg.agg == "collect":
-        return NativeAggregate(
-            (items.alias(hidden),),
-            (F.transform(F.col(hidden), lambda x: x.getField("v")).alias(agg.as_),),
-        )
-    if agg.agg == "reduce":
-        initializer = resolve_function(agg.initializer or "", f"{a.key}.initializer")
-        reducer = resolve_function(agg.reducer or "", f"{a.key}.reducer")
-        (rtype,) = result_types(a)
-        as_dict = value is None
+@dataclass(frozen=True)
+class NativeWindow:
+    """What a native aggregation may use besides its input: the events' total order
+    (event time, lane, position: ``flow_jobs.plan.ordering``), the window's bounds, the
+    group keys and the pipeline (for error messages)."""
 
-        def fold_window(rows: list[Any]) -> Any:
-            values = [r["v"].asDict(recursive=True) if as_dict else r["v"] for r in rows]
-            return fold(values, initializer, reducer)
+    order: tuple[Column, Column, Column]
+    bounds: tuple[Column, Column]
+    group_by: tuple[str, ...]
+    pipeline: str
 
-        folded = F.udf(fold_window, rtype, useArrow=False)(F.col(hidden))
-        return NativeAggregate((items.alias(hidden),), (folded.alias(agg.as_),))
-    raise PlanError(f"{a.key}.agg", f"{agg.agg!r} has no native compiler")
+
+StateInputs = dict[str, tuple[Column, DataType]]
+
+
+class Aggregator(ABC):
+    """One aggregator: its native compile, its state-API implementation, its result
+    types. Adding one is a subclass here (with its numpy implementation in
+    ``flow_jobs.operators.aggregators``) and its name in ``spec.models.AggKind``."""
+
+    name: ClassVar[str]
+    native_form: ClassVar[str]  # what it compiles to in a native window (``--plan``)
+    state_form: ClassVar[str]  # what computes it in a state-API window
+    numeric_only: ClassVar[bool] = False
+
+    @abstractmethod
+    def result_types(self, a: AggregationInput) -> list[DataType]:
+        """The output column types, identical in both engines."""
+
+    @abstractmethod
+    def native(self, a: AggregationInput, w: NativeWindow) -> NativeAggregate:
+        """The columns of Spark's streaming aggregation, then the outputs from them."""
+
+    @abstractmethod
+    def state(self, a: AggregationInput, column: str | None, pipeline: str) -> WindowAggregator:
+        """The state-API implementation, reading ``column`` of the operator's input."""
+
+    def state_inputs(self, a: AggregationInput, frame: DataFrame) -> StateInputs:
+        """The operator input columns it reads (by default its own column)."""
+        column = a.spec.column
+        if column is None:
+            return {}
+        return {column: (F.col(column), frame.schema[column].dataType)}
+
+    def state_column(self, a: AggregationInput) -> str | None:
+        return a.spec.column
 
 
 def _simple(expr: Column, hidden: str, alias: str) -> NativeAggregate:
     return NativeAggregate((expr.alias(hidden),), (F.col(hidden).alias(alias),))
 
 
-def _time_ordered_items(a: AggregationInput, event_time: Column) -> Column:
-    """array_sort(collect_list(struct(t, v))) over non-NULL values (the whole row when
-    no column is named)."""
+def _value(a: AggregationInput) -> Column:
+    assert a.value is not None
+    return a.value
+
+
+def _own_type(a: AggregationInput) -> list[DataType]:
+    assert a.data_type is not None
+    return [a.data_type]
+
+
+class CountAgg(Aggregator):
+    name = "count"
+    native_form = "count(1), or count(col)"
+    state_form = "prefix sums of row / non-NULL counts"
+
+    def result_types(self, a: AggregationInput) -> list[DataType]:
+        return [LongType()]
+
+    def native(self, a: AggregationInput, w: NativeWindow) -> NativeAggregate:
+        expr = F.count(F.lit(1)) if a.value is None else F.count(a.value)
+        return _simple(expr, a.hidden, a.spec.as_)
+
+    def state(self, a: AggregationInput, column: str | None, pipeline: str) -> WindowAggregator:
+        return ops.Count(column, a.spec.output_names())
+
+
+class SumAgg(Aggregator):
+    name = "sum"
+    native_form = "try_sum(col)"
+    state_form = "prefix sums (double-double for floats)"
+    numeric_only = True
+
+    def result_types(self, a: AggregationInput) -> list[DataType]:
+        t = a.data_type
+        if isinstance(t, DecimalType):
+            return [DecimalType(min(38, t.precision + 10), t.scale)]
+        return [DoubleType() if isinstance(t, FractionalType) else LongType()]
+
+    def native(self, a: AggregationInput, w: NativeWindow) -> NativeAggregate:
+        # try_: a sum that overflows its type (BIGINT, DECIMAL) is NULL, not a query that
+        # fails on every replay (Spark 4's ANSI mode raises ARITHMETIC_OVERFLOW).
+        return _simple(F.try_sum(_value(a)), a.hidden, a.spec.as_)
+
+    def state(self, a: AggregationInput, column: str | None, pipeline: str) -> WindowAggregator:
+        return ops.Sum(column, a.spec.output_names())
+
+
+class AvgAgg(Aggregator):
+    name = "avg"
+    native_form = "try_avg(col)"
+    state_form = "prefix sums / counts"
+    numeric_only = True
+
+    def result_types(self, a: AggregationInput) -> list[DataType]:
+        t = a.data_type
+        if isinstance(t, DecimalType):
+            return [DecimalType(min(38, t.precision + 4), min(38, t.scale + 4))]
+        return [DoubleType()]
+
+    def native(self, a: AggregationInput, w: NativeWindow) -> NativeAggregate:
+        return _simple(F.try_avg(_value(a)), a.hidden, a.spec.as_)
+
+    def state(self, a: AggregationInput, column: str | None, pipeline: str) -> WindowAggregator:
+        return ops.Avg(column, a.spec.output_names())
+
+
+class ExtremeAgg(Aggregator):
+    """min / max."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name  # type: ignore[misc]
+        self.native_form = f"{name}(col)"  # type: ignore[misc]
+        self.state_form = f"range {name}imum (sparse table)"  # type: ignore[misc]
+
+    def result_types(self, a: AggregationInput) -> list[DataType]:
+        return _own_type(a)
+
+    def native(self, a: AggregationInput, w: NativeWindow) -> NativeAggregate:
+        return _simple(getattr(F, self.name)(_value(a)), a.hidden, a.spec.as_)
+
+    def state(self, a: AggregationInput, column: str | None, pipeline: str) -> WindowAggregator:
+        return ops.Extreme(column, a.spec.output_names(), largest=self.name == "max")
+
+
+def _ordered(order: tuple[Column, Column, Column], value: Column) -> Column:
+    """struct(t, lane, pos, v): compares by the events' total order before the value."""
+    t, lane, pos = order
+    return F.struct(t.alias("t"), lane.alias("lane"), pos.alias("pos"), value.alias("v"))
+
+
+def _ordered_items(a: AggregationInput, order: tuple[Column, Column, Column]) -> Column:
+    """array_sort(collect_list(struct(t, lane, pos, v))) over non-NULL values (the whole
+    row when no column is named)."""
     if a.value is None:
-        row = F.struct(*(F.col(c) for c in a.row_columns))
-        item = F.struct(event_time.alias("t"), row.alias("v"))
+        item = _ordered(order, F.struct(*(F.col(c) for c in a.row_columns)))
     else:
-        item = F.when(a.value.isNotNull(), F.struct(event_time.alias("t"), a.value.alias("v")))
+        item = F.when(a.value.isNotNull(), _ordered(order, a.value))
     return F.array_sort(F.collect_list(item))
 
 
-def _exact_distinct(
-    a: AggregationInput, bounds: tuple[Column, Column], group_by: list[str], pipeline: str
-) -> NativeAggregate:
-    agg, hidden = a.spec, a.hidden
-    assert a.value is not None
-    cap = agg.max_distinct_values_per_group or 0
-    size = F.size(F.col(hidden))
-    group = F.to_json(F.struct(*(F.col(c) for c in group_by))) if group_by else F.lit("{}")
-    message = F.format_string(
-        f"count_distinct cap hit: max_distinct_values_per_group={cap} exceeded by {agg.as_} "
-        "(%d values) on window [%s, %s) for group %s in pipeline " + pipeline,
-        size,
-        F.date_format(bounds[0], "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"),
-        F.date_format(bounds[1], "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"),
-        group,
+class PositionalAgg(Aggregator):
+    """first / last: the value of the first / last row in the events' total order."""
+
+    def __init__(self, name: str) -> None:
+        pick = "min" if name == "first" else "max"
+        self.name = name  # type: ignore[misc]
+        self.native_form = f"{pick}(struct(event_time, lane, pos, col)).col"  # type: ignore[misc]
+        self.state_form = f"range {pick}imum of order rank"  # type: ignore[misc]
+
+    def result_types(self, a: AggregationInput) -> list[DataType]:
+        return _own_type(a)
+
+    def native(self, a: AggregationInput, w: NativeWindow) -> NativeAggregate:
+        value = _value(a)
+        ordered = F.when(value.isNotNull(), _ordered(w.order, value))
+        pick = F.min if self.name == "first" else F.max
+        return _simple(pick(ordered).getField("v"), a.hidden, a.spec.as_)
+
+    def state(self, a: AggregationInput, column: str | None, pipeline: str) -> WindowAggregator:
+        return ops.Positional(column, a.spec.output_names(), last=self.name == "last")
+
+
+class CountDistinctAgg(Aggregator):
+    name = "count_distinct"
+    native_form = "hll_sketch_agg + hll_sketch_estimate (exact: size(collect_set), capped)"
+    state_form = "datasketches hll_sketch HLL_8 (exact: a set, capped while open)"
+
+    def result_types(self, a: AggregationInput) -> list[DataType]:
+        return [LongType(), BinaryType()][: len(a.spec.output_names())]
+
+    def native(self, a: AggregationInput, w: NativeWindow) -> NativeAggregate:
+        agg, hidden, value = a.spec, a.hidden, _value(a)
+        if agg.mode == "exact":
+            return self._exact(a, w)
+        assert a.data_type is not None
+        sketch = F.hll_sketch_agg(hll_item(value, a.data_type), agg.precision).alias(hidden)
+        outputs = [F.hll_sketch_estimate(F.col(hidden)).alias(agg.as_)]
+        if agg.sketch_column:
+            outputs.append(F.col(hidden).alias(agg.sketch_column))
+        return NativeAggregate((sketch,), tuple(outputs))
+
+    def _exact(self, a: AggregationInput, w: NativeWindow) -> NativeAggregate:
+        agg, hidden = a.spec, a.hidden
+        cap = agg.max_distinct_values_per_group or 0
+        size = F.size(F.col(hidden))
+        group = F.to_json(F.struct(*map(F.col, w.group_by))) if w.group_by else F.lit("{}")
+        message = F.format_string(
+            f"count_distinct cap hit: max_distinct_values_per_group={cap} exceeded by "
+            f"{agg.as_} (%d values) on window [%s, %s) for group %s in pipeline {w.pipeline}",
+            size,
+            F.date_format(w.bounds[0], "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"),
+            F.date_format(w.bounds[1], "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"),
+            group,
+        )
+        checked = F.when(size > cap, F.raise_error(message)).otherwise(size.cast(LongType()))
+        return NativeAggregate((F.collect_set(_value(a)).alias(hidden),), (checked.alias(agg.as_),))
+
+    def state_column(self, a: AggregationInput) -> str | None:
+        # approximate: the operator reads the hashed item, the same in both engines
+        return a.spec.column if a.spec.mode == "exact" else f"__flow_hll_{a.index}"
+
+    def state_inputs(self, a: AggregationInput, frame: DataFrame) -> StateInputs:
+        if a.spec.mode == "exact":
+            return super().state_inputs(a, frame)
+        assert a.data_type is not None
+        item = hll_item(_value(a), a.data_type)
+        name = self.state_column(a) or ""
+        return {name: (item, frame.select(item.alias("x")).schema["x"].dataType)}
+
+    def state(self, a: AggregationInput, column: str | None, pipeline: str) -> WindowAggregator:
+        outputs = a.spec.output_names()
+        if a.spec.mode == "exact":
+            cap = a.spec.max_distinct_values_per_group or 0
+            return ops.CountDistinctExact(column, outputs, cap, pipeline)
+        return ops.CountDistinctSketch(column, outputs, a.spec.precision)
+
+
+class CollectAgg(Aggregator):
+    name = "collect"
+    native_form = "array_sort(collect_list(struct(event_time, lane, pos, col))).col"
+    state_form = "values in the events' total order"
+
+    def result_types(self, a: AggregationInput) -> list[DataType]:
+        assert a.data_type is not None
+        return [ArrayType(a.data_type, containsNull=False)]
+
+    def native(self, a: AggregationInput, w: NativeWindow) -> NativeAggregate:
+        return NativeAggregate(
+            (_ordered_items(a, w.order).alias(a.hidden),),
+            (F.transform(F.col(a.hidden), lambda x: x.getField("v")).alias(a.spec.as_),),
+        )
+
+    def state(self, a: AggregationInput, column: str | None, pipeline: str) -> WindowAggregator:
+        return ops.Collect(column, a.spec.output_names())
+
+
+class ReduceAgg(Aggregator):
+    """Seed 002's reduce: ``initializer(first)``, then ``reducer(aggregate, value)``."""
+
+    name = "reduce"
+    native_form = (
+        "array_sort(collect_list(struct(event_time, lane, pos, value))) folded by a Python UDF"
     )
-    checked = F.when(size > cap, F.raise_error(message)).otherwise(size.cast(LongType()))
-    return NativeAggregate((F.collect_set(a.value).alias(hidden),), (checked.alias(agg.as_),))
+    state_form = "fold in the events' total order"
+
+    def result_types(self, a: AggregationInput) -> list[DataType]:
+        return [_parse_type(a.spec.result_type or "", f"{a.key}.result_type")]
+
+    def _functions(self, a: AggregationInput) -> tuple[Callable[..., Any], Callable[..., Any]]:
+        return (
+            resolve_function(a.spec.initializer or "", f"{a.key}.initializer"),
+            resolve_function(a.spec.reducer or "", f"{a.key}.reducer"),
+        )
+
+    def native(self, a: AggregationInput, w: NativeWindow) -> NativeAggregate:
+        initializer, reducer = self._functions(a)
+        (rtype,) = self.result_types(a)
+        as_dict = a.value is None
+
+        def fold_window(rows: list[Any]) -> Any:
+            values = [r["v"].asDict(recursive=True) if as_dict else r["v"] for r in rows]
+            return ops.fold(values, initializer, reducer)
+
+        folded = F.udf(fold_window, rtype, useArrow=False)(F.col(a.hidden))
+        items = _ordered_items(a, w.order).alias(a.hidden)
+        return NativeAggregate((items,), (folded.alias(a.spec.as_),))
+
+    def state_inputs(self, a: AggregationInput, frame: DataFrame) -> StateInputs:
+        if a.spec.column is not None:
+            return super().state_inputs(a, frame)
+        return {c: (F.col(c), frame.schema[c].dataType) for c in a.row_columns}
+
+    def state(self, a: AggregationInput, column: str | None, pipeline: str) -> WindowAggregator:
+        initializer, reducer = self._functions(a)
+        rows = list(a.row_columns) if column is None else []
+        return ops.Reduce(column, a.spec.output_names(), initializer, reducer, rows)
+
+
+AGGREGATORS: dict[str, Aggregator] = {
+    a.name: a
+    for a in (
+        CountAgg(),
+        SumAgg(),
+        ExtremeAgg("min"),
+        ExtremeAgg("max"),
+        AvgAgg(),
+        PositionalAgg("first"),
+        PositionalAgg("last"),
+        CountDistinctAgg(),
+        CollectAgg(),
+        ReduceAgg(),
+    )
+}
+
+
+def result_types(a: AggregationInput) -> list[DataType]:
+    return AGGREGATORS[a.spec.agg].result_types(a)
+
+
+def native_aggregate(a: AggregationInput, w: NativeWindow) -> NativeAggregate:
+    return AGGREGATORS[a.spec.agg].native(a, w)

@@ -69,9 +69,9 @@ def compile_pipeline(
     window = spec.window
     event_time = EventTime.of_window(window)
     # Late rows are taken out per row at the sources, before the SQL (plan.late_rows);
-    # count windows have no watermark, and arrival times are never late. Rows past a
-    # reopening window's allowed lateness are late like any other, and dropped.
-    timed = window.has_watermark and window.time_mode == "event"
+    # arrival times are never late. Rows past a reopening window's allowed lateness are
+    # late like any other, and dropped.
+    timed = window.time_mode == "event"
     late_data = ("drop" if window.reopens else window.late_data) if timed else None
     per_source = timed and per_source_watermarks
     watermark = _source_watermark(spark, spec, checkpoint) if per_source else None
@@ -102,7 +102,9 @@ def compile_pipeline(
         topics = tuple((s.topic, s.name) for s in spec.sources)
         staging = dead_letters.staging("transform.sql", topics)
         frame = divert_after_sql(frame, event_time, staging)
-    compiled = compile_window(frame, window, spec.name, source_watermarks=watermark is not None)
+    compiled = compile_window(
+        frame, window, spec.name, source_watermarks=watermark is not None, topics=_topics(spec)
+    )
     idle = watermark.idle_file if watermark else None
     return _windowed(spec, compiled, lookups, idle)
 
@@ -212,6 +214,10 @@ def _compile_join_pipeline(
     return _windowed(spec, compile_window(joined.frame, window, spec.name, watermarked_time=time))
 
 
+def _topics(spec: PipelineSpec) -> tuple[str, ...]:
+    return tuple(s.topic for s in spec.sources)
+
+
 def _pre_stage(spark: SparkSession, spec: PipelineSpec) -> DataFrame:
     sql = spec.transform.sql
     if not sql:
@@ -286,8 +292,8 @@ def _window_operators(spec: PipelineSpec) -> tuple[OperatorChoice, ...]:
     w = spec.window
     native = w.engine == "native"
     late = (
-        "none: count windows close when full, every event counts"
-        if not w.has_watermark
+        "none: every row is stamped with its arrival time"
+        if w.time_mode == "processing"
         else "withWatermark(event_time); rows at or below the previous batch's watermark "
         "(Spark's late rule) are taken out at each source, per row, counted there "
         "(observe), then "
@@ -320,7 +326,7 @@ def _window_operators(spec: PipelineSpec) -> tuple[OperatorChoice, ...]:
         *(
             OperatorChoice(
                 f"{a.as_} = {a.agg}({a.column or ''})",
-                AGGREGATORS[a.agg].native if native else AGGREGATORS[a.agg].state,
+                AGGREGATORS[a.agg].native_form if native else AGGREGATORS[a.agg].state_form,
             )
             for a in w.aggregations
         ),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pyspark.sql import Column
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ByteType,
@@ -18,6 +18,11 @@ from pyspark.sql.types import (
 
 from flow_jobs.plan.errors import PlanError
 from flow_jobs.spec.models import JoinSpec, WindowSpec
+
+#: The watermarked event-time column a window groups on.
+EVENT_TIME = "__flow_event_time"
+#: The column metadata ``withWatermark`` sets (Spark's ``EventTimeWatermark.delayKey``).
+_DELAY_KEY = "spark.watermarkDelayMs"
 
 EPOCH_MILLIS_TYPES = (LongType, IntegerType, ShortType, ByteType)
 
@@ -76,3 +81,50 @@ def event_time_of(column: Column, data_type: DataType, key: str, name: str) -> C
         f"column {name} is {data_type.simpleString()}; the event time must be a "
         "TIMESTAMP or epoch milliseconds (BIGINT)",
     )
+
+
+def with_event_time(
+    frame: DataFrame,
+    window: WindowSpec,
+    watermark: bool = True,
+    watermarked_time: str | None = None,
+    source_watermarks: bool = False,
+) -> DataFrame:
+    """Add the (watermarked) event-time column the window groups on.
+
+    After a join, Spark refuses a second watermark: the window then groups on one side's
+    time, already watermarked (``watermarked_time``). Where each source has its own
+    (``source_watermarks``, ``plan.sources.SourceWatermark``), so does it: the column only
+    carries the mark ``withWatermark`` gives its column (the delay in its metadata), which
+    is what Spark's window operators look for to evict state and close windows."""
+    if watermarked_time is not None:
+        return frame.withColumn(EVENT_TIME, F.col(watermarked_time))
+    key = "transform.window.event_time_column"
+    name = window.event_time_column
+    if name not in frame.columns:
+        raise PlanError(
+            key,
+            f"{name!r} is not a column of the window's input (columns: "
+            f"{', '.join(frame.columns)}); select it in [transform].sql",
+        )
+    event_time = event_time_of(F.col(name), frame.schema[name].dataType, key, name)
+    # Rows without an event time are dead-lettered at the source, and an event time
+    # computed by [transform].sql is checked after it (plan.sources.divert_after_sql).
+    # A NULL can still come from SQL that replaces a source column of the same name;
+    # a silent NULL window would never be emitted, so this fails, saying how to fix it.
+    guarded = F.when(
+        event_time.isNull(),
+        F.raise_error(
+            F.lit(
+                f"event time column {name!r} is NULL after [transform].sql although the "
+                f"source rows had one: give the computed column its own name (and select "
+                f"_kafka) so such rows are dead-lettered"
+            )
+        ),
+    ).otherwise(event_time)
+    if watermark and source_watermarks:
+        marked = guarded.alias(EVENT_TIME, metadata={_DELAY_KEY: window.watermark_delay_ms})
+        return frame.withColumn(EVENT_TIME, marked)
+    timed = frame.withColumn(EVENT_TIME, guarded)
+    delay = f"{window.watermark_delay_ms} milliseconds"
+    return timed.withWatermark(EVENT_TIME, delay) if watermark else timed

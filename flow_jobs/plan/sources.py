@@ -165,7 +165,7 @@ class SourceWatermark:
     node per source makes the pipeline's watermark the minimum over its sources (seed
     000), whatever the SQL does with their rows afterwards. The node watermarks a hidden
     copy of the event time, dropped right after it: the user's column keeps its type, and
-    the window marks it as watermarked itself (``plan.windows.with_event_time``), since
+    the window marks it as watermarked itself (``plan.event_time.with_event_time``), since
     Spark refuses a second ``withWatermark`` downstream of these.
 
     A heartbeat row (an idle source, ``flow_jobs.runtime.idleness``) carries no event

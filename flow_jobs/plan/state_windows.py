@@ -5,9 +5,8 @@ handed to ``transformWithStateInPandas`` with ``flow_jobs.operators.processor``:
 
 * ``flowop_t``: the event time in epoch milliseconds; the watermarked TIMESTAMP column
   stays in the input so Spark drops late rows (sliding windows, event-time mode);
-* the arrival order: ``_kafka``'s topic, partition and offset (count windows require it:
-  they number a group's events in arrival order), or else a hash of the row (sliding
-  windows only use it to order events of equal time);
+* the tie-break of equal event times, the lane and position of
+  ``flow_jobs.plan.ordering`` (Kafka topic and partition, offset; or a hash of the row);
 * each column an aggregation reads, numeric and timestamp columns split into a value
   and a NULL flag (see ``flow_jobs.operators.frame``).
 
@@ -16,6 +15,8 @@ the native engine's, so targets do not care which engine produced a window.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -33,24 +34,18 @@ from pyspark.sql.types import (
 )
 
 from flow_jobs.operators.frame import (
+    LANE,
     NULL_SUFFIX,
-    ORDER_COLUMNS,
-    TIE,
+    POSITION,
     TIME,
     VALUE_PREFIX,
     ColumnKind,
 )
-from flow_jobs.operators.processor import AggregatorSpec, WindowOperatorPlan, WindowProcessor
-from flow_jobs.plan.aggregations import (
-    AggregationInput,
-    aggregation_input,
-    hll_item,
-    resolve_function,
-    result_types,
-)
-from flow_jobs.plan.errors import PlanError
-from flow_jobs.plan.windows import EVENT_TIME, CompiledWindow, with_event_time
-from flow_jobs.spec.models import KAFKA_COLUMN, WindowSpec
+from flow_jobs.operators.processor import WindowOperatorPlan, WindowProcessor
+from flow_jobs.plan.aggregations import AGGREGATORS, aggregation_input, result_types
+from flow_jobs.plan.event_time import EVENT_TIME, with_event_time
+from flow_jobs.plan.ordering import tie_break
+from flow_jobs.spec.models import WindowSpec
 
 _ALL = "flowop_all"  # the single group when group_by is empty
 
@@ -61,19 +56,24 @@ def compile_state_window(
     pipeline: str,
     watermarked_time: str | None = None,
     source_watermarks: bool = False,
-) -> CompiledWindow:
+    topics: Sequence[str] = (),
+) -> DataFrame:
+    """The window's output rows (its output mode: update for emit = "current")."""
     count_based = window.is_count_based
     timed = with_event_time(
         frame,
         window,
-        watermark=not count_based,
         watermarked_time=watermarked_time,
         source_watermarks=source_watermarks,
     )
     inputs = [aggregation_input(a, i, timed) for i, a in enumerate(window.aggregations)]
 
     columns: dict[str, tuple[Column, DataType]] = {}
-    specs = [_aggregator_spec(a, timed, columns) for a in inputs]
+    aggregators = []
+    for a in inputs:
+        unit = AGGREGATORS[a.spec.agg]
+        columns.update(unit.state_inputs(a, timed))
+        aggregators.append(unit.state(a, unit.state_column(a), pipeline))
     projected_values, kinds = _encode(columns)
 
     group = window.group_by or [_ALL]
@@ -82,7 +82,7 @@ def compile_state_window(
         *(F.col(c) for c in group),
         F.col(EVENT_TIME),
         F.unix_millis(F.col(EVENT_TIME)).alias(TIME),
-        *_order_columns(framed, window),
+        *(c.alias(n) for c, n in zip(tie_break(frame, topics), (LANE, POSITION), strict=True)),
         *projected_values,
     ]
 
@@ -108,69 +108,21 @@ def compile_state_window(
         emit=window.emit,
         group_columns=tuple(window.group_by),
         columns=tuple(kinds),
-        aggregators=tuple(specs),
+        aggregators=tuple(aggregators),
         output_columns=tuple(schema.fieldNames()),
         hop_ms=window.hop_ms,
         allowed_lateness_ms=window.allowed_lateness_ms if window.reopens else None,
+        event_time=window.time_mode == "event",
     )
-    output = (
+    return (
         framed.select(*projection)
         .groupBy(*group)
         .transformWithStateInPandas(
             WindowProcessor(plan),
             schema,
             "Update" if window.emit == "current" else "Append",
-            "None" if count_based else "EventTime",
+            "EventTime",
         )
-    )
-    return CompiledWindow(output, "update" if window.emit == "current" else "append")
-
-
-def _order_columns(frame: DataFrame, window: WindowSpec) -> list[Column]:
-    if KAFKA_COLUMN in frame.columns:
-        kafka = F.col(KAFKA_COLUMN)
-        return [
-            kafka.getField(field).alias(name)
-            for field, name in zip(("topic", "partition", "offset"), ORDER_COLUMNS, strict=True)
-        ]
-    if window.is_count_based:
-        raise PlanError(
-            "transform.sql",
-            f'kind = "{window.kind}" numbers each group\'s events in arrival order, which '
-            f"comes from the source's {KAFKA_COLUMN} column: add {KAFKA_COLUMN} to the SELECT "
-            "list of [transform].sql",
-        )
-    visible = [F.col(c) for c in frame.columns if not c.startswith("__flow")]
-    return [F.xxhash64(*visible).alias(TIE)]
-
-
-def _aggregator_spec(
-    a: AggregationInput, frame: DataFrame, columns: dict[str, tuple[Column, DataType]]
-) -> AggregatorSpec:
-    """Register the input columns an aggregation reads; describe it for the operator."""
-    agg = a.spec
-    column = agg.column
-    if agg.agg == "count_distinct" and agg.mode != "exact":
-        assert a.value is not None and a.data_type is not None
-        item = hll_item(a.value, a.data_type)
-        column = f"__flow_hll_{a.index}"
-        columns[column] = (item, frame.select(item.alias("x")).schema["x"].dataType)
-    elif column is not None:
-        columns[column] = (F.col(column), frame.schema[column].dataType)
-    if agg.agg == "reduce" and column is None:
-        for c in a.row_columns:
-            columns[c] = (F.col(c), frame.schema[c].dataType)
-    return AggregatorSpec(
-        agg=agg.agg,
-        column=column,
-        outputs=tuple(agg.output_names()),
-        lg_k=agg.precision,
-        cap=agg.max_distinct_values_per_group or 0,
-        initializer=resolve_function(agg.initializer, f"{a.key}.initializer")
-        if agg.initializer
-        else None,
-        reducer=resolve_function(agg.reducer, f"{a.key}.reducer") if agg.reducer else None,
-        row_columns=a.row_columns if agg.agg == "reduce" and agg.column is None else (),
     )
 
 

@@ -17,20 +17,19 @@ end); ``emit = "current"`` is update (every trigger, the windows it changed).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from flow_jobs.plan.aggregations import aggregation_input, native_aggregate
+from flow_jobs.plan.aggregations import NativeWindow, aggregation_input, native_aggregate
 from flow_jobs.plan.errors import PlanError
-from flow_jobs.plan.event_time import event_time_of
+from flow_jobs.plan.event_time import EVENT_TIME, with_event_time
+from flow_jobs.plan.ordering import tie_break
+from flow_jobs.plan.state_windows import compile_state_window
 from flow_jobs.spec.models import WindowSpec
 
-EVENT_TIME = "__flow_event_time"
-#: The column metadata ``withWatermark`` sets (Spark's ``EventTimeWatermark.delayKey``).
-_DELAY_KEY = "spark.watermarkDelayMs"
 _WINDOW = "__flow_window"
 
 
@@ -78,53 +77,6 @@ class CompiledWindow:
     output_mode: str  # "append" | "update"
 
 
-def with_event_time(
-    frame: DataFrame,
-    window: WindowSpec,
-    watermark: bool = True,
-    watermarked_time: str | None = None,
-    source_watermarks: bool = False,
-) -> DataFrame:
-    """Add the (watermarked) event-time column the window groups on.
-
-    After a join, Spark refuses a second watermark: the window then groups on one side's
-    time, already watermarked (``watermarked_time``). Where each source has its own
-    (``source_watermarks``, ``plan.sources.SourceWatermark``), so does it: the column only
-    carries the mark ``withWatermark`` gives its column (the delay in its metadata), which
-    is what Spark's window operators look for to evict state and close windows."""
-    if watermarked_time is not None:
-        return frame.withColumn(EVENT_TIME, F.col(watermarked_time))
-    key = "transform.window.event_time_column"
-    name = window.event_time_column
-    if name not in frame.columns:
-        raise PlanError(
-            key,
-            f"{name!r} is not a column of the window's input (columns: "
-            f"{', '.join(frame.columns)}); select it in [transform].sql",
-        )
-    event_time = event_time_of(F.col(name), frame.schema[name].dataType, key, name)
-    # Rows without an event time are dead-lettered at the source, and an event time
-    # computed by [transform].sql is checked after it (plan.sources.divert_after_sql).
-    # A NULL can still come from SQL that replaces a source column of the same name;
-    # a silent NULL window would never be emitted, so this fails, saying how to fix it.
-    guarded = F.when(
-        event_time.isNull(),
-        F.raise_error(
-            F.lit(
-                f"event time column {name!r} is NULL after [transform].sql although the "
-                f"source rows had one: give the computed column its own name (and select "
-                f"_kafka) so such rows are dead-lettered"
-            )
-        ),
-    ).otherwise(event_time)
-    if watermark and source_watermarks:
-        marked = guarded.alias(EVENT_TIME, metadata={_DELAY_KEY: window.watermark_delay_ms})
-        return frame.withColumn(EVENT_TIME, marked)
-    timed = frame.withColumn(EVENT_TIME, guarded)
-    delay = _ms(window.watermark_delay_ms)
-    return timed.withWatermark(EVENT_TIME, delay) if watermark else timed
-
-
 def check_group_by(frame: DataFrame, window: WindowSpec) -> None:
     for i, column in enumerate(window.group_by):
         if column not in frame.columns:
@@ -141,23 +93,30 @@ def compile_window(
     pipeline: str,
     watermarked_time: str | None = None,
     source_watermarks: bool = False,
+    topics: Sequence[str] = (),
 ) -> CompiledWindow:
-    """The windowed aggregation, with the output columns in the seed's order."""
+    """The windowed aggregation, with the output columns in the seed's order.
+    ``topics``: the pipeline's source topics (ties of equal event time follow their
+    Kafka position, ``flow_jobs.plan.ordering``)."""
     check_group_by(frame, window)
+    mode = "update" if window.emit == "current" else "append"
     if window.engine == "state":
-        from flow_jobs.plan.state_windows import compile_state_window
-
-        return compile_state_window(frame, window, pipeline, watermarked_time, source_watermarks)
+        state = compile_state_window(
+            frame, window, pipeline, watermarked_time, source_watermarks, topics
+        )
+        return CompiledWindow(state, mode)
     timed = with_event_time(
         frame, window, watermarked_time=watermarked_time, source_watermarks=source_watermarks
     )
     event_time = F.col(EVENT_TIME)
+    order = (event_time, *tie_break(frame, topics))
     kind = WINDOW_KINDS[window.kind]
     assert kind.window is not None
     bounds = (F.col(f"{_WINDOW}.start"), F.col(f"{_WINDOW}.end"))
     aggregates = [
         native_aggregate(
-            aggregation_input(a, i, timed), event_time, bounds, window.group_by, pipeline
+            aggregation_input(a, i, timed),
+            NativeWindow(order, bounds, tuple(window.group_by), pipeline),
         )
         for i, a in enumerate(window.aggregations)
     ]
@@ -170,4 +129,4 @@ def compile_window(
         *(F.col(c) for c in window.group_by),
         *(c for a in aggregates for c in a.outputs),
     )
-    return CompiledWindow(output, "update" if window.emit == "current" else "append")
+    return CompiledWindow(output, mode)

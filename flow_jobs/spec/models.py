@@ -52,9 +52,10 @@ TIME_KINDS = ("tumbling", "hopping", "session", "sliding")
 COUNT_KINDS = ("count_tumbling", "count_hopping", "count_sliding")
 #: Kinds whose windows can reopen (late_data = "reopen", seed 000): fixed bounds.
 REOPEN_KINDS = ("tumbling", "hopping")
-#: Kinds whose window bounds never move once a window exists: an update per trigger
-#: (emit = "current") supersedes itself under MERGE. Session and count windows grow.
-CURRENT_KINDS = ("tumbling", "hopping", "sliding")
+#: Kinds whose windows keep their natural key while they grow: an update per trigger
+#: (emit = "current") supersedes itself under MERGE. Count windows are keyed by their
+#: index then (their bounds move); a session's start moves when sessions merge.
+CURRENT_KINDS = ("tumbling", "hopping", "sliding", *COUNT_KINDS)
 
 AggKind = Literal[
     "count", "sum", "min", "max", "avg", "first", "last", "count_distinct", "collect", "reduce"
@@ -310,9 +311,10 @@ class WindowSpec(SpecModel):
         if self.emit == "current" and self.kind not in CURRENT_KINDS:
             raise key_error(
                 "emit",
-                f'emit = "current" is not supported for kind = "{self.kind}": its window '
-                "bounds move while it is open, so each update would leave a superseded row "
-                f'in the target; use emit = "final" (current works for {", ".join(CURRENT_KINDS)})',
+                f'emit = "current" is not supported for kind = "{self.kind}": a late event '
+                "can merge two sessions into one with another start, and the superseded row "
+                f'would stay in the target; use emit = "final" (current works for '
+                f"{', '.join(CURRENT_KINDS)})",
             )
         self._output_rules()
         return self
@@ -350,20 +352,8 @@ class WindowSpec(SpecModel):
                 f'time_mode = "processing" stamps rows with their arrival time in {EVENT_TS}; '
                 f"event_time_column = {self.event_time_column!r} would be ignored, remove it",
             )
-        if self.is_count_based and self.lateness_ms:
-            raise key_error(
-                "lateness_ms",
-                f'lateness_ms does not apply to kind = "{self.kind}": count windows close when '
-                "they are full, not by event time",
-            )
 
     def _late_data_rules(self) -> None:
-        if self.late_data != "drop" and not self.has_watermark:
-            raise key_error(
-                "late_data",
-                f'late_data = "{self.late_data}" does not apply to kind = "{self.kind}": count '
-                "windows close when they are full, no row is ever late",
-            )
         if self.late_data == "dlq" and self.time_mode == "processing":
             raise key_error(
                 "late_data",
@@ -462,11 +452,6 @@ class WindowSpec(SpecModel):
         its end, ``flow_jobs.operators.reopen``)."""
         allowed = (self.allowed_lateness_ms or 0) if self.reopens else 0
         return self.lateness_ms + allowed
-
-    @property
-    def has_watermark(self) -> bool:
-        """Time windows close by the watermark; count windows when they are full."""
-        return not self.is_count_based
 
     @property
     def engine(self) -> Literal["native", "state"]:
@@ -959,14 +944,21 @@ class PipelineSpec(SpecModel):
         """A windowed pipeline's natural key (a join's depends on the sources' schemas:
         see ``flow_jobs.plan.joins``)."""
         w = self.window
+        if w.is_count_based and w.emit == "current":
+            # A count window's bounds move while it fills: its index names it.
+            return [w.window_index_column, *w.group_by]
         index = [w.window_index_column] if w.is_count_based else []
         return [w.window_start_column, w.window_end_column, *index, *w.group_by]
 
     def output_columns(self) -> list[str]:
         """The one place that knows the output column order (seed 000)."""
         w = self.window
+        index = [w.window_index_column] if w.is_count_based else []
         return [
-            *self.natural_key(),
+            w.window_start_column,
+            w.window_end_column,
+            *index,
+            *w.group_by,
             *(n for a in w.aggregations for n in a.output_names()),
             *([w.revision_column] if w.reopens else []),
         ]
