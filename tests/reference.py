@@ -11,6 +11,7 @@ It shares no code with flow_jobs. Windows are enumerated from their definitions:
   its bounds are the times of its first and last event. An event is numbered once the
   watermark has reached it (t <= watermark), so only those count (docs/spec-reference.md,
   "Order of events"); ``current=True``: every event, partial windows included.
+* session, ``current=True``: every session of the events given, open ones too.
 
 Time windows are returned when closed by the watermark (end <= watermark; sliding:
 end < watermark); count windows when complete. Aggregates follow SQL NULL rules;
@@ -118,8 +119,8 @@ def reference_windows(
     a rank ordering the same way) under ``_arrival``. Events given without it are ranked
     in the order given, which is their Kafka order when the caller produced them in that
     order to one partition, or when no two of a group share an event time. ``current``:
-    count windows as emit = "current" leaves them (keyed by index and group, partial
-    ones too).
+    windows as emit = "current" leaves them: count windows keyed by index and group,
+    partial ones too; every session, open ones too.
     """
     events = list(events)
     if not all("_arrival" in e for e in events):
@@ -142,7 +143,7 @@ def reference_windows(
                 if s + duration_ms <= watermark_ms:
                     windows.append(((_ts(s), _ts(s + duration_ms), *group), members))
         elif kind == "session":
-            assert gap_ms is not None and watermark_ms is not None
+            assert gap_ms is not None and (current or watermark_ms is not None)
             ordered = sorted(rows, key=lambda r: r[time_key])
             sessions: list[list[Row]] = []
             for r in ordered:
@@ -152,7 +153,7 @@ def reference_windows(
                     sessions.append([r])
             for members in sessions:
                 start, end = members[0][time_key], members[-1][time_key] + gap_ms
-                if end <= watermark_ms:
+                if current or end <= watermark_ms:
                     windows.append(((_ts(start), _ts(end), *group), members))
         elif kind == "sliding":
             assert duration_ms is not None and watermark_ms is not None

@@ -31,6 +31,8 @@ CASES = {
     "tumbling": {"kind": "tumbling", "duration_ms": 20_000},
     "hopping": {"kind": "hopping", "duration_ms": 20_000, "hop_ms": 5_000},
     "sliding": {"kind": "sliding", "duration_ms": 4_000},
+    # bounds that move; merges are in tests/test_session_current.py
+    "session": {"kind": "session", "gap_ms": 1_200},
     # partial windows, overlapping ones, and bounds that move while a window fills
     "count_hopping": {"kind": "count_hopping", "count": 5, "step": 2},
 }
@@ -67,6 +69,7 @@ def test_current_windows_track_every_update(
             group_by=["user_id"],
             duration_ms=CASES[case].get("duration_ms"),
             hop_ms=CASES[case].get("hop_ms"),
+            gap_ms=CASES[case].get("gap_ms"),
             count=CASES[case].get("count"),
             step=CASES[case].get("step"),
             aggregations=AGGREGATIONS,

@@ -66,6 +66,12 @@ def edit(old: str, new: str, text: str = VALID) -> str:
     return text.replace(old, new, 1)
 
 
+KAFKA_TARGET = edit(
+    '[target]\nkind = "delta"\npath = "./data/rules"',
+    '[target]\nkind = "kafka"\ntopic = "out"\nbootstrap_servers = "127.0.0.1:9092"',
+)
+
+
 WINDOW = '[transform.window]\nkind = "tumbling"\nduration_ms = 60000'
 REOPEN_KEYS = 'lateness_ms = 5000\nlate_data = "reopen"\nallowed_lateness_ms = 1000'
 REOPEN = edit("lateness_ms = 5000", REOPEN_KEYS)
@@ -277,13 +283,14 @@ RULES = [
         "greater than or equal to 2",
     ),
     (
-        "emit current on session windows",
+        "emit current on session windows to kafka",
         edit(
             'kind = "tumbling"\nduration_ms = 60000',
             'kind = "session"\ngap_ms = 5\nemit = "current"',
+            KAFKA_TARGET,
         ),
-        "transform.window.emit",
-        'emit = "current" is not supported for kind = "session"',
+        "target.kind",
+        'cannot take session windows with emit = "current"',
     ),
     (
         "hll_precision with exact mode",

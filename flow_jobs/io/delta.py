@@ -32,6 +32,24 @@ class MergeResult:
     inserted: int
     updated: int
     table_version: int
+    deleted: int = 0  # rows superseded by an overlapping one (Supersede)
+
+
+@dataclass(frozen=True)
+class Supersede:
+    """Session windows emitted "current": a row replaces its group's rows whose
+    [start, end) overlaps its own, earlier versions of the same session (it grew, its
+    start moved, or two sessions merged). A group's sessions never overlap each other,
+    so nothing else is deleted."""
+
+    group: tuple[str, ...]
+    start: str
+    end: str
+
+
+#: Marks a source row of a superseding MERGE: true to upsert it, false to delete the
+#: target rows it supersedes (each row of the batch comes twice).
+_UPSERT = "flow_upsert"
 
 
 def _quoted(column: str) -> str:
@@ -75,11 +93,15 @@ class DeltaMergeTable:
         # plain equality keeps file skipping effective on the window columns.
         # Each comparison in parentheses: delta-rs's parser binds IS NOT DISTINCT FROM
         # looser than AND, so `a IS NOT DISTINCT FROM b AND c ...` would mis-parse.
-        self._predicate = " AND ".join(
+        self.nullable_key = tuple(nullable_key)
+        self._predicate = self._equal(self.natural_key)
+
+    def _equal(self, columns: Sequence[str]) -> str:
+        return " AND ".join(
             f"(t.{_quoted(c)} IS NOT DISTINCT FROM s.{_quoted(c)})"
-            if c in nullable_key
+            if c in self.nullable_key
             else f"(t.{_quoted(c)} = s.{_quoted(c)})"
-            for c in self.natural_key
+            for c in columns
         )
 
     def _uri(self) -> str:
@@ -117,10 +139,14 @@ class DeltaMergeTable:
         rows: pa.Table,
         txn: tuple[str, int] | None = None,
         update_if: str | None = None,
+        supersede: Supersede | None = None,
+        delete_if: str | None = None,
     ) -> MergeResult:
         """MERGE ``rows``; with ``txn = (app_id, batch_id)``, at most once per batch;
         ``update_if``: a predicate on the source row (alias ``s``) a matched row must
-        meet to be updated (the others stay as they are)."""
+        meet to be updated (the others stay as they are). ``supersede``: the same MERGE
+        (one commit) also deletes the rows each row supersedes, those meeting
+        ``delete_if`` (a predicate on the target row, alias ``t``)."""
         table = self.open()
         commit = None
         if txn is not None:
@@ -132,6 +158,8 @@ class DeltaMergeTable:
                 app_transactions=[Transaction(app_id=app_id, version=version)]
             )
         source = rows.select(self.schema.names).cast(self.schema)
+        if supersede is not None:
+            return self._supersede(table, source, supersede, commit, update_if, delete_if)
         merger = table.merge(
             source,
             self._predicate,
@@ -148,6 +176,55 @@ class DeltaMergeTable:
             int(metrics["num_target_rows_updated"]),
             self.open().version(),
         )
+
+    def _supersede(
+        self,
+        table: DeltaTable,
+        source: pa.Table,
+        supersede: Supersede,
+        commit: CommitProperties | None,
+        update_if: str | None,
+        delete_if: str | None,
+    ) -> MergeResult:
+        start, end = _quoted(supersede.start), _quoted(supersede.end)
+        same = f"(t.{start} = s.{start} AND t.{end} = s.{end})"
+        overlaps = f"(t.{start} < s.{end} AND t.{end} > s.{start})"
+        group = self._equal(supersede.group)
+        predicate = (
+            f"{group} AND " if group else ""
+        ) + f"((s.{_UPSERT} AND {same}) OR (NOT s.{_UPSERT} AND {overlaps} AND NOT {same}))"
+        n = source.num_rows
+        doubled = pa.concat_tables(
+            [
+                source.append_column(_UPSERT, pa.array([True] * n)),
+                source.append_column(_UPSERT, pa.array([False] * n)),
+            ]
+        )
+        columns = {_quoted(c): f"s.{_quoted(c)}" for c in self.schema.names}
+        metrics = (
+            table.merge(
+                doubled,
+                predicate,
+                source_alias="s",
+                target_alias="t",
+                commit_properties=commit,
+            )
+            .when_matched_update(columns, predicate=_all(f"s.{_UPSERT}", update_if))
+            .when_matched_delete(predicate=_all(f"NOT s.{_UPSERT}", delete_if))
+            .when_not_matched_insert(columns, predicate=f"s.{_UPSERT}")
+            .execute()
+        )
+        return MergeResult(
+            False,
+            int(metrics["num_target_rows_inserted"]),
+            int(metrics["num_target_rows_updated"]),
+            self.open().version(),
+            int(metrics["num_target_rows_deleted"]),
+        )
+
+
+def _all(*predicates: str | None) -> str:
+    return " AND ".join(f"({p})" for p in predicates if p)
 
 
 def read_delta(path: str, storage_options: dict[str, str] | None = None) -> pa.Table:

@@ -8,6 +8,10 @@
   a batch whose ledger row exists is skipped. Output and ledger commit together.
 * Kafka: append-only. A batch whose ledger row exists is skipped; a crash after the
   produce and before the ledger commit repeats the batch's rows (warned at start-up).
+
+Session windows emitted "current" (``Supersede``): a row also replaces its group's rows
+whose bounds it overlaps, in the same Delta commit or Postgres transaction. Kafka cannot
+delete, so that combination is refused in the spec.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import pyarrow.compute as pc
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from flow_jobs.io.delta import DeltaMergeTable, TargetSchemaError
+from flow_jobs.io.delta import DeltaMergeTable, Supersede, TargetSchemaError
 from flow_jobs.io.state_store import BatchEntry, StateStore
 from flow_jobs.spec.models import DeltaTarget, KafkaTarget, PostgresTarget
 
@@ -40,6 +44,7 @@ class WriteResult:
     inserted: int
     updated: int
     version: str | None  # Delta table version, Postgres transaction id, Kafka offsets
+    superseded: int = 0  # rows an overlapping session row replaced (Supersede)
 
 
 class BatchTarget(ABC):
@@ -51,6 +56,8 @@ class BatchTarget(ABC):
         #: complete by an earlier checkpoint lineage: insert it if absent, never update
         #: it (a fresh lineage may have seen only part of its rows).
         self.closed: tuple[str, datetime] | None = None
+        #: session windows emitted "current": what a row supersedes
+        self.supersede: Supersede | None = None
 
     def protect_closed_windows(self, end_column: str, until: datetime) -> None:
         self.closed = (end_column, until)
@@ -86,13 +93,25 @@ class DeltaBatchTarget(BatchTarget):
     def write(self, rows: pa.Table, entry: BatchEntry, ledger: StateStore) -> WriteResult:
         app_id = f"flow-jobs/{entry.pipeline}/{entry.query_id}"
         if rows.num_rows:
-            update_if = None
+            update_if = delete_if = None
             if self.closed is not None:
                 column, until = self.closed
-                update_if = f"s.`{column}` > '{until.astimezone(UTC).isoformat()}'"
-            merged = self.table.merge(rows, txn=(app_id, entry.batch_id), update_if=update_if)
+                bound = f"'{until.astimezone(UTC).isoformat()}'"
+                update_if = f"s.`{column}` > {bound}"
+                delete_if = f"t.`{column}` > {bound}"
+            merged = self.table.merge(
+                rows,
+                txn=(app_id, entry.batch_id),
+                update_if=update_if,
+                supersede=self.supersede,
+                delete_if=delete_if,
+            )
             result = WriteResult(
-                merged.skipped, merged.inserted, merged.updated, str(merged.table_version)
+                merged.skipped,
+                merged.inserted,
+                merged.updated,
+                str(merged.table_version),
+                merged.deleted,
             )
         else:
             result = WriteResult(False, 0, 0, self.version())
@@ -192,15 +211,19 @@ class PostgresBatchTarget(BatchTarget):
         with ledger.connect() as conn:
             if ledger.batch_recorded(conn, entry):
                 return WriteResult(True, 0, 0, None)
-            inserted = updated = 0
+            inserted = updated = superseded = 0
             if rows.num_rows:
-                inserted, updated = self._upsert(conn, rows.select(names))
+                self._stage(conn, rows.select(names))
+                if self.supersede is not None:
+                    superseded = self._delete_superseded(conn, self.supersede)
+                inserted, updated = self._upsert(conn, names)
             xid = conn.execute("SELECT pg_current_xact_id()::text").fetchone()
             entry.target_version = xid[0] if xid else None
             ledger.record_batch(conn, entry)
-        return WriteResult(False, inserted, updated, entry.target_version)
+        return WriteResult(False, inserted, updated, entry.target_version, superseded)
 
-    def _upsert(self, conn: Any, rows: pa.Table) -> tuple[int, int]:
+    def _stage(self, conn: Any, rows: pa.Table) -> None:
+        """The batch's rows in a temporary table (``flow_batch``) of the transaction."""
         names = rows.column_names
         cols = sql.SQL(", ").join(map(sql.Identifier, names))
         conn.execute(
@@ -213,6 +236,38 @@ class PostgresBatchTarget(BatchTarget):
                 copy.write_row(
                     [Jsonb(row[n]) if n in self._json_columns else row[n] for n in names]
                 )
+
+    def _delete_superseded(self, conn: Any, supersede: Supersede) -> int:
+        """Delete the rows the batch's rows supersede (before their upsert)."""
+        t, s = sql.Identifier("t"), sql.Identifier("s")
+        start, end = sql.Identifier(supersede.start), sql.Identifier(supersede.end)
+        conditions = [
+            sql.SQL("{}.{} IS NOT DISTINCT FROM {}.{}").format(t, sql.Identifier(c), s,
+                                                               sql.Identifier(c))
+            for c in supersede.group
+        ]  # fmt: skip
+        conditions += [
+            sql.SQL("{t}.{start} < {s}.{end} AND {t}.{end} > {s}.{start}").format(
+                t=t, s=s, start=start, end=end
+            ),
+            sql.SQL("NOT ({t}.{start} = {s}.{start} AND {t}.{end} = {s}.{end})").format(
+                t=t, s=s, start=start, end=end
+            ),
+        ]
+        if self.closed is not None:  # an earlier lineage's closed windows stay
+            column, until = self.closed
+            conditions.append(
+                sql.SQL("{}.{} > {}").format(t, sql.Identifier(column), sql.Literal(until))
+            )
+        deleted = conn.execute(
+            sql.SQL("DELETE FROM {} AS t USING flow_batch AS s WHERE {}").format(
+                self._table, sql.SQL(" AND ").join(conditions)
+            )
+        )
+        return deleted.rowcount
+
+    def _upsert(self, conn: Any, names: list[str]) -> tuple[int, int]:
+        cols = sql.SQL(", ").join(map(sql.Identifier, names))
         values = [n for n in names if n not in self.natural_key]
         only_open = sql.SQL("")
         if self.closed is not None:

@@ -1,4 +1,4 @@
-"""The ``StatefulProcessor`` that runs sliding and count-based windows in Spark.
+"""The ``StatefulProcessor`` that runs sliding, count-based and current session windows.
 
 Per group, all window state is one ``ValueState`` blob (the group's buffered events and
 bookkeeping, pickled numpy arrays), read and written once per micro-batch: Spark's
@@ -13,7 +13,9 @@ Count windows number their events once the watermark passes them (a timer at the
 oldest pending event's time), so that their order is the events' total order whatever
 the micro-batches (``flow_jobs.operators.count_based``). Tumbling and hopping windows come
 here only when they reopen (``flow_jobs.operators.reopen``), with one timer per group
-too, and an integer revision column last in their output.
+too, and an integer revision column last in their output. Session windows come here
+only with emit = "current" (``flow_jobs.operators.session``), with a timer at the end of
+the group's first open session.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import pandas as pd
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
-from flow_jobs.operators import count_based, reopen, sliding
+from flow_jobs.operators import count_based, reopen, session, sliding
 from flow_jobs.operators.aggregators import Context, CountDistinctExact, Ranges, WindowAggregator
 from flow_jobs.operators.frame import ColumnKind, EventFrame, frame_from_pandas
 
@@ -49,7 +51,7 @@ class WindowOperatorPlan:
     """Everything the processor needs, decided at plan time on the driver."""
 
     pipeline: str
-    kind: str  # sliding | count_tumbling | count_hopping | count_sliding
+    kind: str  # sliding | count_tumbling | count_hopping | count_sliding | session
     duration_ms: int | None
     count: int | None
     stride: int | None
@@ -64,6 +66,11 @@ class WindowOperatorPlan:
     allowed_lateness_ms: int | None = None
     #: False: time_mode = "processing" (count windows number events on arrival)
     event_time: bool = True
+    gap_ms: int | None = None  # session
+
+    @property
+    def session(self) -> bool:
+        return self.kind == "session"
 
     @property
     def count_based(self) -> bool:
@@ -100,6 +107,8 @@ class WindowProcessor(StatefulProcessor):
             return {"state": count_based.CountState(empty, 0, 0), "timer": None}
         if self.plan.reopens:
             return {"state": reopen.empty(empty), "timer": None}
+        if self.plan.session:
+            return {"state": session.SessionState(empty), "timer": None}
         return {"state": sliding.SlidingState(empty, np.empty(0, np.int64)), "timer": None}
 
     def _save(self, blob: dict[str, Any], empty: bool) -> None:
@@ -114,6 +123,9 @@ class WindowProcessor(StatefulProcessor):
         if self.plan.count_based:
             t = state.frame.t
             return (int(t.min()), int(t.max())) if len(t) else (None, None)
+        if self.plan.session:
+            t = state.frame.t
+            return (int(t[0]), int(t[-1]) + (self.plan.gap_ms or 0)) if len(t) else (None, None)
         if self.plan.reopens:
             starts = state.starts
             if not len(starts):
@@ -135,6 +147,8 @@ class WindowProcessor(StatefulProcessor):
             yield from self._count_input(key, pdf, blob, timerValues.getCurrentWatermarkInMs())
         elif self.plan.reopens:
             yield from self._reopen_input(key, pdf, blob)
+        elif self.plan.session:
+            yield from self._session_input(key, pdf, blob)
         else:
             yield from self._sliding_input(key, pdf, blob)
 
@@ -148,6 +162,14 @@ class WindowProcessor(StatefulProcessor):
             return
         if self.plan.reopens:
             yield from self._reopen_close(key, blob, timerValues.getCurrentWatermarkInMs())
+            return
+        if self.plan.session:
+            state = session.close(
+                blob["state"], timerValues.getCurrentWatermarkInMs(), self.plan.gap_ms or 0
+            )
+            blob["state"] = state
+            self._set_timer(blob)
+            self._save(blob, empty=not len(state.frame))
             return
         state, done = sliding.close(
             blob["state"], timerValues.getCurrentWatermarkInMs(), self.plan.duration_ms or 0
@@ -192,6 +214,8 @@ class WindowProcessor(StatefulProcessor):
             wanted = int(pending[0]) - 1 if len(pending) and self.plan.event_time else None
         elif self.plan.reopens:
             wanted = reopen.next_timer(blob["state"], self.plan.bounds)
+        elif self.plan.session:
+            wanted = session.next_timer(blob["state"], self.plan.gap_ms or 0)
         else:
             pending = blob["state"].pending
             wanted = int(pending[0]) + 1 if len(pending) else None
@@ -247,6 +271,22 @@ class WindowProcessor(StatefulProcessor):
             key, state.frame, w, starts, ends, None, state.revisions[index].astype(np.int32)
         )
 
+    # -- session, emit = "current" ------------------------------------------------------
+    def _session_input(
+        self, key: Any, pdf: pd.DataFrame, blob: dict[str, Any]
+    ) -> Iterator[pd.DataFrame]:
+        new = frame_from_pandas(pdf, list(self.plan.columns))
+        gap = self.plan.gap_ms or 0
+        state, changed = session.add(blob["state"], new, gap)
+        blob["state"] = state
+        every = session.sessions(state.frame.t, gap)
+        self._check_open(key, state.frame, every, *session.bounds(state.frame, every, gap))
+        if len(changed):
+            starts, ends = session.bounds(state.frame, changed, gap)
+            yield self._output(key, state.frame, changed, starts, ends, None)
+        self._set_timer(blob)
+        self._save(blob, empty=False)
+
     # -- count-based -------------------------------------------------------------------
     def _count_input(
         self, key: Any, pdf: pd.DataFrame, blob: dict[str, Any], watermark_ms: int
@@ -296,7 +336,8 @@ class WindowProcessor(StatefulProcessor):
 
     def _describe(self, key: Any, starts: np.ndarray, ends: np.ndarray) -> Callable[[int], str]:
         group = dict(zip(self.plan.group_columns, key, strict=False))
-        closing = ")" if self.plan.reopens else "]"  # sliding and count windows hold their end
+        # sliding and count windows hold their end
+        closing = ")" if self.plan.reopens or self.plan.session else "]"
 
         def describe(i: int) -> str:
             bounds = f"[{_iso(starts[i])}, {_iso(ends[i])}{closing}"

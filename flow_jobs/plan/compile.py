@@ -306,6 +306,9 @@ def _window_operators(spec: PipelineSpec) -> tuple[OperatorChoice, ...]:
     )
     kind = WINDOW_KINDS[w.kind].compiles_to
     lateness = f"lateness_ms = {w.lateness_ms}, late_data = {w.late_data}"
+    if spec.supersedes_sessions:
+        kind = "sessions on transformWithStateInPandas (event-time timers)"
+        emit += "; each row replaces the group's rows its bounds overlap (deleted in the MERGE)"
     if w.reopens:
         kind = f"{w.kind} windows on transformWithStateInPandas (event-time timers)"
         lateness += f", allowed_lateness_ms = {w.allowed_lateness_ms}"

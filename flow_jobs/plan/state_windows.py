@@ -1,4 +1,5 @@
-"""Compile sliding, count-based and reopening windows onto Spark's arbitrary-state API.
+"""Compile sliding, count-based, reopening and current session windows onto Spark's
+arbitrary-state API.
 
 The window input is projected to what the operator needs, grouped by the group keys and
 handed to ``transformWithStateInPandas`` with ``flow_jobs.operators.processor``:
@@ -113,6 +114,7 @@ def compile_state_window(
         hop_ms=window.hop_ms,
         allowed_lateness_ms=window.allowed_lateness_ms if window.reopens else None,
         event_time=window.time_mode == "event",
+        gap_ms=window.gap_ms,
     )
     return (
         framed.select(*projection)

@@ -9,7 +9,8 @@ window [start, end) that contains it (seed 000's hopping formula,
 Spark's is right). A session is [first event, last event + gap).
 
 Sliding and count-based windows have no native form: they run on Spark's
-arbitrary-state API (``flow_jobs.plan.state_windows``).
+arbitrary-state API (``flow_jobs.plan.state_windows``), as do sessions with emit =
+"current" (Spark refuses update mode for ``session_window``) and windows that reopen.
 
 ``emit = "final"`` is output mode append (a window once, when the watermark passes its
 end); ``emit = "current"`` is update (every trigger, the windows it changed).
@@ -60,7 +61,8 @@ WINDOW_KINDS: dict[str, WindowKind] = {
         ),
         WindowKind(
             "session",
-            "groupBy(session_window(event_time, gap)): native session aggregation",
+            "groupBy(session_window(event_time, gap)): native session aggregation "
+            '(emit = "current": sessions on transformWithStateInPandas)',
             lambda t, w: F.session_window(t, _ms(w.gap_ms)),
         ),
         WindowKind("sliding", f"per-row windows on {_TWS}"),

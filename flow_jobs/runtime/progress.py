@@ -37,12 +37,15 @@ class RunSummary:
     watermark: str | None
     target_version: str | None
     ended_by: str
+    #: rows a session row emitted "current" replaced (its earlier bounds)
+    windows_superseded: int = 0
 
     def describe(self) -> str:
         return (
             f"pipeline {self.pipeline}: {self.batches} batches, {self.input_rows} rows in, "
             f"{self.windows_inserted + self.windows_updated} window rows merged "
-            f"({self.windows_inserted} new, {self.windows_updated} updated), "
+            f"({self.windows_inserted} new, {self.windows_updated} updated"
+            f"{_superseded(self.windows_superseded)}), "
             f"{self.dead_lettered} dead-lettered, {self.late_rows} late rows, "
             f"watermark {self.watermark or '-'}, target version "
             f"{self.target_version if self.target_version is not None else '-'} "
@@ -121,7 +124,7 @@ class ProgressTracker:
                 "already written (replayed batch skipped)"
                 if m.skipped
                 else f"{m.inserted + m.updated} rows written ({m.inserted} new, "
-                f"{m.updated} updated), target version {m.version}"
+                f"{m.updated} updated{_superseded(m.superseded)}), target version {m.version}"
             )
         log.info(
             "%s batch %s: %s rows in, %s; %s dead-lettered, %s late rows, "
@@ -153,4 +156,9 @@ class ProgressTracker:
             watermark=watermark(last) if last else None,
             target_version=target_version,
             ended_by=ended_by,
+            windows_superseded=sum(o.merge.superseded for o in outcomes if o.merge),
         )
+
+
+def _superseded(n: int) -> str:
+    return f", {n} superseded" if n else ""

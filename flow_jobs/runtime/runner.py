@@ -15,7 +15,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming import StreamingQuery
 
 from flow_jobs.io.dead_letters import DeadLetterTable, DeadLetterTopic
-from flow_jobs.io.delta import DeltaMergeTable
+from flow_jobs.io.delta import DeltaMergeTable, Supersede
 from flow_jobs.io.state_store import StateStore
 from flow_jobs.io.targets import (
     BatchTarget,
@@ -70,6 +70,15 @@ class PipelineRunner:
         self.progress: ProgressTracker | None = None  # live while run() runs
 
     def _target(self, ledger: StateStore) -> BatchTarget:
+        target = self._open_target(ledger)
+        if self.spec.supersedes_sessions:
+            w = self.spec.window
+            target.supersede = Supersede(
+                tuple(w.group_by), w.window_start_column, w.window_end_column
+            )
+        return target
+
+    def _open_target(self, ledger: StateStore) -> BatchTarget:
         target, compiled = self.spec.target, self.compiled
         if target.kind == "postgres":
             return PostgresBatchTarget(

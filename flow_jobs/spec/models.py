@@ -52,10 +52,6 @@ TIME_KINDS = ("tumbling", "hopping", "session", "sliding")
 COUNT_KINDS = ("count_tumbling", "count_hopping", "count_sliding")
 #: Kinds whose windows can reopen (late_data = "reopen", seed 000): fixed bounds.
 REOPEN_KINDS = ("tumbling", "hopping")
-#: Kinds whose windows keep their natural key while they grow: an update per trigger
-#: (emit = "current") supersedes itself under MERGE. Count windows are keyed by their
-#: index then (their bounds move); a session's start moves when sessions merge.
-CURRENT_KINDS = ("tumbling", "hopping", "sliding", *COUNT_KINDS)
 
 AggKind = Literal[
     "count", "sum", "min", "max", "avg", "first", "last", "count_distinct", "collect", "reduce"
@@ -292,6 +288,10 @@ class WindowSpec(SpecModel):
     window_index_column: str = "window_index"
     #: late_data = "reopen": 1 for a window's first emit, +1 for each correction
     revision_column: str = "revision"
+    #: "current" on every kind: an update per trigger supersedes the window's earlier
+    #: row. Time windows keep their natural key while they grow; count windows are keyed
+    #: by their index then (their bounds move); a session's bounds move too (an event
+    #: extends it, or merges two), so its row replaces the group's rows it overlaps.
     emit: Literal["final", "current"] = "final"
     #: Rows whose event time is further ahead of the micro-batch's processing time are
     #: dead-lettered: one far-future row would otherwise push the watermark ahead and
@@ -308,14 +308,6 @@ class WindowSpec(SpecModel):
             raise not_supported("crash_recovery", self.crash_recovery, ("at_least_once",))
         if self.on_state_cap != "fail":
             raise not_supported("on_state_cap", self.on_state_cap, ("fail",))
-        if self.emit == "current" and self.kind not in CURRENT_KINDS:
-            raise key_error(
-                "emit",
-                f'emit = "current" is not supported for kind = "{self.kind}": a late event '
-                "can merge two sessions into one with another start, and the superseded row "
-                f'would stay in the target; use emit = "final" (current works for '
-                f"{', '.join(CURRENT_KINDS)})",
-            )
         self._output_rules()
         return self
 
@@ -458,6 +450,8 @@ class WindowSpec(SpecModel):
         """Where the window runs: Spark's native aggregation, or its arbitrary-state API."""
         if self.reopens:  # Spark's aggregation emits a window once, or on every change
             return "state"
+        if self.kind == "session" and self.emit == "current":
+            return "state"  # Spark refuses update mode for session windows (SPARK-36463)
         return "native" if self.kind in ("tumbling", "hopping", "session") else "state"
 
     @property
@@ -911,7 +905,21 @@ class PipelineSpec(SpecModel):
                 f"{len(self.sources)} sources are declared but [transform].sql is empty; "
                 "a SQL pre-stage must combine them (e.g. a UNION ALL of the source views)"
             )
+        if self.supersedes_sessions and self.target.kind == "kafka":
+            raise key_error(
+                "target.kind",
+                'kind = "kafka" cannot take session windows with emit = "current": each '
+                "update replaces the group's rows its bounds overlap (a session grows, or "
+                "two merge), which an append-only topic cannot delete; use a delta or "
+                'postgres target, or emit = "final"',
+            )
         return self
+
+    @property
+    def supersedes_sessions(self) -> bool:
+        """Session windows emitted "current": a row replaces the group's rows it overlaps."""
+        w = self.transform.window
+        return w is not None and w.kind == "session" and w.emit == "current"
 
     @property
     def window(self) -> WindowSpec:
