@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+# Quix Streams, for tests/test_quix_compare.py only: its pins conflict with the project's.
+QUIX_VENV := .venv-quix
+QUIX_STAMP := $(QUIX_VENV)/.stamp
 
 .PHONY: demo test ci soak bench lint validate clean
 
@@ -12,12 +15,18 @@ $(STAMP): pyproject.toml requirements.lock
 	$(PY) -m pip install --quiet -c requirements.lock -e '.[dev]'
 	touch $(STAMP)
 
+$(QUIX_STAMP): tests/quix/requirements.txt
+	$(PYTHON) -m venv $(QUIX_VENV)
+	$(QUIX_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(QUIX_VENV)/bin/python -m pip install --quiet -r tests/quix/requirements.txt
+	touch $(QUIX_STAMP)
+
 ## demo: start an embedded broker, produce sample clicks, run pipelines/clicks_per_minute.toml, print the windows (UI=1: then serve the Dagster UI on :3000)
 demo: $(STAMP)
 	$(PY) -m flow_jobs.demo $(if $(UI),--ui,)
 
 ## test: the whole suite (real Kafka-protocol broker, Spark, Delta)
-test: $(STAMP)
+test: $(STAMP) $(QUIX_STAMP)
 	$(PY) -m pytest
 
 ## ci: what CI runs (.ci/run): lint, then the whole suite
@@ -40,4 +49,4 @@ validate: $(STAMP)
 	for f in pipelines/*.toml; do $(VENV)/bin/flow-jobs validate $$f || exit 1; done
 
 clean:
-	rm -rf $(VENV) .demo .pytest_cache spark-warehouse
+	rm -rf $(VENV) $(QUIX_VENV) .demo .pytest_cache spark-warehouse

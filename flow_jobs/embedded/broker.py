@@ -76,9 +76,14 @@ class EmbeddedBroker:
                 self._process.wait()
         self._process = None
 
-    def create_topic(self, name: str, partitions: int = 1) -> None:
+    def create_topic(
+        self, name: str, partitions: int = 1, config: dict[str, str] | None = None
+    ) -> None:
+        """``config``: topic configs set at creation (e.g. ``retention.ms``, which the
+        broker does not report otherwise and Quix Streams needs to find on its topics)."""
         admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
-        for future in admin.create_topics([NewTopic(name, partitions, 1)]).values():
+        topic = NewTopic(name, partitions, 1, config=config or {})
+        for future in admin.create_topics([topic]).values():
             future.result(timeout=30)
 
     def __enter__(self) -> EmbeddedBroker:
