@@ -205,7 +205,7 @@ def test_sessions_as_they_stand_under_any_cut(
                 del target[old]
             target[(int(start), int(end))] = tuple(int(x) for x in ids[lo : hi + 1])
         if watermark is not None:
-            state = session.close(state, watermark, gap)
+            state, _ = session.close(state, watermark, gap)
             held = session.sessions(state.frame.t, gap)
             assert (session.bounds(state.frame, held, gap)[1] > watermark).all()  # only open
         times = [e[0] for e in events[a:b]] + ([highest] if highest is not None else [])

@@ -12,10 +12,11 @@ this code: Spark drops rows behind the watermark before the operator and counts 
 Count windows number their events once the watermark passes them (a timer at the
 oldest pending event's time), so that their order is the events' total order whatever
 the micro-batches (``flow_jobs.operators.count_based``). Tumbling and hopping windows come
-here only when they reopen (``flow_jobs.operators.reopen``), with one timer per group
-too, and an integer revision column last in their output. Session windows come here
-only with emit = "current" (``flow_jobs.operators.session``), with a timer at the end of
-the group's first open session.
+here when they reopen (``flow_jobs.operators.reopen``), with one timer per group too,
+and an integer revision column last in their output; session windows when they emit
+"current" (``flow_jobs.operators.session``), with a timer at the end of the group's
+first open session. Tumbling, hopping and session windows with an exact
+``count_distinct`` come here too: only here is its cap checked while a window is open.
 """
 
 from __future__ import annotations
@@ -62,8 +63,10 @@ class WindowOperatorPlan:
     aggregators: tuple[WindowAggregator, ...]
     output_columns: tuple[str, ...]
     hop_ms: int | None = None  # hopping (tumbling: the duration)
-    #: set: tumbling / hopping windows that reopen (late_data = "reopen")
-    allowed_lateness_ms: int | None = None
+    #: tumbling / hopping windows that reopen (late_data = "reopen"): how long after
+    #: their end, and the revision column last in the output
+    allowed_lateness_ms: int = 0
+    revision: bool = False
     #: False: time_mode = "processing" (count windows number events on arrival)
     event_time: bool = True
     gap_ms: int | None = None  # session
@@ -77,13 +80,14 @@ class WindowOperatorPlan:
         return self.kind.startswith("count_")
 
     @property
-    def reopens(self) -> bool:
-        return self.allowed_lateness_ms is not None
+    def fixed(self) -> bool:
+        """Tumbling and hopping windows (``flow_jobs.operators.reopen``)."""
+        return self.kind in ("tumbling", "hopping")
 
     @property
     def bounds(self) -> reopen.Bounds:
         duration = self.duration_ms or 0
-        return reopen.Bounds(duration, self.hop_ms or duration, self.allowed_lateness_ms or 0)
+        return reopen.Bounds(duration, self.hop_ms or duration, self.allowed_lateness_ms)
 
 
 class WindowProcessor(StatefulProcessor):
@@ -105,7 +109,7 @@ class WindowProcessor(StatefulProcessor):
         empty = EventFrame.empty(list(self.plan.columns))
         if self.plan.count_based:
             return {"state": count_based.CountState(empty, 0, 0), "timer": None}
-        if self.plan.reopens:
+        if self.plan.fixed:
             return {"state": reopen.empty(empty), "timer": None}
         if self.plan.session:
             return {"state": session.SessionState(empty), "timer": None}
@@ -126,7 +130,7 @@ class WindowProcessor(StatefulProcessor):
         if self.plan.session:
             t = state.frame.t
             return (int(t[0]), int(t[-1]) + (self.plan.gap_ms or 0)) if len(t) else (None, None)
-        if self.plan.reopens:
+        if self.plan.fixed:
             starts = state.starts
             if not len(starts):
                 return None, None
@@ -145,7 +149,7 @@ class WindowProcessor(StatefulProcessor):
         blob = self._load()
         if self.plan.count_based:
             yield from self._count_input(key, pdf, blob, timerValues.getCurrentWatermarkInMs())
-        elif self.plan.reopens:
+        elif self.plan.fixed:
             yield from self._reopen_input(key, pdf, blob)
         elif self.plan.session:
             yield from self._session_input(key, pdf, blob)
@@ -160,13 +164,16 @@ class WindowProcessor(StatefulProcessor):
         if self.plan.count_based:
             yield from self._count_number(key, blob, timerValues.getCurrentWatermarkInMs())
             return
-        if self.plan.reopens:
+        if self.plan.fixed:
             yield from self._reopen_close(key, blob, timerValues.getCurrentWatermarkInMs())
             return
         if self.plan.session:
-            state = session.close(
-                blob["state"], timerValues.getCurrentWatermarkInMs(), self.plan.gap_ms or 0
-            )
+            gap = self.plan.gap_ms or 0
+            before = blob["state"]
+            state, closed = session.close(before, timerValues.getCurrentWatermarkInMs(), gap)
+            if self.plan.emit == "final" and len(closed):
+                starts, ends = session.bounds(before.frame, closed, gap)
+                yield self._output(key, before.frame, closed, starts, ends, None)
             blob["state"] = state
             self._set_timer(blob)
             self._save(blob, empty=not len(state.frame))
@@ -212,7 +219,7 @@ class WindowProcessor(StatefulProcessor):
             pending = blob["state"].pending_times
             # fires once the watermark is above it: at the oldest pending event's time
             wanted = int(pending[0]) - 1 if len(pending) and self.plan.event_time else None
-        elif self.plan.reopens:
+        elif self.plan.fixed:
             wanted = reopen.next_timer(blob["state"], self.plan.bounds)
         elif self.plan.session:
             wanted = session.next_timer(blob["state"], self.plan.gap_ms or 0)
@@ -231,7 +238,7 @@ class WindowProcessor(StatefulProcessor):
         w = sliding.ranges(frame, ends, self.plan.duration_ms or 0)
         return self._output(key, frame, w, starts, ends, None)
 
-    # -- tumbling / hopping that reopen ------------------------------------------------
+    # -- tumbling / hopping (that reopen, or hold an exact count_distinct) ---------------
     def _reopen_input(
         self, key: Any, pdf: pd.DataFrame, blob: dict[str, Any]
     ) -> Iterator[pd.DataFrame]:
@@ -245,7 +252,11 @@ class WindowProcessor(StatefulProcessor):
             state.starts,
             state.starts + (self.plan.duration_ms or 0),
         )
-        if len(reopened):  # late rows corrected emitted windows: they emit again
+        if self.plan.emit == "current":  # every window holding a new row, as it stands
+            touched = np.searchsorted(state.starts, reopen.window_starts(new.t, self.plan.bounds))
+            if len(touched):
+                yield self._reopen_output(key, state, touched)
+        elif len(reopened):  # late rows corrected emitted windows: they emit again
             yield self._reopen_output(key, state, reopened)
         self._set_timer(blob)
         self._save(blob, empty=False)
@@ -255,7 +266,7 @@ class WindowProcessor(StatefulProcessor):
     ) -> Iterator[pd.DataFrame]:
         before = blob["state"]
         state, first = reopen.close(before, watermark_ms, self.plan.bounds)
-        if len(first):
+        if self.plan.emit == "final" and len(first):
             yield self._reopen_output(key, before, first)
         blob["state"] = state
         self._set_timer(blob)
@@ -267,11 +278,10 @@ class WindowProcessor(StatefulProcessor):
         starts = state.starts[index]
         w = reopen.ranges(state.frame, starts, self.plan.bounds)
         ends = starts + (self.plan.duration_ms or 0)
-        return self._output(
-            key, state.frame, w, starts, ends, None, state.revisions[index].astype(np.int32)
-        )
+        revisions = state.revisions[index].astype(np.int32) if self.plan.revision else None
+        return self._output(key, state.frame, w, starts, ends, None, revisions)
 
-    # -- session, emit = "current" ------------------------------------------------------
+    # -- session (emit = "current", or an exact count_distinct) --------------------------
     def _session_input(
         self, key: Any, pdf: pd.DataFrame, blob: dict[str, Any]
     ) -> Iterator[pd.DataFrame]:
@@ -281,7 +291,7 @@ class WindowProcessor(StatefulProcessor):
         blob["state"] = state
         every = session.sessions(state.frame.t, gap)
         self._check_open(key, state.frame, every, *session.bounds(state.frame, every, gap))
-        if len(changed):
+        if self.plan.emit == "current" and len(changed):
             starts, ends = session.bounds(state.frame, changed, gap)
             yield self._output(key, state.frame, changed, starts, ends, None)
         self._set_timer(blob)
@@ -337,7 +347,7 @@ class WindowProcessor(StatefulProcessor):
     def _describe(self, key: Any, starts: np.ndarray, ends: np.ndarray) -> Callable[[int], str]:
         group = dict(zip(self.plan.group_columns, key, strict=False))
         # sliding and count windows hold their end
-        closing = ")" if self.plan.reopens or self.plan.session else "]"
+        closing = ")" if self.plan.fixed or self.plan.session else "]"
 
         def describe(i: int) -> str:
             bounds = f"[{_iso(starts[i])}, {_iso(ends[i])}{closing}"

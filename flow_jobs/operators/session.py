@@ -1,12 +1,14 @@
-"""Session windows with emit = "current" (the native session aggregation runs "final").
+"""Session windows on the state API: with emit = "current" (Spark refuses update mode
+for ``session_window``), or with an exact ``count_distinct`` (capped while open).
 
 A group's events, in time order, form sessions: an event joins the running session when
 it falls before the session's end (its last event + gap), as in Spark's
 ``session_window``; a session is [first event, last event + gap). The state is the
-group's events in open sessions. Each micro-batch emits every session holding one of
-its new events, as it stands; a session closes once the watermark reaches its end, and
-its last emission is its final value. No event at or behind the watermark reaches the
-operator (Spark drops it first), so a closed session never changes again.
+group's events in open sessions. With emit = "current" each micro-batch emits every
+session holding one of its new events, as it stands; a session closes once the
+watermark reaches its end, and its last emission is its final value (emit = "final":
+it is emitted then, once). No event at or behind the watermark reaches the operator
+(Spark drops it first), so a closed session never changes again.
 
 A session's bounds move while it is open: a new event extends its end, an earlier one
 moves its start, and one event can merge two sessions. Each emission therefore
@@ -58,17 +60,19 @@ def add(state: SessionState, new: EventFrame, gap_ms: int) -> tuple[SessionState
     return SessionState(frame), Ranges(w.lo[touched], w.hi[touched])
 
 
-def close(state: SessionState, watermark_ms: int, gap_ms: int) -> SessionState:
-    """The state without the sessions the watermark has reached (end <= watermark)."""
+def close(state: SessionState, watermark_ms: int, gap_ms: int) -> tuple[SessionState, Ranges]:
+    """The state without the sessions the watermark has reached (end <= watermark), and
+    those sessions (index ranges into ``state``'s frame: emit = "final" writes them)."""
     w = sessions(state.frame.t, gap_ms)
     _, ends = bounds(state.frame, w, gap_ms)
     open_ = ends > watermark_ms
+    closed = Ranges(w.lo[~open_], w.hi[~open_])
     if open_.all():
-        return state
+        return state, closed
     if not open_.any():
-        return SessionState(state.frame.slice(0, 0))
+        return SessionState(state.frame.slice(0, 0)), closed
     # sessions are in time order and ends increase: the open ones are a suffix
-    return SessionState(state.frame.slice(int(w.lo[np.argmax(open_)])))
+    return SessionState(state.frame.slice(int(w.lo[np.argmax(open_)]))), closed
 
 
 def next_timer(state: SessionState, gap_ms: int) -> int | None:

@@ -315,7 +315,7 @@ class PositionalAgg(Aggregator):
 
 class CountDistinctAgg(Aggregator):
     name = "count_distinct"
-    native_form = "hll_sketch_agg + hll_sketch_estimate (exact: size(collect_set), capped)"
+    native_form = "hll_sketch_agg + hll_sketch_estimate (exact: runs on the state API)"
     state_form = "datasketches hll_sketch HLL_8 (exact: a set, capped while open)"
 
     def result_types(self, a: AggregationInput) -> list[DataType]:
@@ -323,30 +323,15 @@ class CountDistinctAgg(Aggregator):
 
     def native(self, a: AggregationInput, w: NativeWindow) -> NativeAggregate:
         agg, hidden, value = a.spec, a.hidden, _value(a)
-        if agg.mode == "exact":
-            return self._exact(a, w)
+        # exact: a window holding one runs on the state API (WindowSpec.engine), where
+        # the set is capped while the window is open; Spark's aggregation cannot do that
+        assert agg.mode != "exact", "an exact count_distinct has no native form"
         assert a.data_type is not None
         sketch = F.hll_sketch_agg(hll_item(value, a.data_type), agg.precision).alias(hidden)
         outputs = [F.hll_sketch_estimate(F.col(hidden)).alias(agg.as_)]
         if agg.sketch_column:
             outputs.append(F.col(hidden).alias(agg.sketch_column))
         return NativeAggregate((sketch,), tuple(outputs))
-
-    def _exact(self, a: AggregationInput, w: NativeWindow) -> NativeAggregate:
-        agg, hidden = a.spec, a.hidden
-        cap = agg.max_distinct_values_per_group or 0
-        size = F.size(F.col(hidden))
-        group = F.to_json(F.struct(*map(F.col, w.group_by))) if w.group_by else F.lit("{}")
-        message = F.format_string(
-            f"count_distinct cap hit: max_distinct_values_per_group={cap} exceeded by "
-            f"{agg.as_} (%d values) on window [%s, %s) for group %s in pipeline {w.pipeline}",
-            size,
-            F.date_format(w.bounds[0], "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"),
-            F.date_format(w.bounds[1], "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"),
-            group,
-        )
-        checked = F.when(size > cap, F.raise_error(message)).otherwise(size.cast(LongType()))
-        return NativeAggregate((F.collect_set(_value(a)).alias(hidden),), (checked.alias(agg.as_),))
 
     def state_column(self, a: AggregationInput) -> str | None:
         # approximate: the operator reads the hashed item, the same in both engines

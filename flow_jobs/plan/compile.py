@@ -309,6 +309,11 @@ def _window_operators(spec: PipelineSpec) -> tuple[OperatorChoice, ...]:
     if spec.supersedes_sessions:
         kind = "sessions on transformWithStateInPandas (event-time timers)"
         emit += "; each row replaces the group's rows its bounds overlap (deleted in the MERGE)"
+    elif w.exact_distinct and w.kind in ("tumbling", "hopping", "session"):
+        kind = (
+            f"{w.kind} windows on transformWithStateInPandas (event-time timers): the exact "
+            "count_distinct set is capped while a window is open"
+        )
     if w.reopens:
         kind = f"{w.kind} windows on transformWithStateInPandas (event-time timers)"
         lateness += f", allowed_lateness_ms = {w.allowed_lateness_ms}"

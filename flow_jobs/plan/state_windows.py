@@ -1,5 +1,6 @@
-"""Compile sliding, count-based, reopening and current session windows onto Spark's
-arbitrary-state API.
+"""Compile windows onto Spark's arbitrary-state API: sliding and count-based windows,
+tumbling/hopping windows that reopen, sessions emitted "current", and tumbling, hopping
+and session windows with an exact ``count_distinct`` (capped while open).
 
 The window input is projected to what the operator needs, grouped by the group keys and
 handed to ``transformWithStateInPandas`` with ``flow_jobs.operators.processor``:
@@ -112,7 +113,8 @@ def compile_state_window(
         aggregators=tuple(aggregators),
         output_columns=tuple(schema.fieldNames()),
         hop_ms=window.hop_ms,
-        allowed_lateness_ms=window.allowed_lateness_ms if window.reopens else None,
+        allowed_lateness_ms=(window.allowed_lateness_ms or 0) if window.reopens else 0,
+        revision=window.reopens,
         event_time=window.time_mode == "event",
         gap_ms=window.gap_ms,
     )

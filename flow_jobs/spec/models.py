@@ -437,6 +437,11 @@ class WindowSpec(SpecModel):
         return self.late_data == "reopen"
 
     @property
+    def exact_distinct(self) -> bool:
+        """An exact count_distinct: its set is capped while the window is open."""
+        return any(a.agg == "count_distinct" and a.mode == "exact" for a in self.aggregations)
+
+    @property
     def watermark_delay_ms(self) -> int:
         """How far Spark's watermark runs behind the highest event time: ``lateness_ms``,
         plus ``allowed_lateness_ms`` when windows reopen (their rows must still reach the
@@ -452,6 +457,10 @@ class WindowSpec(SpecModel):
             return "state"
         if self.kind == "session" and self.emit == "current":
             return "state"  # Spark refuses update mode for session windows (SPARK-36463)
+        if self.exact_distinct:
+            # Spark's aggregation keeps the set in its own state, where no check can see
+            # it before the window is emitted; the state API caps it while open.
+            return "state"
         return "native" if self.kind in ("tumbling", "hopping", "session") else "state"
 
     @property
