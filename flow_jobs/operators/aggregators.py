@@ -179,19 +179,21 @@ def _float_sums(x: np.ndarray, w: Ranges) -> np.ndarray:
         return np.empty(0, np.float64)
     finite = np.isfinite(x)
     clean = np.where(finite, x, 0.0)
-    p = prefix(clean)
+    # a running sum that overflows is detected below (the frame is then summed directly)
     with np.errstate(invalid="ignore", over="ignore"):
+        p = prefix(clean)
         a, b = p[:-1], clean
         bb = p[1:] - a
         e = prefix((a - (p[1:] - bb)) + (b - bb))  # TwoSum: a + b == p[1:] + err exactly
         out = (p[w.hi + 1] - p[w.lo]) + (e[w.hi + 1] - e[w.lo])
-    magnitude = prefix(np.abs(clean))
-    inside = magnitude[w.hi + 1] - magnitude[w.lo]
-    doubtful = magnitude[w.hi + 1] * _EPS * len(x) > inside * 0.5
+        magnitude = prefix(np.abs(clean))
+        inside = magnitude[w.hi + 1] - magnitude[w.lo]
+        doubtful = magnitude[w.hi + 1] * _EPS * len(x) > inside * 0.5
     if not np.isfinite(p[-1]) or not np.isfinite(magnitude[-1]):
         doubtful[:] = True
-    for i in np.flatnonzero(doubtful):
-        out[i] = np.sum(clean[w.lo[i] : w.hi[i] + 1])
+    with np.errstate(over="ignore"):  # a window's own sum past 1.8e308 is inf, as in Spark
+        for i in np.flatnonzero(doubtful):
+            out[i] = np.sum(clean[w.lo[i] : w.hi[i] + 1])
     if not finite.all():
         nan = range_sum(np.isnan(x).astype(np.int64), w) > 0
         up = range_sum((x == np.inf).astype(np.int64), w) > 0
