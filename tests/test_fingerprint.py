@@ -77,3 +77,15 @@ def test_keys_added_later_change_nothing_at_their_default() -> None:
     assert 'transform.window.revision_column: "<absent>" -> "rev"' in "; ".join(
         changed_fields(BASE_FIELDS, fields)
     )
+
+
+def test_a_window_that_moved_to_the_state_api_needs_a_new_checkpoint() -> None:
+    """An exact count_distinct put tumbling windows on the state API: a checkpoint of the
+    native aggregation (fingerprinted without the key) is refused, naming it."""
+    exact = 'agg = "count_distinct"\ncolumn = "amount"\nmode = "exact"\n'
+    exact += "max_distinct_values_per_group = 10"
+    before = fingerprint_fields(parse_spec(edit('agg = "sum"\ncolumn = "amount"', exact)))
+    assert before.pop("transform.window.state_api") is True  # what an older version stored
+    _, after = _fingerprint(edit('agg = "sum"\ncolumn = "amount"', exact))
+    assert 'transform.window.state_api: "<absent>" -> true' in changed_fields(before, after)
+    assert "transform.window.state_api" not in BASE_FIELDS

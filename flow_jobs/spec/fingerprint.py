@@ -51,6 +51,7 @@ ADDED_KEYS: dict[str, Any] = {
     "transform.window.dead_letter_topic": None,
     "transform.join.dead_letter_topic": None,
     "transform.window.revision_column": "revision",
+    "transform.window.state_api": None,
 }
 
 
@@ -80,6 +81,17 @@ def fingerprint_fields(spec: PipelineSpec) -> dict[str, Any]:
                         fields[f"transform.window.aggregations.{agg['as']}.{k}"] = v
             else:
                 fields[f"transform.{part}.{key}"] = value
+    window = transform.window
+    # Not a spec key: where the window's state lives. A tumbling, hopping or session
+    # window with an exact count_distinct moved from Spark's aggregation to the state
+    # API (its cap is checked while open); a checkpoint of the former cannot resume there.
+    moved = (
+        window is not None
+        and window.kind in ("tumbling", "hopping", "session")
+        and window.engine == "state"
+        and not window.reopens
+    )
+    fields["transform.window.state_api"] = True if moved else None
     return {k: v for k, v in fields.items() if k not in ADDED_KEYS or ADDED_KEYS[k] != v}
 
 
