@@ -50,6 +50,14 @@ def make_spec(
     return PipelineSpec.model_validate(doc)
 
 
+def aggregation_specs(aggregations: Sequence[tuple]) -> list[dict[str, Any]]:
+    """The spec's ``aggregations`` for the reference's (agg, column, alias[, options])."""
+    return [
+        {"agg": a, **({"column": c} if c else {}), "as": n, **(rest[0] if rest else {})}
+        for a, c, n, *rest in aggregations
+    ]
+
+
 def fresh_checkpoint(spec: PipelineSpec, tag: str = "fresh") -> PipelineSpec:
     """The same spec on a new, empty checkpoint folder (a lost checkpoint, a new lineage).
 

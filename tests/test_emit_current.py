@@ -13,6 +13,7 @@ from flow_jobs.embedded.broker import EmbeddedBroker
 from flow_jobs.runtime.runner import PipelineRunner
 from tests.reference import reference_windows
 from tests.support import (
+    aggregation_specs,
     assert_same_windows,
     make_spec,
     random_clicks,
@@ -52,9 +53,7 @@ def test_current_windows_track_every_update(
         "lateness_ms": lateness,
         "event_time_column": "ts",
         "group_by": ["user_id"],
-        "aggregations": [
-            {"agg": a, **({"column": c} if c else {}), "as": n} for a, c, n in AGGREGATIONS
-        ],
+        "aggregations": aggregation_specs(AGGREGATIONS),
     }
     spec = make_spec(workdir, broker.bootstrap_servers, topic, window)
 

@@ -21,7 +21,14 @@ from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec.models import PipelineSpec
 from tests.reference import reference_windows
 from tests.reference_join import reference_join
-from tests.support import BASE_MS, assert_same_windows, fresh_checkpoint, read_windows, send
+from tests.support import (
+    BASE_MS,
+    aggregation_specs,
+    assert_same_windows,
+    fresh_checkpoint,
+    read_windows,
+    send,
+)
 
 ORDERS = "order_id STRING, region STRING, amount DOUBLE, ts BIGINT"
 PAYMENTS = "order_id STRING, region STRING, paid DOUBLE, ts BIGINT"
@@ -259,26 +266,11 @@ def test_join_state_is_evicted_and_replays_do_not_duplicate(
     assert sorted(after, key=key) == sorted(before, key=key)
 
 
-def test_window_after_a_join(
-    spark: SparkSession, broker: EmbeddedBroker, topics: tuple[str, str], workdir: Path
-) -> None:
-    orders, payments = _load("chain", broker, topics)
-    window = {
-        "kind": "tumbling",
-        "duration_ms": 20_000,
-        "event_time_column": "left_ts",
-        "group_by": ["left_region"],
-        "aggregations": [
-            {"agg": "count", "as": "payments"},
-            {"agg": "sum", "column": "right_paid", "as": "paid"},
-            {"agg": "max", "column": "left_amount", "as": "max_order"},
-        ],
-    }
-    spec = _spec(workdir, broker, topics, {"how": "inner", "time_window_ms": 4_000}, window)
-    summary = PipelineRunner(spec, spark).run(available_now=True)
-    assert summary.late_rows == 0
-
-    pairs = reference_join(
+def _pairs_within_4s(
+    orders: list[dict], payments: list[dict], how: str, left_columns: list[str]
+) -> list[tuple]:
+    """The reference join of ``time_window_ms = 4000``: (left columns..., paid)."""
+    return reference_join(
         orders,
         payments,
         left_keys=KEYS,
@@ -287,10 +279,33 @@ def test_window_after_a_join(
         right_time="ts",
         lower=-4_000,
         upper=4_000,
-        how="inner",
-        left_columns=["region", "amount", "ts"],
+        how=how,
+        left_columns=left_columns,
         right_columns=["paid"],
     )
+
+
+def test_window_after_a_join(
+    spark: SparkSession, broker: EmbeddedBroker, topics: tuple[str, str], workdir: Path
+) -> None:
+    orders, payments = _load("chain", broker, topics)
+    aggregations = [
+        ("count", None, "payments"),
+        ("sum", "right_paid", "paid"),
+        ("max", "left_amount", "max_order"),
+    ]
+    window = {
+        "kind": "tumbling",
+        "duration_ms": 20_000,
+        "event_time_column": "left_ts",
+        "group_by": ["left_region"],
+        "aggregations": aggregation_specs(aggregations),
+    }
+    spec = _spec(workdir, broker, topics, {"how": "inner", "time_window_ms": 4_000}, window)
+    summary = PipelineRunner(spec, spark).run(available_now=True)
+    assert summary.late_rows == 0
+
+    pairs = _pairs_within_4s(orders, payments, "inner", ["region", "amount", "ts"])
     joined = [
         {"left_region": r, "left_amount": a, "left_ts": t, "right_paid": p} for r, a, t, p in pairs
     ]
@@ -299,11 +314,7 @@ def test_window_after_a_join(
         time_key="left_ts",
         duration_ms=20_000,
         group_by=["left_region"],
-        aggregations=[
-            ("count", None, "payments"),
-            ("sum", "right_paid", "paid"),
-            ("max", "left_amount", "max_order"),
-        ],
+        aggregations=aggregations,
         watermark_ms=2**62,
     )
     assert_same_windows(read_windows(spec.target.path, spec.natural_key()), expected)
@@ -328,35 +339,24 @@ def test_window_after_a_left_join_keeps_every_joined_row(
     passes their bounds; the window must still count them (issue 11, item 8), and a
     count window runs after a join (no ``_kafka``: ties by the row's hash)."""
     orders, payments = _load(f"left-{kind['kind']}", broker, topics)
+    # what the tie order of equal times cannot change (several payments of one order
+    # share its time)
+    aggregations = [
+        ("count", None, "rows"),
+        ("count", "right_paid", "paid_rows"),
+        ("min", "left_ts", "first_ts"),
+    ]
     window = {
         **kind,
         "event_time_column": "left_ts",
         "group_by": ["left_region"],
-        # what the tie order of equal times cannot change (several payments of one
-        # order share its time)
-        "aggregations": [
-            {"agg": "count", "as": "rows"},
-            {"agg": "count", "column": "right_paid", "as": "paid_rows"},
-            {"agg": "min", "column": "left_ts", "as": "first_ts"},
-        ],
+        "aggregations": aggregation_specs(aggregations),
     }
     spec = _spec(workdir, broker, topics, {"how": "left", "time_window_ms": 4_000}, window)
     summary = PipelineRunner(spec, spark).run(available_now=True)
     assert summary.late_rows == 0
 
-    pairs = reference_join(
-        orders,
-        payments,
-        left_keys=KEYS,
-        right_keys=KEYS,
-        left_time="ts",
-        right_time="ts",
-        lower=-4_000,
-        upper=4_000,
-        how="left",
-        left_columns=["region", "ts"],
-        right_columns=["paid"],
-    )
+    pairs = _pairs_within_4s(orders, payments, "left", ["region", "ts"])
     assert any(p is None for *_, p in pairs), "no unmatched order: the test proves nothing"
     joined = [{"left_region": r, "left_ts": t, "right_paid": p, "_arrival": 0} for r, t, p in pairs]
     close_ts = _closing()[0]["ts"]  # the closing row joins nothing: it stays open
@@ -367,11 +367,7 @@ def test_window_after_a_left_join_keeps_every_joined_row(
         duration_ms=kind.get("duration_ms"),
         count=kind.get("count"),
         group_by=["left_region"],
-        aggregations=[
-            ("count", None, "rows"),
-            ("count", "right_paid", "paid_rows"),
-            ("min", "left_ts", "first_ts"),
-        ],
+        aggregations=aggregations,
         watermark_ms=close_ts - LATENESS - 1,
     )
     assert_same_windows(read_windows(spec.target.path, spec.natural_key()), expected)

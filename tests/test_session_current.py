@@ -25,6 +25,7 @@ from flow_jobs.spec.models import PipelineSpec
 from tests.reference import reference_windows
 from tests.support import (
     BASE_MS,
+    aggregation_specs,
     assert_same_windows,
     fresh_checkpoint,
     make_spec,
@@ -85,9 +86,7 @@ def _spec(
         "event_time_column": "ts",
         "lateness_ms": 10_000,
         "group_by": ["user_id"],
-        "aggregations": [
-            {"agg": a, **({"column": c} if c else {}), "as": n} for a, c, n in AGGREGATIONS
-        ],
+        "aggregations": aggregation_specs(AGGREGATIONS),
     }
     spec = make_spec(
         workdir,
