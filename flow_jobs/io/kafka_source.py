@@ -8,7 +8,10 @@ installed from the Python package registries; this source needs nothing but
   Spark's offset log, so a restarted query resumes where its checkpoint says;
 * ``partitions(start, end)`` plans one input partition per Kafka partition range, and
   ``read`` runs on executors, yielding Arrow record batches (no per-row Python objects
-  reach Spark; JSON payloads are decoded later, in the JVM);
+  reach Spark);
+* with ``json_schema`` set (a payload schema Arrow decodes like ``from_json``), ``read``
+  also decodes the payloads in bulk into the ``_decoded`` struct column; a record Arrow
+  rejects is flagged ``_undecoded`` and left to ``from_json`` (``flow_jobs.io.json_decode``);
 * every row carries ``_late_watermark``, the watermark Spark's window operators judge its
   batch by (from the checkpoint's offset log), so late rows can be counted one by one;
 * with ``idle_file`` set, an idle source sends heartbeats: one row with no record and a
@@ -34,6 +37,7 @@ are retried with exponential backoff, ``retries`` in a row at most.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import logging
@@ -44,6 +48,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -52,6 +57,8 @@ from pyspark.sql.streaming.datasource import (
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
+
+from flow_jobs.io.json_decode import JsonDecoder, arrow_schema
 
 SOURCE_FORMAT = "flow_kafka"
 
@@ -80,6 +87,13 @@ HEARTBEAT = "_heartbeat"
 #: …}``: a new ``seq`` makes Spark plan the source although no record is new, and the
 #: offset log keeps it, so a replayed batch plans the same heartbeat row.
 HEARTBEAT_KEY = "_heartbeat"
+
+#: Columns a source reading with ``json_schema`` adds: the payload decoded by Arrow (its
+#: fields, then a NULL ``__flow_corrupt_record``, the shape ``from_json`` gives) and
+#: whether Arrow left the record to ``from_json`` (TRUE on a heartbeat row too).
+DECODED = "_decoded"
+UNDECODED = "_undecoded"
+CORRUPT_RECORD = "__flow_corrupt_record"
 
 _ARROW_SCHEMA = pa.schema(
     [
@@ -140,6 +154,8 @@ class KafkaSourceOptions:
     #: where the driver publishes which sources are idle (None: this source never is)
     idle_file: str | None = None
     source_name: str = ""  # the source's name in the idle file
+    #: the payload's Spark schema (``StructType.json()``) to decode with Arrow, or None
+    json_schema: str | None = None
 
     @classmethod
     def from_options(cls, options: dict[str, str]) -> KafkaSourceOptions:
@@ -169,6 +185,7 @@ class KafkaSourceOptions:
             checkpoint_location=options.get("checkpoint_location") or None,
             idle_file=options.get("idle_file") or None,
             source_name=options.get("source_name", ""),
+            json_schema=options.get("json_schema") or None,
             client_config=tuple(
                 sorted(
                     (k[len(_CLIENT_PREFIX) :], v)
@@ -485,7 +502,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, KafkaRange)
         if partition.heartbeat_ms is not None:
-            yield _heartbeat_row(partition)
+            yield _heartbeat_row(partition, json_decoder(self.options))
             return
         yield from read_range(self.options, partition)
 
@@ -534,25 +551,27 @@ def idle_target(path: str, source: str) -> int | None:
     return int(value) if isinstance(value, int) else None
 
 
-def _heartbeat_row(rng: KafkaRange) -> pa.RecordBatch:
+def _heartbeat_row(rng: KafkaRange, decoder: JsonDecoder | None = None) -> pa.RecordBatch:
     ts_type = pa.timestamp("us", tz="UTC")
     mark = rng.late_watermark_ms
     assert rng.heartbeat_ms is not None
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.nulls(1, pa.binary()),
-            pa.nulls(1, pa.binary()),
-            pa.array([rng.topic], pa.string()),
-            pa.nulls(1, pa.int32()),
-            pa.nulls(1, pa.int64()),
-            pa.nulls(1, ts_type),
-            pa.nulls(1, HEADERS_TYPE),
-            pa.nulls(1, ts_type),
-            pa.array([None if mark is None else mark * 1000], ts_type),
-            pa.array([rng.heartbeat_ms * 1000], ts_type),
-        ],
-        schema=_ARROW_SCHEMA,
-    )
+    columns = [
+        pa.nulls(1, pa.binary()),
+        pa.nulls(1, pa.binary()),
+        pa.array([rng.topic], pa.string()),
+        pa.nulls(1, pa.int32()),
+        pa.nulls(1, pa.int64()),
+        pa.nulls(1, ts_type),
+        pa.nulls(1, HEADERS_TYPE),
+        pa.nulls(1, ts_type),
+        pa.array([None if mark is None else mark * 1000], ts_type),
+        pa.array([rng.heartbeat_ms * 1000], ts_type),
+    ]
+    if decoder is None:
+        return pa.RecordBatch.from_arrays(columns, schema=_ARROW_SCHEMA)
+    schema = _decoded_schema(decoder)
+    decoded = pa.nulls(1, schema.field(DECODED).type)
+    return pa.RecordBatch.from_arrays([*columns, decoded, pa.array([True])], schema=schema)
 
 
 def local_path(location: str) -> str | None:
@@ -617,46 +636,36 @@ def read_range(options: KafkaSourceOptions, rng: KafkaRange) -> Iterator[pa.Reco
     (EOF) is at or past it, or when the consumer's position is: the offsets between the
     last record and ``end`` may hold no record at all (transaction markers, aborted
     records, compaction), so waiting for one would hang until the read timeout."""
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    from confluent_kafka import Consumer, Message, TopicPartition
 
     consumer = Consumer(options.consumer_config())
     where = f"Kafka {rng.topic}[{rng.partition}] reading [{rng.start}, {rng.end})"
     backoff = Backoff(options.retries, options.retry_backoff_ms)
-    lost = (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE)
+    decoder = json_decoder(options)
     try:
         consumer.assign([TopicPartition(rng.topic, rng.partition, rng.start)])
         next_offset = rng.start
         last_progress = time.monotonic()
         while next_offset < rng.end:
             messages = consumer.consume(min(_READ_CHUNK, rng.end - next_offset), 1.0)
-            batch = []
             done = False
             resume: int | None = None
-            for m in messages:
-                err = m.error()
-                if err is None:
-                    if m.offset() >= rng.end:
-                        done = True  # past the end: nothing of the range is left
-                    elif m.offset() >= next_offset:
-                        batch.append(m)
-                    continue
-                if err.code() == KafkaError._PARTITION_EOF:
-                    done = done or m.offset() >= rng.end
-                    continue
-                if err.code() in lost:
-                    marks = _marks(options, consumer, rng)
-                    resume = _data_lost_while_reading(options, rng, next_offset, marks, err.str())
-                    done = resume is None
-                    break
-                if is_transient(err):
-                    backoff.failed(f"{where} at {next_offset}", err.str())
-                    continue
-                raise RuntimeError(f"{where} at {next_offset}: {err.str()}")
+            if not any(map(Message.error, messages)):
+                # The usual case, without a Python step per message: the records of one
+                # partition come in offset order, so the range's part is a slice.
+                offsets = list(map(Message.offset, messages))
+                first = bisect.bisect_left(offsets, next_offset)
+                last = bisect.bisect_left(offsets, rng.end)
+                done = last < len(offsets)  # a record past the end: nothing is left
+                batch, batch_offsets = messages[first:last], offsets[first:last]
+            else:
+                batch, done, resume = _sift(options, consumer, rng, messages, next_offset, backoff)
+                batch_offsets = [m.offset() for m in batch]
             if batch:
-                next_offset = batch[-1].offset() + 1
+                next_offset = batch_offsets[-1] + 1
                 last_progress = time.monotonic()
                 backoff.succeeded()
-                yield _to_arrow(rng, batch, options.processing_time)
+                yield _to_arrow(rng, batch, batch_offsets, options.processing_time, decoder)
             if done or next_offset >= rng.end:
                 return
             if resume is not None:
@@ -685,6 +694,54 @@ def read_range(options: KafkaSourceOptions, rng: KafkaRange) -> Iterator[pa.Reco
                 )
     finally:
         consumer.close()
+
+
+def _sift(
+    options: KafkaSourceOptions,
+    consumer: Any,
+    rng: KafkaRange,
+    messages: list,
+    next_offset: int,
+    backoff: Backoff,
+) -> tuple[list, bool, int | None]:
+    """The records of the range among ``messages`` that hold errors: (records, whether
+    the range is done, where to resume after offsets vanished, or None)."""
+    from confluent_kafka import KafkaError
+
+    where = f"Kafka {rng.topic}[{rng.partition}] reading [{rng.start}, {rng.end})"
+    lost = (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE)
+    batch = []
+    done = False
+    for m in messages:
+        err = m.error()
+        if err is None:
+            if m.offset() >= rng.end:
+                done = True  # past the end: nothing of the range is left
+            elif m.offset() >= next_offset:
+                batch.append(m)
+            continue
+        if err.code() == KafkaError._PARTITION_EOF:
+            done = done or m.offset() >= rng.end
+            continue
+        if err.code() in lost:
+            marks = _marks(options, consumer, rng)
+            resume = _data_lost_while_reading(options, rng, next_offset, marks, err.str())
+            return batch, resume is None, resume
+        if is_transient(err):
+            backoff.failed(f"{where} at {next_offset}", err.str())
+            continue
+        raise RuntimeError(f"{where} at {next_offset}: {err.str()}")
+    return batch, done, None
+
+
+def json_decoder(options: KafkaSourceOptions) -> JsonDecoder | None:
+    """The bulk decoder of a source reading with ``json_schema``, else None."""
+    if options.json_schema is None:
+        return None
+    schema = arrow_schema(options.json_schema)
+    if schema is None:
+        raise ValueError(f"{SOURCE_FORMAT}: json_schema has a type Arrow does not decode")
+    return JsonDecoder(schema)
 
 
 def _position(consumer: Any, rng: KafkaRange) -> int:
@@ -727,40 +784,68 @@ def _data_lost_while_reading(
     return None
 
 
-def _to_arrow(rng: KafkaRange, batch: list, processing_time: bool) -> pa.RecordBatch:
+def _to_arrow(
+    rng: KafkaRange,
+    batch: list,
+    offsets: list[int],
+    processing_time: bool,
+    decoder: JsonDecoder | None = None,
+) -> pa.RecordBatch:
+    from confluent_kafka import Message
+
     n = len(batch)
     # Kafka timestamps are epoch milliseconds; a record without one (type 0) has none.
     # One outside Spark's TIMESTAMP range (e.g. 2^62) would overflow and fail the read on
     # every replay: it is NULL instead (a dead letter where it is the event time).
-    kafka_ts = [
-        ts * 1000 if kind and _MIN_TS_MS <= ts <= _MAX_TS_MS else None
-        for kind, ts in (m.timestamp() for m in batch)
-    ]
+    stamps = np.array(list(map(Message.timestamp, batch)), dtype=np.int64).reshape(n, 2)
+    kind, ms = stamps[:, 0], stamps[:, 1]
+    missing = (kind == 0) | (ms < _MIN_TS_MS) | (ms > _MAX_TS_MS)
     ts_type = pa.timestamp("us", tz="UTC")
-    ts_array = pa.array(kafka_ts, ts_type)
+    ts_array = pa.array(np.where(missing, 0, ms) * 1000, ts_type, mask=missing)
     mark = rng.late_watermark_ms
     late_watermark = (
         pa.nulls(n, ts_type) if mark is None else pa.repeat(pa.scalar(mark * 1000, ts_type), n)
     )
     if processing_time:
-        now_us = time.time_ns() // 1000
-        event_ts = pa.array([now_us] * n, pa.timestamp("us", tz="UTC"))
+        event_ts = pa.repeat(pa.scalar(time.time_ns() // 1000, ts_type), n)
     else:
         event_ts = ts_array
+    values = list(map(Message.value, batch))
+    columns = [
+        pa.array(list(map(Message.key, batch)), pa.binary()),
+        pa.array(values, pa.binary()),
+        pa.repeat(pa.scalar(rng.topic, pa.string()), n),
+        pa.repeat(pa.scalar(rng.partition, pa.int32()), n),
+        pa.array(offsets, pa.int64()),
+        ts_array,
+        _headers(batch),
+        event_ts,
+        late_watermark,
+        pa.nulls(n, ts_type),
+    ]
+    if decoder is None:
+        return pa.RecordBatch.from_arrays(columns, schema=_ARROW_SCHEMA)
+    decoded, undecoded = decoder.decode(values)
     return pa.RecordBatch.from_arrays(
-        [
-            pa.array([m.key() for m in batch], pa.binary()),
-            pa.array([m.value() for m in batch], pa.binary()),
-            pa.array([rng.topic] * n, pa.string()),
-            pa.array([rng.partition] * n, pa.int32()),
-            pa.array([m.offset() for m in batch], pa.int64()),
-            ts_array,
-            _headers(batch),
-            event_ts,
-            late_watermark,
-            pa.nulls(n, ts_type),
-        ],
-        schema=_ARROW_SCHEMA,
+        [*columns, _with_corrupt_field(decoded), undecoded], schema=_decoded_schema(decoder)
+    )
+
+
+def _decoded_schema(decoder: JsonDecoder) -> pa.Schema:
+    fields = [*decoder.schema, pa.field(CORRUPT_RECORD, pa.string())]
+    return _ARROW_SCHEMA.append(pa.field(DECODED, pa.struct(fields))).append(
+        pa.field(UNDECODED, pa.bool_())
+    )
+
+
+def _with_corrupt_field(decoded: pa.StructArray) -> pa.StructArray:
+    """``decoded`` with ``from_json``'s corrupt-record field, NULL on every row."""
+    n = len(decoded)
+    fields = [decoded.type.field(i) for i in range(decoded.type.num_fields)]
+    return pa.StructArray.from_arrays(
+        [*decoded.flatten(), pa.nulls(n, pa.string())],
+        fields=[*fields, pa.field(CORRUPT_RECORD, pa.string())],
+        mask=decoded.is_null(),
     )
 
 
@@ -782,10 +867,35 @@ class KafkaDataSource(DataSource):
         return SOURCE_FORMAT
 
     def schema(self) -> str:
-        return KAFKA_COLUMNS_DDL
+        payload = self.options.get("json_schema")
+        if not payload:
+            return KAFKA_COLUMNS_DDL
+        fields = ", ".join(
+            f"{_quote(f['name'])}: {_DDL_TYPES[f['type']]}" for f in json.loads(payload)["fields"]
+        )
+        return (
+            f"{KAFKA_COLUMNS_DDL}, {DECODED} STRUCT<{fields}, {CORRUPT_RECORD}: STRING>, "
+            f"{UNDECODED} BOOLEAN"
+        )
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         return KafkaStreamReader(KafkaSourceOptions.from_options(dict(self.options)))
+
+
+#: Spark's JSON type names of the types Arrow decodes (``json_decode``), as DDL.
+_DDL_TYPES = {
+    "string": "STRING",
+    "long": "BIGINT",
+    "integer": "INT",
+    "short": "SMALLINT",
+    "byte": "TINYINT",
+    "double": "DOUBLE",
+    "boolean": "BOOLEAN",
+}
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
 
 
 def offsets_json(offsets: Offsets) -> str:

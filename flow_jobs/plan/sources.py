@@ -3,8 +3,10 @@
 Each ``[[sources]]`` entry becomes a streaming DataFrame registered as a view under its
 name. What the view holds:
 
-* ``format = "json"``: the payload columns of the declared schema (decoded in the JVM
-  with ``from_json``), ``_event_ts`` (the Kafka timestamp; the arrival time in
+* ``format = "json"``: the payload columns of the declared schema (decoded in bulk by
+  Arrow in the reader where the schema's types allow, ``decoder = "auto"``, and by
+  ``from_json`` in the JVM for every record Arrow rejects and every other schema:
+  ``flow_jobs.io.json_decode``), ``_event_ts`` (the Kafka timestamp; the arrival time in
   processing-time mode) and ``_kafka`` (key, value, topic, partition, offset, timestamp);
 * ``format = "raw"``: key, value, topic, partition, offset, timestamp, ``_event_ts``.
 
@@ -28,7 +30,15 @@ from pyspark.sql.types import DataType, StructType
 from pyspark.sql.utils import AnalysisException
 
 from flow_jobs.io.dead_letters import RECORD_DDL, DeadLetterStaging
-from flow_jobs.io.kafka_source import HEARTBEAT, LATE_WATERMARK, SOURCE_FORMAT
+from flow_jobs.io.json_decode import arrow_schema
+from flow_jobs.io.kafka_source import (
+    CORRUPT_RECORD,
+    DECODED,
+    HEARTBEAT,
+    LATE_WATERMARK,
+    SOURCE_FORMAT,
+    UNDECODED,
+)
 from flow_jobs.plan.errors import PlanError
 from flow_jobs.plan.event_time import (
     EPOCH_MILLIS_TYPES,
@@ -40,7 +50,7 @@ from flow_jobs.plan.late_rows import LATE, late_condition, late_reason
 from flow_jobs.spec.models import EVENT_TS, KAFKA_COLUMN, KafkaSource
 
 _PAYLOAD = "__flow_payload"
-_CORRUPT = "__flow_corrupt_record"
+_CORRUPT = CORRUPT_RECORD  # the reader decodes into the same shape
 _REASON = "__flow_dead_letter_reason"
 _RECORD = "__flow_dead_letter_record"
 _WATERMARKED = "__flow_source_watermark"
@@ -65,7 +75,10 @@ def read_kafka(
     time_mode: str,
     checkpoint: str | None = None,
     idle_file: str | None = None,
+    json_schema: str | None = None,
 ) -> DataFrame:
+    """The source's Kafka records; with ``json_schema`` (a payload ``StructType.json()``
+    Arrow decodes), their payloads decoded in the reader too."""
     reader = (
         spark.readStream.format(SOURCE_FORMAT)
         .option("bootstrap_servers", source.bootstrap_servers)
@@ -82,6 +95,8 @@ def read_kafka(
         reader = reader.option("checkpoint_location", checkpoint)
     if idle_file:  # the source may send heartbeats (flow_jobs.runtime.idleness)
         reader = reader.option("idle_file", idle_file)
+    if json_schema:
+        reader = reader.option("json_schema", json_schema)
     if source.max_offsets_per_trigger:
         reader = reader.option("max_offsets_per_trigger", str(source.max_offsets_per_trigger))
     for key, secret in source.client_config.items():
@@ -115,9 +130,13 @@ def compile_source(
     ``late_data`` ("drop" | "dlq"), late rows too (``flow_jobs.plan.late_rows``); with
     ``watermark``, the source's own event-time watermark (``SourceWatermark``)."""
     idle = watermark.idle_file if watermark else None
-    frame = read_kafka(spark, source, pipeline, event_time.mode, checkpoint, idle)
+    in_reader = None
+    if source.format == "json" and source.decoder == "auto":
+        declared = payload_schema(source, index)
+        in_reader = declared.json() if arrow_schema(declared.json()) is not None else None
+    frame = read_kafka(spark, source, pipeline, event_time.mode, checkpoint, idle, in_reader)
     if source.format == "json":
-        frame, payload = _decode_json(frame, source, index)
+        frame, payload = _decode_json(frame, source, index, in_reader is not None)
         view = [
             *(F.col(f"{_PAYLOAD}.{f.name}").alias(f.name) for f in payload.fields),
             F.col(EVENT_TS),
@@ -218,15 +237,37 @@ def source_event_time(view: DataFrame, event_time: EventTime) -> Column | None:
         return None  # the operator reports the type error with its own key
 
 
-def _decode_json(frame: DataFrame, source: KafkaSource, index: int) -> tuple[DataFrame, StructType]:
+def payload_schema(source: KafkaSource, index: int) -> StructType:
+    """The declared payload schema of a JSON source (a ``PlanError`` if not valid DDL)."""
+    assert source.schema_ddl is not None
+    try:
+        schema = DataType.fromDDL(source.schema_ddl)
+    except Exception as e:  # ParseException, or not a struct
+        message = e.getMessage() if hasattr(e, "getMessage") else str(e)
+        raise PlanError(
+            f"sources[{index}].schema", f"not a valid Spark DDL schema: {message}"
+        ) from None
+    if not isinstance(schema, StructType):
+        raise PlanError(f"sources[{index}].schema", "not a valid Spark DDL schema: not a struct")
+    return schema
+
+
+def _decode_json(
+    frame: DataFrame, source: KafkaSource, index: int, in_reader: bool = False
+) -> tuple[DataFrame, StructType]:
+    """The frame with the payload struct ``_PAYLOAD``: ``from_json``'s, or the reader's
+    where it decoded the record (``in_reader``: ``_undecoded`` is FALSE) and ``from_json``
+    only for the rest; the CASE evaluates ``from_json`` for those rows alone."""
     assert source.schema_ddl is not None
     ddl = f"{source.schema_ddl.strip().rstrip(',')}, {_CORRUPT} STRING"
     try:
-        decoded = frame.withColumn(
-            _PAYLOAD,
-            F.from_json(
-                F.col("value").cast("string"), ddl, {"columnNameOfCorruptRecord": _CORRUPT}
-            ),
+        payload = F.from_json(
+            F.col("value").cast("string"), ddl, {"columnNameOfCorruptRecord": _CORRUPT}
+        )
+        if in_reader:
+            payload = F.when(F.col(UNDECODED), payload).otherwise(F.col(DECODED))
+        decoded = frame.withColumn(_PAYLOAD, payload).drop(
+            *([DECODED, UNDECODED] if in_reader else [])
         )
         fields = decoded.schema[_PAYLOAD].dataType
     except AnalysisException as e:

@@ -149,6 +149,10 @@ class KafkaSource(SpecModel):
     bootstrap_servers: str = Field(min_length=1)
     format: Literal["json", "raw"] = "json"
     schema_ddl: str | None = Field(default=None, alias="schema")
+    #: "auto": JSON payloads are decoded in bulk by Arrow in the reader where the
+    #: schema's types allow (STRING, BIGINT, INT, SMALLINT, TINYINT, DOUBLE, BOOLEAN),
+    #: each record Arrow rejects by ``from_json``; "from_json": every record by Spark.
+    decoder: Literal["auto", "from_json"] = "auto"
     starting_offsets: Literal["earliest", "latest"] = "earliest"
     max_offsets_per_trigger: Annotated[int, Field(gt=0)] | None = None
     fail_on_data_loss: bool = True
