@@ -17,7 +17,6 @@ import subprocess
 import sys
 from typing import Any
 
-import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
