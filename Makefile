@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 QUIX_VENV := .venv-quix
 QUIX_STAMP := $(QUIX_VENV)/.stamp
 
-.PHONY: demo test ci soak bench lint validate clean
+.PHONY: demo test ci soak bench bench-compare lint validate clean
 
 $(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,10 @@ soak: $(STAMP)
 ## bench: end-to-end events/s against a bare confluent-kafka read (N=2000000 by default)
 bench: $(STAMP)
 	$(PY) -m bench.run $(if $(N),--events $(N),)
+
+## bench-compare: flow-jobs vs the same jobs hand-written in PySpark and in Quix Streams, one topic (N=2000000)
+bench-compare: $(STAMP) $(QUIX_STAMP)
+	$(PY) -m bench.compare $(if $(N),--events $(N),)
 
 ## lint: ruff check and ruff format --check (part of make ci)
 lint: $(STAMP)
