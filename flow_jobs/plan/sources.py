@@ -29,7 +29,7 @@ from pyspark.sql.functions import arrow_udf
 from pyspark.sql.types import DataType, StructType
 from pyspark.sql.utils import AnalysisException
 
-from flow_jobs.io.dead_letters import RECORD_DDL, DeadLetterStaging
+from flow_jobs.io.dead_letters import HEADERS_DDL, RECORD_DDL, DeadLetterStaging
 from flow_jobs.io.json_decode import arrow_schema
 from flow_jobs.io.kafka_source import (
     CORRUPT_RECORD,
@@ -53,6 +53,7 @@ _PAYLOAD = "__flow_payload"
 _CORRUPT = CORRUPT_RECORD  # the reader decodes into the same shape
 _REASON = "__flow_dead_letter_reason"
 _RECORD = "__flow_dead_letter_record"
+_HEADERS = "__flow_dead_letter_headers"
 _WATERMARKED = "__flow_source_watermark"
 
 RAW_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "headers", EVENT_TS)
@@ -108,11 +109,11 @@ def dead_letter_filter(staging: DeadLetterStaging) -> Column:
     """A keep-flag column whose evaluation stages the rows it drops (see io.dead_letters)."""
 
     @arrow_udf("boolean")  # type: ignore[call-overload]
-    def keep(reason: pa.Array, record: pa.Array) -> pa.Array:
-        return staging.stage(reason, record)
+    def keep(reason: pa.Array, record: pa.Array, headers: pa.Array) -> pa.Array:
+        return staging.stage(reason, record, headers)
 
     # Non-deterministic: the optimizer must neither drop, merge nor re-run this filter.
-    return keep.asNondeterministic()(F.col(_REASON), F.col(_RECORD))
+    return keep.asNondeterministic()(F.col(_REASON), F.col(_RECORD), F.col(_HEADERS))
 
 
 def compile_source(
@@ -386,13 +387,14 @@ def _divert(
         value = F.lit(text).cast("string") if text is None or isinstance(text, str) else text
         reason = F.when(condition, value).otherwise(reason)
     fields = fields or {c: F.col(c) for c in _RECORD_FIELDS}
-    # Only bad rows carry their record (bytes and position) into the Python tap.
-    record = F.when(
-        F.col(_REASON).isNotNull(), F.struct(*(fields[c].alias(c) for c in _RECORD_FIELDS))
-    ).cast(RECORD_DDL)
+    # Only bad rows carry their record (bytes, position, headers) into the Python tap.
+    bad = F.col(_REASON).isNotNull()
+    record = F.when(bad, F.struct(*(fields[c].alias(c) for c in _RECORD_FIELDS if c != "headers")))
+    headers = F.when(bad, F.to_json(fields["headers"].cast(HEADERS_DDL)))
     return (
         frame.withColumn(_REASON, reason)
-        .withColumn(_RECORD, record)
+        .withColumn(_RECORD, record.cast(RECORD_DDL))
+        .withColumn(_HEADERS, headers)
         .where(dead_letter_filter(staging))
-        .drop(_REASON, _RECORD)
+        .drop(_REASON, _RECORD, _HEADERS)
     )
