@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 QUIX_VENV := .venv-quix
 QUIX_STAMP := $(QUIX_VENV)/.stamp
 
-.PHONY: demo test ci soak bench bench-compare lint validate clean
+.PHONY: demo test ci soak bench bench-compare bench-state lint validate clean
 
 $(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,10 @@ bench: $(STAMP)
 ## bench-compare: flow-jobs vs the same jobs hand-written in PySpark and in Quix Streams, one topic (N=2000000)
 bench-compare: $(STAMP) $(QUIX_STAMP)
 	$(PY) -m bench.compare $(if $(N),--events $(N),)
+
+## bench-state: state at scale, 1k / 100k / 1M keys in one window (keys -> events/s -> peak state -> RSS)
+bench-state: $(STAMP)
+	$(PY) -m bench.state_scale $(if $(KEYS),--keys $(KEYS),)
 
 ## lint: ruff check and ruff format --check (part of make ci)
 lint: $(STAMP)
