@@ -165,13 +165,13 @@ def main() -> int:
         plan = [(1_000, min(args.events, 200_000), False)]
         plan += [(int(k), args.events, True) for k in args.keys.split(",")]
         for run, (keys, events, reported) in enumerate(plan):
-            topic = f"state-{keys}"
+            topic = f"state-{run}-{keys}"
             broker.create_topic(topic, partitions=args.partitions)
             produced = produce(
                 bootstrap,
                 topic,
                 sample_clicks(
-                    args.events,
+                    events,
                     users=keys,
                     start_ms=start_ms,
                     step_ms=1,
