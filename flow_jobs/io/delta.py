@@ -14,9 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, QueryBuilder, Transaction
 from deltalake.exceptions import TableNotFoundError
 from deltalake.schema import Field
@@ -33,6 +35,8 @@ class MergeResult:
     updated: int
     table_version: int
     deleted: int = 0  # rows superseded by an overlapping one (Supersede)
+    files_scanned: int = 0  # target files the MERGE read
+    files_skipped: int = 0  # target files its bounds let it skip (file statistics)
 
 
 @dataclass(frozen=True)
@@ -162,7 +166,7 @@ class DeltaMergeTable:
             return self._supersede(table, source, supersede, commit, update_if, delete_if)
         merger = table.merge(
             source,
-            self._predicate,
+            _all(self._predicate, self._bounds(source)),
             source_alias="s",
             target_alias="t",
             commit_properties=commit,
@@ -175,7 +179,24 @@ class DeltaMergeTable:
             int(metrics["num_target_rows_inserted"]),
             int(metrics["num_target_rows_updated"]),
             self.open().version(),
+            **_files(metrics),
         )
+
+    def _bounds(self, source: pa.Table) -> str | None:
+        """Literal ranges of the batch's key timestamps (window_start, ...): a target
+        row can only match a source row with the same value, so every match lies inside
+        them, and delta-rs skips the files whose statistics lie outside (it derives no
+        such bounds from an equality on non-partition columns itself: measured with
+        deltalake 1.6, a MERGE of a new window scanned every file of the table)."""
+        bounds = []
+        for name in self.natural_key:
+            if name in self.nullable_key or not pa.types.is_timestamp(self.schema.field(name).type):
+                continue
+            low, high = _timestamp_range(source.column(name))
+            if low is None:
+                continue
+            bounds.append(f"t.{_quoted(name)} >= '{low}' AND t.{_quoted(name)} <= '{high}'")
+        return _all(*bounds) if bounds else None
 
     def _supersede(
         self,
@@ -193,6 +214,12 @@ class DeltaMergeTable:
         predicate = (
             f"{group} AND " if group else ""
         ) + f"((s.{_UPSERT} AND {same}) OR (NOT s.{_UPSERT} AND {overlaps} AND NOT {same}))"
+        # Every target row matched overlaps (or equals) a batch row: it starts before the
+        # latest end and ends after the earliest start (file skipping, as in _bounds).
+        first_start, _ = _timestamp_range(source.column(supersede.start))
+        _, last_end = _timestamp_range(source.column(supersede.end))
+        if first_start is not None and last_end is not None:
+            predicate = _all(predicate, f"t.{start} <= '{last_end}'", f"t.{end} >= '{first_start}'")
         n = source.num_rows
         doubled = pa.concat_tables(
             [
@@ -220,7 +247,29 @@ class DeltaMergeTable:
             int(metrics["num_target_rows_updated"]),
             self.open().version(),
             int(metrics["num_target_rows_deleted"]),
+            **_files(metrics),
         )
+
+
+def _timestamp_range(column: pa.ChunkedArray) -> tuple[str | None, str | None]:
+    """The lowest and highest UTC instants of a timestamp column as SQL literals."""
+    extremes = pc.min_max(column.cast(pa.timestamp("us", tz="UTC")))
+    low, high = extremes["min"].as_py(), extremes["max"].as_py()
+    if low is None or high is None:
+        return None, None
+    return _literal(low), _literal(high)
+
+
+def _literal(instant: datetime) -> str:
+    # isoformat pads the year to four digits (strftime's %Y does not below 1000)
+    return instant.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def _files(metrics: dict) -> dict[str, int]:
+    return {
+        "files_scanned": int(metrics.get("num_target_files_scanned", 0)),
+        "files_skipped": int(metrics.get("num_target_files_skipped_during_scan", 0)),
+    }
 
 
 def _all(*predicates: str | None) -> str:
