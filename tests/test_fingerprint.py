@@ -24,6 +24,8 @@ BASE, BASE_FIELDS = _fingerprint(VALID)
         ('bootstrap_servers = "127.0.0.1:9092"', 'bootstrap_servers = "kafka:9093"'),
         ('format = "json"', 'format = "json"\nmax_offsets_per_trigger = 10'),
         ('format = "json"', 'format = "json"\nstarting_offsets = "latest"'),
+        # Arrow or from_json: the same rows (tests/test_json_decode.py)
+        ('format = "json"', 'format = "json"\ndecoder = "from_json"'),
         ("lateness_ms = 5000", "lateness_ms = 5000\nmax_groups_per_window = 10"),
         ("lateness_ms = 5000", "lateness_ms = 5000\nmax_event_time_skew_ms = 10"),
         ('path = "./data/rules"', 'path = "./data/rules"\n\n[runtime]\ntrigger_interval_ms = 5'),
@@ -71,6 +73,7 @@ def test_keys_added_later_change_nothing_at_their_default() -> None:
     """Checkpoints started before a key existed resume under its default; setting it
     is a change like any other."""
     assert "transform.window.revision_column" not in BASE_FIELDS
+    assert not any(k.endswith(".decoder") for k in BASE_FIELDS)  # added with issue 12
     assert "transform.window.dead_letter_topic" not in BASE_FIELDS
     reopen = 'lateness_ms = 5000\nlate_data = "reopen"\nallowed_lateness_ms = 1000'
     _, fields = _fingerprint(edit("lateness_ms = 5000", reopen + '\nrevision_column = "rev"'))

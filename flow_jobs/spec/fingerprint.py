@@ -15,7 +15,9 @@ resumed under:
   ``checkpoint``, sources' ``bootstrap_servers`` and ``client_config`` (same topic on
   another address, credentials);
 * throughput and runtime knobs: ``spark``, ``runtime``, sources'
-  ``max_offsets_per_trigger``, ``fail_on_data_loss``, ``retries``, ``retry_backoff_ms``;
+  ``max_offsets_per_trigger``, ``fail_on_data_loss``, ``retries``, ``retry_backoff_ms``,
+  ``decoder`` (Arrow or ``from_json``: the same rows either way, proven by
+  ``tests/test_json_decode.py``);
 * ``starting_offsets``: only read by a fresh checkpoint;
 * caps and guards that fail or divert, never reshape state:
   ``max_groups_per_window``, ``on_state_cap``, ``max_event_time_skew_ms``;
@@ -43,6 +45,7 @@ SAFE_SOURCE_KEYS = frozenset(
         "retries",
         "retry_backoff_ms",
         "starting_offsets",
+        "decoder",
     }
 )
 SAFE_OPERATOR_KEYS = frozenset({"max_groups_per_window", "on_state_cap", "max_event_time_skew_ms"})
