@@ -101,7 +101,7 @@ class PeakRss:
         self._thread.join()
 
 
-def _spec(bootstrap: str, topic: str, workdir: Path, per_trigger: int) -> PipelineSpec:
+def _spec(bootstrap: str, topic: str, workdir: Path, per_trigger: int, keys: int) -> PipelineSpec:
     return PipelineSpec.model_validate(
         {
             "name": workdir.name.lower().replace("_", "-"),
@@ -122,6 +122,9 @@ def _spec(bootstrap: str, topic: str, workdir: Path, per_trigger: int) -> Pipeli
                     "event_time_column": "ts",
                     "group_by": ["user_id"],
                     "aggregations": AGGREGATIONS,
+                    # The default cap (1,000,000 groups per window) guards memory; the
+                    # point here is to go past it, on RocksDB.
+                    "max_groups_per_window": max(1_000_000, 2 * keys),
                 }
             },
             "target": {"kind": "delta", "path": str(workdir / "target")},
@@ -183,7 +186,9 @@ def main() -> int:
             )
             workdir = Path(tempfile.mkdtemp(prefix="flow-bench-state-"))
             try:
-                runner = PipelineRunner(_spec(bootstrap, topic, workdir, args.per_trigger), spark)
+                runner = PipelineRunner(
+                    _spec(bootstrap, topic, workdir, args.per_trigger, keys), spark
+                )
                 with PeakRss(jvm_pid) as rss:
                     started = time.perf_counter()
                     runner.run(available_now=True)
