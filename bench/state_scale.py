@@ -30,22 +30,14 @@ import threading
 import time
 from pathlib import Path
 
+from bench.compare import AGGREGATIONS
+from bench.run import SCHEMA
 from flow_jobs.embedded.broker import EmbeddedBroker
 from flow_jobs.embedded.producer import produce
 from flow_jobs.embedded.sample_events import sample_clicks
 from flow_jobs.spec.models import PipelineSpec
 
 DAY_MS = 86_400_000
-SCHEMA = "user_id STRING, page STRING, amount DOUBLE, ts BIGINT"
-AGGREGATIONS = [
-    {"agg": "count", "as": "clicks"},
-    {"agg": "sum", "column": "amount", "as": "amount_sum"},
-    {"agg": "min", "column": "amount", "as": "amount_min"},
-    {"agg": "max", "column": "amount", "as": "amount_max"},
-    {"agg": "avg", "column": "amount", "as": "amount_avg"},
-    {"agg": "first", "column": "page", "as": "first_page"},
-    {"agg": "last", "column": "page", "as": "last_page"},
-]
 
 
 def _rss_kb(pid: int) -> int:
