@@ -384,9 +384,9 @@ def main() -> int:
             return _count_query(frame, workdir)
 
         def decode(workdir: Path) -> int:
-            staging = DeadLetterTable(str(workdir / "dead_letters"), "bench").staging("clicks")
+            tap = DeadLetterTable(str(workdir / "dead_letters"), "bench").tap("clicks")
             settings = EventTime.of_window(probe_spec.window)
-            view = compile_source(session, probe_spec.sources[0], 0, settings, "bench", staging)
+            view = compile_source(session, probe_spec.sources[0], 0, settings, "bench", tap)
             return _count_query(view, workdir)
 
         def pipeline(

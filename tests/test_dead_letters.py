@@ -104,7 +104,8 @@ def test_bad_records_land_in_the_dead_letter_table(
         watermark_ms=max(e["ts"] for e in good) - 5_000,
     )
     assert_same_windows(read_windows(spec.target.path, spec.natural_key()), expected)
-    assert not list(Path(spec.dead_letter_path() + "_staging").glob("*.parquet"))
+    # Nothing staged on disk beside the table (executors hand bad rows to the driver).
+    assert not Path(spec.dead_letter_path() + "_staging").exists()
 
     # A re-run from a fresh checkpoint reads everything again: no dead letter doubles.
     again = PipelineRunner(fresh_checkpoint(spec), spark).run(available_now=True)

@@ -4,42 +4,36 @@ Spark runs a query as one DAG from one source scan; a second sink for bad record
 need a second branch, and Spark evaluates each branch from its own scan, so the Kafka
 read would happen twice (measured here: ~30% slower). Instead the plan diverts bad rows
 on the executors, inside the scan's own stage (an Arrow UDF in a filter, see
-``flow_jobs.plan.sources``), like Spark's ``badRecordsPath``:
+``flow_jobs.plan.sources``), like Spark's ``badRecordsPath``, and they reach the driver
+with the micro-batch itself:
 
-1. ``DeadLetterStaging.stage`` writes the bad rows of one Arrow batch to a parquet file
-   named after the Kafka offsets it holds (deterministic, so a retried task rewrites the
-   same file) under a staging folder, atomically (write, then rename);
-2. after each micro-batch has run, the driver's ``DeadLetterTable.commit`` MERGEs every
-   staged file into the dead-letter Delta table on (source, topic, partition, offset) and
-   deletes the files. A crash between those two steps re-merges the same rows next time,
-   which MERGE absorbs: nothing is lost, nothing is doubled.
+1. ``DeadLetterTap.divert`` (``flow_jobs.io.dead_letter_tap``) adds the bad rows of one
+   Arrow batch to the query's accumulator; Spark returns them to the driver with each
+   task's result, so nothing is staged on an executor's disk (a cluster's executors
+   share no folder with the driver);
+2. after the micro-batch's action has run, the driver's ``DeadLetterTable.commit``
+   MERGEs them into the dead-letter Delta table on (source, topic, partition, offset),
+   before the batch's target write and commit. A crash before that leaves the batch
+   uncommitted: its replay diverts the same rows again, and MERGE absorbs a row seen
+   twice: nothing is lost, nothing is doubled.
 
-The staging folder must be on storage every executor and the driver can reach (the local
-disk for ``local[*]``, a shared mount on a cluster), like the Delta target itself.
-
-Late rows (``late_data = "dlq"``) are staged in a folder of their own, ``late/``: with a
-``dead_letter_topic`` they go to that Kafka topic instead of the table
-(``DeadLetterTopic``), at least once (a crash between the send and the deletion of the
-staged files sends them again; each message names its record's position).
+Late rows (``late_data = "dlq"``) are tapped apart: with a ``dead_letter_topic`` they go
+to that Kafka topic instead of the table (``DeadLetterTopic``), at least once (a crash
+after the send replays the batch, which sends them again; each message names its
+record's position).
 """
 
 from __future__ import annotations
 
-import base64
-import dataclasses
-import hashlib
-import json
-import os
-import re
-import uuid
+import threading
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
+from pyspark import SparkContext
+from pyspark.accumulators import Accumulator
 
+from flow_jobs.io.dead_letter_tap import TAPPED, DeadLetterTap, TappedBatches, from_ipc
 from flow_jobs.io.delta import DeltaMergeTable
 from flow_jobs.io.kafka_source import HEADERS_TYPE
 from flow_jobs.io.state_store import StateStore
@@ -74,94 +68,11 @@ DEAD_LETTER_SCHEMA = pa.schema(
 )
 NATURAL_KEY = ("source", "topic", "partition", "offset")
 
-_STAGED = pa.schema(
-    [f for f in DEAD_LETTER_SCHEMA if f.name not in ("batch_id", "dead_lettered_at")]
-)
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
-
-
-#: The staging folder's sub-folder of late rows.
-LATE_FOLDER = "late"
-
-
-def staging_dir_for(dead_letter_path: str) -> str:
-    return str(Path(dead_letter_path).resolve()) + "_staging"
-
-
-@dataclass(frozen=True)
-class DeadLetterStaging:
-    """Executor side: stage one Arrow batch's bad rows. Pickled into the plan's UDF."""
-
-    staging_dir: str
-    pipeline: str
-    source: str
-    #: After ``[transform].sql`` a row may come from any source: (topic, source) pairs
-    #: name its source by its topic (``source`` then only prefixes the staged file).
-    topic_sources: tuple[tuple[str, str], ...] = ()
-    late: bool = False  # late rows: staged apart, for a dead_letter_topic
-
-    def late_rows(self) -> DeadLetterStaging:
-        return dataclasses.replace(self, late=True)
-
-    def stage(self, reason: pa.Array, record: pa.StructArray, headers: pa.Array) -> pa.Array:
-        """Write the rows with a reason to a staged file; return the keep-mask.
-        ``headers``: each bad row's Kafka headers as JSON (``HEADERS_DDL``), else NULL."""
-        bad = pc.is_valid(reason)
-        if not pc.any(bad).as_py():
-            return pa.repeat(pa.scalar(True), len(reason))
-        rows = pa.RecordBatch.from_struct_array(record.filter(bad))
-        n = rows.num_rows
-        staged = pa.table(
-            {
-                "pipeline": pa.array([self.pipeline] * n, pa.string()),
-                "source": self._sources(rows.column("topic")),
-                "reason": reason.filter(bad),
-                "topic": rows.column("topic"),
-                "partition": rows.column("partition"),
-                "offset": rows.column("offset"),
-                "key": rows.column("key"),
-                "value": rows.column("value"),
-                "kafka_timestamp": rows.column("timestamp").cast(pa.timestamp("us", tz="UTC")),
-                "headers": _headers_from_json(headers.filter(bad)),
-            },
-            schema=_STAGED,
-        )
-        offsets = rows.column("offset")
-        # Named after the positions it holds (deterministic: a retried task rewrites the
-        # same file). After a SQL stage (a UNION) a batch may mix partitions and topics,
-        # so the name carries a digest of every (topic, partition, offset).
-        positions = sorted(
-            zip(
-                rows.column("topic").to_pylist(),
-                rows.column("partition").to_pylist(),
-                offsets.to_pylist(),
-                strict=True,
-            )
-        )
-        digest = hashlib.sha1(repr(positions).encode()).hexdigest()[:16]
-        name = _UNSAFE.sub(
-            "_",
-            f"{self.source}-{rows.column('topic')[0]}-{rows.column('partition')[0]}"
-            f"-{pc.min(offsets)}-{pc.max(offsets)}-{digest}",
-        )
-        folder = os.path.join(self.staging_dir, LATE_FOLDER) if self.late else self.staging_dir
-        os.makedirs(folder, exist_ok=True)
-        final = os.path.join(folder, name + ".parquet")
-        tmp = os.path.join(folder, f".{name}.{uuid.uuid4().hex}.tmp")
-        pq.write_table(staged, tmp)
-        os.replace(tmp, final)
-        return pc.invert(bad)
-
-    def _sources(self, topics: pa.Array) -> pa.Array:
-        if not self.topic_sources:
-            return pa.array([self.source] * len(topics), pa.string())
-        by_topic = dict(self.topic_sources)
-        return pa.array([by_topic.get(t, self.source) for t in topics.to_pylist()], pa.string())
-
 
 class DeadLetterTable:
-    """Driver side: the dead-letter table and the commit of staged files into it: a Delta
-    table at ``path``, or (with ``store``) the state store's ``dead_letters`` table."""
+    """Driver side: the dead-letter table and the commit of a batch's tapped rows into
+    it: a Delta table at ``path``, or (with ``store``) the state store's ``dead_letters``
+    table."""
 
     def __init__(
         self,
@@ -171,89 +82,91 @@ class DeadLetterTable:
         late_topic: DeadLetterTopic | None = None,
     ) -> None:
         self.path = path
-        self.staging_dir = staging_dir_for(path)
         self.pipeline = pipeline
         self.store = store
         self.late_topic = late_topic  # where late rows go instead of the table
         self.table = DeltaMergeTable(
             path, DEAD_LETTER_SCHEMA, NATURAL_KEY, update_matched=False, added=("headers",)
         )
+        self._accumulator: Accumulator | None = None
+        self._taking = threading.Lock()
 
     @property
     def description(self) -> str:
         return f"{self.store.schema}.dead_letters" if self.store else self.path
 
-    def staging(
-        self, source: str, topic_sources: tuple[tuple[str, str], ...] = ()
-    ) -> DeadLetterStaging:
-        return DeadLetterStaging(self.staging_dir, self.pipeline, source, topic_sources)
+    def tap(self, source: str, topic_sources: tuple[tuple[str, str], ...] = ()) -> DeadLetterTap:
+        """The executor-side tap of one source (one accumulator for the whole query)."""
+        if self._accumulator is None:
+            self._accumulator = SparkContext.getOrCreate().accumulator([], TappedBatches())
+        return DeadLetterTap(self._accumulator, self.pipeline, source, topic_sources)
 
     def ensure(self) -> None:
         if self.store is None:
             self.table.ensure()
         if self.late_topic is not None:
             self.late_topic.ensure()
-        os.makedirs(self.staging_dir, exist_ok=True)
+
+    def begin_batch(self) -> None:
+        """Forget what an earlier, failed attempt tapped: the batch about to run diverts
+        its own rows again."""
+        self._take()
+
+    def _take(self) -> list[tuple[bool, bytes]]:
+        if self._accumulator is None:
+            return []
+        with self._taking:
+            taken = self._accumulator.value
+            self._accumulator.value = []
+        return list(taken)
 
     def commit(self, batch_id: int) -> int:
-        """Write every staged row where it goes; return how many were new (the table's
-        new rows, and the late rows sent to a dead_letter_topic)."""
-        staging = Path(self.staging_dir)
-        files = sorted(staging.glob("*.parquet"))
-        late = sorted((staging / LATE_FOLDER).glob("*.parquet"))
+        """Write every row the batch's action tapped where it goes; return how many were
+        new (the table's new rows, and the late rows sent to a dead_letter_topic)."""
+        taken = self._take()
+        rows = _distinct([from_ipc(data) for late, data in taken if not late])
+        late = _distinct([from_ipc(data) for late, data in taken if late])
         sent = 0
-        if late and self.late_topic is not None:
-            sent = self.late_topic.send(_read_staged(late))
-            for f in late:
-                f.unlink()
-        else:
-            files += late
-        return sent + self._merge(files, batch_id)
+        if late is not None and self.late_topic is not None:
+            sent = self.late_topic.send(late)
+        elif late is not None:
+            rows = late if rows is None else _distinct([rows, late])
+        return sent + (self._merge(rows, batch_id) if rows is not None else 0)
 
-    def _merge(self, files: list[Path], batch_id: int) -> int:
-        if not files:
-            return 0
-        staged = _read_staged(files)
+    def _merge(self, tapped: pa.Table, batch_id: int) -> int:
         now = datetime.now(UTC)
-        rows = staged.append_column(
-            "batch_id", pa.array([batch_id] * staged.num_rows, pa.int64())
+        rows = tapped.append_column(
+            "batch_id", pa.array([batch_id] * tapped.num_rows, pa.int64())
         ).append_column(
             "dead_lettered_at",
-            pa.array([now] * staged.num_rows, pa.timestamp("us", tz="UTC")),
+            pa.array([now] * tapped.num_rows, pa.timestamp("us", tz="UTC")),
         )
-        # No Delta txn here: staged files of a crashed run are committed under a later
-        # batch id. MERGE (or ON CONFLICT) on the record's Kafka position is what makes
-        # this idempotent.
+        # No Delta txn here: a replayed batch's rows come again under its batch id.
+        # MERGE (or ON CONFLICT) on the record's Kafka position is what makes this
+        # idempotent.
         if self.store is not None:
-            inserted = self.store.insert_dead_letters(rows.to_pylist())
-        else:
-            inserted = self.table.merge(rows).inserted
-        for f in files:
-            f.unlink()
-        return inserted
+            return self.store.insert_dead_letters(rows.to_pylist())
+        return self.table.merge(rows.select(DEAD_LETTER_SCHEMA.names)).inserted
 
 
-def _headers_from_json(headers: pa.Array) -> pa.Array:
-    """Kafka headers from Spark's ``to_json`` of ``HEADERS_DDL`` (base64 binary values)."""
-    decoded = []
-    for text in headers.to_pylist():
-        if text is None:
-            decoded.append(None)
-            continue
-        decoded.append(
-            [
-                {
-                    "key": h.get("key"),
-                    "value": None if h.get("value") is None else base64.b64decode(h["value"]),
-                }
-                for h in json.loads(text)
-            ]
-        )
-    return pa.array(decoded, HEADERS_TYPE)
-
-
-def _read_staged(files: list[Path]) -> pa.Table:
-    return pa.concat_tables([pq.read_table(f, schema=_STAGED) for f in files])
+def _distinct(tables: list[pa.Table]) -> pa.Table | None:
+    """The rows once per natural key (a re-run stage can report a row twice), in the
+    order they came; None for none."""
+    tables = [t for t in tables if t.num_rows]
+    if not tables:
+        return None
+    rows = pa.concat_tables([t.cast(TAPPED) for t in tables])
+    if rows.num_rows == 1:
+        return rows
+    index = pa.array(range(rows.num_rows), pa.int64())
+    first = (
+        rows.select(list(NATURAL_KEY))
+        .append_column("_i", index)
+        .group_by(list(NATURAL_KEY), use_threads=False)
+        .aggregate([("_i", "min")])
+        .column("_i_min")
+    )
+    return rows.take(first.sort())
 
 
 @dataclass(frozen=True)

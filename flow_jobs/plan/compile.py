@@ -83,7 +83,7 @@ def compile_pipeline(
             i,
             event_time,
             spec.name,
-            dead_letters.staging(source.name),
+            dead_letters.tap(source.name),
             late_data,
             checkpoint,
             watermark,
@@ -100,8 +100,8 @@ def compile_pipeline(
     ):
         # The SQL computes the event time: check it there (NULL, range, skew).
         topics = tuple((s.topic, s.name) for s in spec.sources)
-        staging = dead_letters.staging("transform.sql", topics)
-        frame = divert_after_sql(frame, event_time, staging)
+        tap = dead_letters.tap("transform.sql", topics)
+        frame = divert_after_sql(frame, event_time, tap)
     compiled = compile_window(
         frame, window, spec.name, source_watermarks=watermark is not None, topics=_topics(spec)
     )

@@ -76,7 +76,7 @@ def _side(
         index,
         settings,
         spec.name,
-        dead_letters.staging(name),
+        dead_letters.tap(name),
         late_data,
         checkpoint,
     )

@@ -29,7 +29,8 @@ from pyspark.sql.functions import arrow_udf
 from pyspark.sql.types import DataType, StructType
 from pyspark.sql.utils import AnalysisException
 
-from flow_jobs.io.dead_letters import HEADERS_DDL, RECORD_DDL, DeadLetterStaging
+from flow_jobs.io.dead_letter_tap import DeadLetterTap
+from flow_jobs.io.dead_letters import HEADERS_DDL, RECORD_DDL
 from flow_jobs.io.json_decode import arrow_schema
 from flow_jobs.io.kafka_source import (
     CORRUPT_RECORD,
@@ -105,12 +106,13 @@ def read_kafka(
     return reader.load()
 
 
-def dead_letter_filter(staging: DeadLetterStaging) -> Column:
-    """A keep-flag column whose evaluation stages the rows it drops (see io.dead_letters)."""
+def dead_letter_filter(tap: DeadLetterTap) -> Column:
+    """A keep-flag column whose evaluation hands the rows it drops to the driver (see
+    io.dead_letter_tap)."""
 
     @arrow_udf("boolean")  # type: ignore[call-overload]
     def keep(reason: pa.Array, record: pa.Array, headers: pa.Array) -> pa.Array:
-        return staging.stage(reason, record, headers)
+        return tap.divert(reason, record, headers)
 
     # Non-deterministic: the optimizer must neither drop, merge nor re-run this filter.
     return keep.asNondeterministic()(F.col(_REASON), F.col(_RECORD), F.col(_HEADERS))
@@ -122,7 +124,7 @@ def compile_source(
     index: int,
     event_time: EventTime,
     pipeline: str,
-    staging: DeadLetterStaging,
+    tap: DeadLetterTap,
     late_data: str | None = None,
     checkpoint: str | None = None,
     watermark: SourceWatermark | None = None,
@@ -150,7 +152,7 @@ def compile_source(
         reasons = []
     reasons += _event_time_reasons(event_time, payload, index)
     if reasons:  # a heartbeat row has no record: never a dead letter
-        frame = _divert(frame, [(F.col(HEARTBEAT).isNotNull(), None), *reasons], staging)
+        frame = _divert(frame, [(F.col(HEARTBEAT).isNotNull(), None), *reasons], tap)
     frame = frame.select(*view, F.col(LATE_WATERMARK), F.col(HEARTBEAT))
     time = source_event_time(frame, event_time)
     if time is None:  # the event time is made by [transform].sql: no per-source figures
@@ -166,7 +168,7 @@ def compile_source(
     )
     if late_data == "dlq":
         reason = late_reason(time, event_time.column)
-        late = staging.late_rows()  # staged apart: a dead_letter_topic may take them
+        late = tap.late_rows()  # tapped apart: a dead_letter_topic may take them
         frame = _divert(frame, [(F.col(LATE), reason)], late, record_fields(frame))
     elif late_data == "drop":
         frame = frame.where(~F.col(LATE))
@@ -333,9 +335,7 @@ def carried_by_sources(name: str, views: dict[str, DataFrame]) -> bool:
     return any(name in view.columns for view in views.values())
 
 
-def divert_after_sql(
-    frame: DataFrame, settings: EventTime, staging: DeadLetterStaging
-) -> DataFrame:
+def divert_after_sql(frame: DataFrame, settings: EventTime, tap: DeadLetterTap) -> DataFrame:
     """Dead-letter the rows whose event time, computed by ``[transform].sql``, is NULL
     (absent, unparsable, out of range) or too far in the future: with their bytes and
     position from the ``_kafka`` column the SQL must keep (raw sources: the Kafka
@@ -361,7 +361,7 @@ def divert_after_sql(
     reasons += time_reasons(
         event_time, name, settings.max_skew_ms, "NULL after [transform].sql (absent or unparsable)"
     )
-    return _divert(frame, reasons, staging, fields)
+    return _divert(frame, reasons, tap, fields)
 
 
 def record_fields(frame: DataFrame) -> dict[str, Column] | None:
@@ -379,7 +379,7 @@ def record_fields(frame: DataFrame) -> dict[str, Column] | None:
 def _divert(
     frame: DataFrame,
     reasons: list[Reason],
-    staging: DeadLetterStaging,
+    tap: DeadLetterTap,
     fields: dict[str, Column] | None = None,
 ) -> DataFrame:
     reason: Column = F.lit(None).cast("string")
@@ -395,6 +395,6 @@ def _divert(
         frame.withColumn(_REASON, reason)
         .withColumn(_RECORD, record.cast(RECORD_DDL))
         .withColumn(_HEADERS, headers)
-        .where(dead_letter_filter(staging))
+        .where(dead_letter_filter(tap))
         .drop(_REASON, _RECORD, _HEADERS)
     )

@@ -132,9 +132,11 @@ class WindowBatchSink:
                 target=self.target.description,
             )
             started = time.monotonic()
+            self.dead_letters.begin_batch()
             # One action runs the whole micro-batch: the state store commits its new
-            # version and the dead-letter tap stages bad rows. It must run even when
-            # the batch was already written, or the next batch finds no state version.
+            # version and the dead-letter tap hands bad rows to the driver. It must run
+            # even when the batch was already written, or the next batch finds no state
+            # version.
             rows = frame.toArrow()
             computed = time.monotonic()
             end = read_offset_log(self.checkpoint, batch_id, self.spec)
