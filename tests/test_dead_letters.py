@@ -142,3 +142,34 @@ def test_a_dead_letter_table_from_before_headers_gets_the_column(tmp_path: Path)
         DeltaMergeTable(
             str(tmp_path / "other"), DEAD_LETTER_SCHEMA, ("source",), added=("headers",)
         ).ensure()
+
+
+def test_a_row_reported_twice_is_written_once() -> None:
+    """A re-run stage (a lost shuffle, a retried fetch) can return a task's accumulator
+    update twice: the driver keeps one row per position, the first it got, in order."""
+    import pyarrow as pa
+
+    from flow_jobs.io.dead_letter_tap import TAPPED
+    from flow_jobs.io.dead_letters import _distinct
+
+    def tapped(*positions: tuple[str, int, int], reason: str = "bad") -> pa.Table:
+        return pa.Table.from_pylist(
+            [
+                {"pipeline": "p", "source": s, "reason": reason, "topic": "t",
+                 "partition": p, "offset": o}
+                for s, p, o in positions
+            ],
+            TAPPED,
+        )  # fmt: skip
+
+    first = tapped(("clicks", 0, 5), ("clicks", 1, 5), ("other", 0, 5))
+    again = tapped(("clicks", 1, 5), ("clicks", 0, 7), reason="again")
+    rows = _distinct([first, tapped(), again])
+    assert rows is not None
+    assert [(r["source"], r["partition"], r["offset"], r["reason"]) for r in rows.to_pylist()] == [
+        ("clicks", 0, 5, "bad"),
+        ("clicks", 1, 5, "bad"),
+        ("other", 0, 5, "bad"),
+        ("clicks", 0, 7, "again"),
+    ]
+    assert _distinct([tapped()]) is None
