@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 QUIX_VENV := .venv-quix
 QUIX_STAMP := $(QUIX_VENV)/.stamp
 
-.PHONY: demo test ci soak bench bench-compare bench-state lint validate clean
+.PHONY: demo test ci soak bench bench-compare bench-state pack lint validate clean
 
 $(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,10 @@ bench-compare: $(STAMP) $(QUIX_STAMP)
 bench-state: $(STAMP)
 	$(PY) -m bench.state_scale $(if $(KEYS),--keys $(KEYS),)
 
+## pack: the executors' Python environment for a cluster (dist/flow-jobs-executor.tar.gz)
+pack: $(STAMP)
+	$(VENV)/bin/flow-jobs pack
+
 ## lint: ruff check and ruff format --check (part of make ci)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check flow_jobs assets tests bench definitions.py
@@ -57,4 +61,4 @@ validate: $(STAMP)
 	for f in pipelines/*.toml; do $(VENV)/bin/flow-jobs validate $$f || exit 1; done
 
 clean:
-	rm -rf $(VENV) $(QUIX_VENV) .demo .pytest_cache spark-warehouse
+	rm -rf $(VENV) $(QUIX_VENV) .demo .pytest_cache spark-warehouse dist

@@ -6,6 +6,7 @@ Resources default to what the specs say (the embedded state store when they name
 none); a deployment sets them from the environment:
 
 * ``FLOW_JOBS_SPARK_MASTER``: the Spark master (default ``local[*]``);
+* ``FLOW_JOBS_SPARK_ARCHIVE``: on a cluster, the executors' environment (``flow-jobs pack``);
 * ``KAFKA_BOOTSTRAP_SERVERS`` and ``KAFKA_SASL_PASSWORD`` (secret, via ``EnvVar``);
 * ``FLOW_STATE_STORE_URL`` (secret, via ``EnvVar``);
 * ``FLOW_DELTA_ROOT``: where relative Delta target paths resolve.
@@ -40,7 +41,10 @@ def _env(name: str) -> EnvVar | None:
 
 
 resources = {
-    "spark": SparkResource(master=os.environ.get("FLOW_JOBS_SPARK_MASTER")),
+    "spark": SparkResource(
+        master=os.environ.get("FLOW_JOBS_SPARK_MASTER"),
+        archive=os.environ.get("FLOW_JOBS_SPARK_ARCHIVE"),
+    ),
     "kafka": KafkaResource(
         bootstrap_servers=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"),
         security_protocol=os.environ.get("KAFKA_SECURITY_PROTOCOL"),

@@ -27,13 +27,20 @@ class SparkResource(PySparkResource):
     master: str | None = Field(
         default=None, description="Spark master; default $FLOW_JOBS_SPARK_MASTER or local[*]"
     )
+    archive: str | None = Field(
+        default=None,
+        description="the executors' environment from `flow-jobs pack`, shipped through "
+        "spark.archives; default $FLOW_JOBS_SPARK_ARCHIVE (none: executors use this Python)",
+    )
     spark_config: dict[str, Any] = Field(default_factory=dict)
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
         from flow_jobs.runtime.session import build_spark_session
 
         conf = {k: str(v) for k, v in self.spark_config.items()}
-        self._spark_session = build_spark_session(self.master, conf, app_name="flow-jobs-dagster")
+        self._spark_session = build_spark_session(
+            self.master, conf, app_name="flow-jobs-dagster", archive=self.archive
+        )
 
 
 class KafkaResource(ConfigurableResource):

@@ -1,4 +1,4 @@
-"""``flow-jobs validate|run|reset|state show``: the command-line contract (MISSION.md)."""
+"""``flow-jobs validate|run|reset|state show|pack``: the command-line contract (MISSION.md)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from flow_jobs.io.state_store import (
     state_store_url,
 )
 from flow_jobs.plan.errors import PlanError
+from flow_jobs.runtime.pack import DEFAULT_ARCHIVE, pack
 from flow_jobs.secrets import RedactingFilter, redact
 from flow_jobs.spec import SpecError, load_spec
 from flow_jobs.spec.models import PipelineSpec
@@ -206,6 +207,12 @@ def format_batches(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n(* a replayed batch: its write was already committed)"
 
 
+def _pack(args: argparse.Namespace) -> int:
+    archive = pack(args.output, include=args.include)
+    print(f"{archive}: set [spark] archive (or FLOW_JOBS_SPARK_ARCHIVE) to run on a cluster")
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="flow-jobs",
@@ -252,6 +259,25 @@ def build_parser() -> argparse.ArgumentParser:
     store_options(reset)
     reset.add_argument("--checkpoint", help="the checkpoint to move aside, without a spec")
     reset.set_defaults(handler=_reset)
+
+    pack = commands.add_parser(
+        "pack",
+        help="build the Python environment a cluster's executors run ([spark] archive)",
+    )
+    pack.add_argument(
+        "-o",
+        "--output",
+        default=DEFAULT_ARCHIVE,
+        help=f"the archive to write (default {DEFAULT_ARCHIVE}; .tar.gz, .tar or .zip)",
+    )
+    pack.add_argument(
+        "--include",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="a module or package executors also need (e.g. a spec's reduce functions)",
+    )
+    pack.set_defaults(handler=_pack)
 
     state = commands.add_parser("state", help="read the state store")
     state_commands = state.add_subparsers(dest="state_command", required=True)

@@ -30,7 +30,7 @@ from flow_jobs.runtime.checkpoint import checkpoint_location, describe_batch_in_
 from flow_jobs.runtime.idleness import IdleSources, replay_targets
 from flow_jobs.runtime.metrics import MetricsListener, serve
 from flow_jobs.runtime.progress import ProgressTracker, RunSummary
-from flow_jobs.runtime.session import pipeline_session, session_for
+from flow_jobs.runtime.session import pipeline_session, refuse_unshared_paths, session_for
 from flow_jobs.runtime.sink import StopRequested, WindowBatchSink, last_progress
 from flow_jobs.secrets import redact
 from flow_jobs.spec.models import PipelineSpec
@@ -56,6 +56,7 @@ class PipelineRunner:
     ) -> None:
         self.spec = spec
         self.spark = pipeline_session(spark or session_for(spec.spark), spec.spark)
+        refuse_unshared_paths(spec, self.spark.sparkContext.master)
         self.stop_event = stop_event or threading.Event()
         self.checkpoint = checkpoint_location(spec.checkpoint_location())
         self.dead_letters = DeadLetterTable(

@@ -795,6 +795,9 @@ class SparkSpec(SpecModel):
 
     master: str | None = None
     shuffle_partitions: Annotated[int, Field(gt=0)] | None = None
+    #: The executors' Python environment, packed by ``flow-jobs pack``: shipped through
+    #: ``spark.archives`` (``FLOW_JOBS_SPARK_ARCHIVE`` when unset).
+    archive: str | None = None
     conf: dict[str, str] = Field(default_factory=dict)
 
 

@@ -1,0 +1,79 @@
+"""A driver on the test cluster, in its own process (a JVM holds one SparkContext, and
+the suite's is local): ``python -m tests.cluster_run '<json>'``.
+
+It asks the executors where they import flow_jobs from, then materializes the pipeline
+assets of the given spec files through Dagster, with the Spark resource pointed at the
+cluster and the packed archive; the spec files say nothing about the cluster. Prints one
+JSON line: the executors' answers and whether the run succeeded.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+
+
+def executors_python(spark) -> list[dict[str, str]]:  # type: ignore[no-untyped-def]
+    """Where each executor's SQL Python worker runs from and imports flow_jobs from."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.functions import arrow_udf
+
+    @arrow_udf("string")
+    def where(ids: pa.Array) -> pa.Array:
+        import json as j
+        import os as o
+        import sys as s
+
+        import flow_jobs
+
+        seen = j.dumps({"python": s.executable, "cwd": o.getcwd(), "flow_jobs": flow_jobs.__file__})
+        return pa.array([seen] * len(ids))
+
+    rows = spark.range(0, 4, 1, 4).select(where(F.col("id")).alias("w")).distinct().collect()
+    return [json.loads(r.w) for r in rows]
+
+
+def main() -> int:
+    args = json.loads(sys.argv[1])
+    from dagster import materialize
+
+    from assets.pipelines import pipeline_asset
+    from assets.resources import (
+        DeltaTargetResource,
+        KafkaResource,
+        PostgresStateStoreResource,
+        SparkResource,
+    )
+    from flow_jobs.runtime.session import build_spark_session
+
+    conf = {"spark.executor.memory": "512m", "spark.executor.cores": "1"}
+    spark = build_spark_session(args["master"], conf, archive=args["archive"])
+    seen = executors_python(spark)
+    result = materialize(
+        [pipeline_asset(Path(p)) for p in args["specs"]],
+        resources={
+            "spark": SparkResource(
+                master=args["master"], archive=args["archive"], spark_config=conf
+            ),
+            "kafka": KafkaResource(),
+            "state_store": PostgresStateStoreResource(),
+            "delta": DeltaTargetResource(),
+        },
+        raise_on_error=False,
+    )
+    failures = [
+        str(e.event_specific_data.error)
+        for e in result.all_events
+        if e.is_failure
+        and e.event_specific_data is not None
+        and getattr(e.event_specific_data, "error", None) is not None
+    ]
+    print(json.dumps({"executors": seen, "success": result.success, "failures": failures}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
