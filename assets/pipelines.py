@@ -63,7 +63,7 @@ from assets.resources import (
 from flow_jobs.io.state_store import PipelineBusy, StateStore
 from flow_jobs.secrets import RedactingFilter
 from flow_jobs.spec import load_spec
-from flow_jobs.spec.models import PipelineSpec
+from flow_jobs.spec.models import PipelineSpec, revealed
 
 PREVIEW_ROWS = 10
 
@@ -190,7 +190,7 @@ def preview_rows(spec: PipelineSpec, runner: Any) -> list[dict[str, Any]]:
     if spec.target.kind == "delta":
         from flow_jobs.io.delta import read_delta
 
-        rows = read_delta(spec.target.path).to_pylist()
+        rows = read_delta(spec.target.path, revealed(spec.target.storage_options)).to_pylist()
     elif spec.target.kind == "postgres" and runner.ledger is not None:
         from psycopg import sql
 
@@ -370,7 +370,8 @@ def check_natural_key_unique(spec: PipelineSpec, ledger: StateStore) -> AssetChe
         from flow_jobs.io.delta import read_delta
 
         try:
-            rows = read_delta(spec.target.path).select(key).to_pylist()
+            options = revealed(spec.target.storage_options)
+            rows = read_delta(spec.target.path, options).select(key).to_pylist()
         except Exception as e:
             return AssetCheckResult(passed=False, description=f"cannot read the target: {e}")
         seen: dict[tuple, int] = {}

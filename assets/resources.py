@@ -17,7 +17,7 @@ from dagster_pyspark import PySparkResource
 from pydantic import Field
 
 from flow_jobs.io.state_store import StateStore, state_store_schema, state_store_url
-from flow_jobs.spec.models import PipelineSpec
+from flow_jobs.spec.models import PipelineSpec, on_object_store
 
 
 class SparkResource(PySparkResource):
@@ -102,10 +102,18 @@ class PostgresStateStoreResource(ConfigurableResource):
 
 
 class DeltaTargetResource(ConfigurableResource):
-    """Where relative Delta target paths resolve, and object-store options."""
+    """Where relative Delta target paths resolve, and object-store options for the Delta
+    target and a Delta dead-letter table on object storage. Option values may be
+    ``EnvVar("...")``: Dagster resolves them when it initializes the resource for a run,
+    sensor tick or check (measured with dagster 1.13: also inside this dict), and its
+    run config keeps the variable's name, not the value."""
 
     root: str | None = Field(default=None, description="prefix for relative target paths")
-    storage_options: dict[str, str] = Field(default_factory=dict)
+    storage_options: dict[str, str] = Field(
+        default_factory=dict,
+        description="delta-rs storage options, e.g. {'AWS_SECRET_ACCESS_KEY': "
+        "EnvVar('AWS_SECRET_ACCESS_KEY')}; they replace the spec's",
+    )
 
 
 def apply_resources(
@@ -140,4 +148,12 @@ def apply_resources(
                 **target.get("storage_options", {}),
                 **delta.storage_options,
             }
+            # A dead-letter table on object storage gets them too (one left to its
+            # default beside such a target takes the target's: PipelineSpec).
+            dead = doc.get("dead_letter", {})
+            if dead.get("kind", "delta") == "delta" and on_object_store(dead.get("path") or ""):
+                dead["storage_options"] = {
+                    **dead.get("storage_options", {}),
+                    **delta.storage_options,
+                }
     return PipelineSpec.model_validate(doc)

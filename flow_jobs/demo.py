@@ -22,6 +22,7 @@ from flow_jobs.embedded.producer import produce
 from flow_jobs.embedded.sample_events import sample_clicks
 from flow_jobs.io.delta import read_delta
 from flow_jobs.spec import load_spec
+from flow_jobs.spec.models import revealed
 
 SPEC = Path(__file__).resolve().parent.parent / "pipelines" / "clicks_per_minute.toml"
 
@@ -53,14 +54,14 @@ def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
 def show(spec: Any, runner: Any, summary: Any, ledger: list[dict[str, Any]], rows: int) -> None:
     from flow_jobs.cli import format_batches
 
-    windows = read_delta(spec.target.path).to_pylist()
+    windows = read_delta(spec.target.path, revealed(spec.target.storage_options)).to_pylist()
     windows.sort(key=lambda r: (r["window_start"], r["user_id"] or ""))
     columns = spec.output_columns()
     print()
     print(f"{spec.name}: {len(windows)} windows in Delta table {spec.target.path}")
     print(f"(showing the last {min(rows, len(windows))}; times are UTC)")
     print(format_table(windows[-rows:], columns))
-    dead = read_delta(spec.dead_letter_path()).to_pylist()
+    dead = read_delta(spec.dead_letter_path(), spec.dead_letter_storage_options()).to_pylist()
     print()
     print(f"dead letters: {len(dead)} in {spec.dead_letter_path()}")
     for d in sorted(dead, key=lambda r: (r["partition"], r["offset"])):

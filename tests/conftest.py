@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import subprocess
+import sys
+import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
 
-from flow_jobs.embedded.broker import EmbeddedBroker
+from flow_jobs.embedded.broker import EmbeddedBroker, free_port
 from flow_jobs.runtime.session import build_spark_session
 
 
@@ -49,6 +56,118 @@ def topic(broker: EmbeddedBroker, request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
     return tmp_path
+
+
+@dataclass(frozen=True)
+class S3Bucket:
+    """A bucket on a real S3-compatible endpoint, and the delta-rs storage options (an IAM
+    user's key pair: the endpoint checks every request's signature) that reach it."""
+
+    endpoint: str
+    name: str
+    storage_options: dict[str, str] = field(repr=False)
+
+    @property
+    def secret(self) -> str:
+        return self.storage_options["AWS_SECRET_ACCESS_KEY"]
+
+    def uri(self, path: str) -> str:
+        return f"s3://{self.name}/{path}"
+
+    def client(self) -> Any:
+        """A boto3 S3 client with the same credentials."""
+        import boto3
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            region_name=self.storage_options["AWS_REGION"],
+            aws_access_key_id=self.storage_options["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=self.secret,
+        )
+
+    def keys(self, prefix: str) -> list[str]:
+        listed = self.client().list_objects_v2(Bucket=self.name, Prefix=prefix)
+        return [o["Key"] for o in listed.get("Contents", [])]
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Bucket]:
+    """moto's S3-compatible server (``moto.server``, HTTP) on a free loopback port, one
+    bucket, and request signing enforced from then on (moto's IAM auth), so a wrong
+    secret is refused with 403 as by S3 itself.
+
+    The server runs in a child process, not as ``ThreadedMotoServer`` in this one: a
+    deltalake call waiting on an in-process server starves the server's thread
+    (measured with deltalake 1.6.6: each such call hung until delta-rs's 180 s retry
+    timeout)."""
+    import boto3
+
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    log = tmp_path_factory.mktemp("moto") / "moto.log"
+    with open(log, "wb") as out:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        _await_http(f"{endpoint}/moto-api/", server, log)
+        admin = {
+            "endpoint_url": endpoint,
+            "region_name": "us-east-1",
+            "aws_access_key_id": "admin",
+            "aws_secret_access_key": "admin",
+        }
+        iam = boto3.client("iam", **admin)
+        iam.create_user(UserName="flow-jobs")
+        allow_s3 = {
+            "Version": "2012-10-17",
+            "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}],
+        }
+        iam.put_user_policy(
+            UserName="flow-jobs", PolicyName="s3", PolicyDocument=json.dumps(allow_s3)
+        )
+        key = iam.create_access_key(UserName="flow-jobs")["AccessKey"]
+        bucket = "flow-jobs-tests"
+        boto3.client("s3", **admin).create_bucket(Bucket=bucket)
+        # From now on every request must carry a valid signature of a known key.
+        request = urllib.request.Request(
+            f"{endpoint}/moto-api/reset-auth",
+            data=b"0",
+            method="POST",
+            headers={"Content-Type": "text/plain"},
+        )
+        urllib.request.urlopen(request, timeout=10).close()
+        yield S3Bucket(
+            endpoint,
+            bucket,
+            {
+                "AWS_ENDPOINT_URL": endpoint,
+                "AWS_REGION": "us-east-1",
+                "AWS_ACCESS_KEY_ID": key["AccessKeyId"],
+                "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"],
+                "AWS_ALLOW_HTTP": "true",  # the endpoint is plain HTTP on loopback
+            },
+        )
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def _await_http(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"moto server exited with {process.returncode}: see {log}")
+        try:
+            urllib.request.urlopen(url, timeout=2).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"moto server did not answer on {url}: see {log}") from None
+            time.sleep(0.1)
 
 
 def _reachable(url: str) -> bool:

@@ -116,9 +116,11 @@ def send(bootstrap: str, topic: str, records: Sequence[Record]) -> None:
     assert produce(bootstrap, topic, records) == len(records)
 
 
-def read_windows(path: Path | str, key_columns: Sequence[str]) -> dict[tuple, dict[str, Any]]:
+def read_windows(
+    path: Path | str, key_columns: Sequence[str], storage_options: dict[str, str] | None = None
+) -> dict[tuple, dict[str, Any]]:
     """The target as {natural key: row}; fails on a duplicate natural key."""
-    rows = read_delta(str(path)).to_pylist()
+    rows = read_delta(str(path), storage_options).to_pylist()
     out: dict[tuple, dict[str, Any]] = {}
     for row in rows:
         key = tuple(row[c] for c in key_columns)

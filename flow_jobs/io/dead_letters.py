@@ -80,13 +80,19 @@ class DeadLetterTable:
         pipeline: str,
         store: StateStore | None = None,
         late_topic: DeadLetterTopic | None = None,
+        storage_options: dict[str, str] | None = None,
     ) -> None:
         self.path = path
         self.pipeline = pipeline
         self.store = store
         self.late_topic = late_topic  # where late rows go instead of the table
         self.table = DeltaMergeTable(
-            path, DEAD_LETTER_SCHEMA, NATURAL_KEY, update_matched=False, added=("headers",)
+            path,
+            DEAD_LETTER_SCHEMA,
+            NATURAL_KEY,
+            update_matched=False,
+            storage_options=storage_options,  # object stores: credentials, never logged
+            added=("headers",),
         )
         self._accumulator: Accumulator | None = None
         self._taking = threading.Lock()

@@ -33,7 +33,7 @@ from flow_jobs.runtime.progress import ProgressTracker, RunSummary
 from flow_jobs.runtime.session import pipeline_session, refuse_unshared_paths, session_for
 from flow_jobs.runtime.sink import StopRequested, WindowBatchSink, last_progress
 from flow_jobs.secrets import redact
-from flow_jobs.spec.models import PipelineSpec
+from flow_jobs.spec.models import PipelineSpec, revealed
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,10 @@ class PipelineRunner:
         self.stop_event = stop_event or threading.Event()
         self.checkpoint = checkpoint_location(spec.checkpoint_location())
         self.dead_letters = DeadLetterTable(
-            spec.dead_letter_path(), spec.name, late_topic=DeadLetterTopic.of(spec)
+            spec.dead_letter_path(),
+            spec.name,
+            late_topic=DeadLetterTopic.of(spec),
+            storage_options=spec.dead_letter_storage_options(),
         )
         self.compiled: CompiledPipeline = compile_pipeline(
             self.spark, spec, self.dead_letters, self.checkpoint
@@ -92,7 +95,7 @@ class PipelineRunner:
             self.output_schema,
             compiled.natural_key,
             nullable_key=compiled.nullable_key,
-            storage_options={k: v.get_secret_value() for k, v in target.storage_options.items()},
+            storage_options=revealed(target.storage_options),
         )
         return DeltaBatchTarget(target, table)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -70,6 +70,21 @@ def key_error(key: str, message: str) -> PydanticCustomError:
 def not_supported(key: str, value: object, supported: tuple[str, ...] | str) -> PydanticCustomError:
     shown = supported if isinstance(supported, str) else ", ".join(map(repr, supported))
     return key_error(key, f"{key} = {value!r} is not supported yet; supported: {shown}")
+
+
+#: A path with a URI scheme (``s3://``, ``gs://``, ``az://``, ``file://``...).
+URI_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def on_object_store(path: str) -> bool:
+    """A Delta path that delta-rs reaches through an object store (``s3://bucket/...``,
+    ``gs://``, ``az://``, ``abfss://``...), not a local path or a ``file://`` URI."""
+    return URI_SCHEME.match(path) is not None and not path.lower().startswith("file://")
+
+
+def revealed(options: Mapping[str, SecretStr]) -> dict[str, str]:
+    """Storage options as delta-rs takes them: revealed only where a table is opened."""
+    return {k: v.get_secret_value() for k, v in options.items()}
 
 
 #: Kafka's legal topic names (at most 249 characters of these).
@@ -759,11 +774,15 @@ class DeadLetterSpec(SpecModel):
 
     kind: Literal["delta", "state_store"] = "delta"
     path: str | None = None
+    #: delta-rs storage options of the table (credentials, endpoint): secrets.
+    storage_options: dict[str, SecretStr] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _rules(self) -> DeadLetterSpec:
         if self.kind == "state_store" and self.path is not None:
             raise key_error("path", 'path is only for kind = "delta"')
+        if self.kind == "state_store" and self.storage_options:
+            raise key_error("storage_options", 'storage_options is only for kind = "delta"')
         return self
 
 
@@ -962,7 +981,37 @@ class PipelineSpec(SpecModel):
         return self.checkpoint.location or f"./.flow/{self.name}/checkpoint"
 
     def dead_letter_path(self) -> str:
-        return self.dead_letter.path or f"./.flow/{self.name}/dead_letters"
+        """``[dead_letter] path``; unset, next to a Delta target on object storage
+        (``<target path>_dead_letters``), else ``./.flow/<name>/dead_letters``.
+
+        Why beside such a target: its run may be a short-lived container (a Dagster run,
+        a cluster driver) whose local disk goes with it, and dead letters must outlive
+        the run like the windows do; the target's bucket and credentials are the ones
+        the pipeline is known to write. A local target keeps the local default."""
+        if self.dead_letter.path:
+            return self.dead_letter.path
+        if self._dead_letters_beside_target():
+            assert isinstance(self.target, DeltaTarget)
+            return self.target.path.rstrip("/") + "_dead_letters"
+        return f"./.flow/{self.name}/dead_letters"
+
+    def dead_letter_storage_options(self) -> dict[str, str]:
+        """The dead-letter table's storage options, revealed: ``[dead_letter]
+        storage_options``, else the target's when the table defaults to beside it."""
+        if self.dead_letter.storage_options:
+            return revealed(self.dead_letter.storage_options)
+        if self._dead_letters_beside_target():
+            assert isinstance(self.target, DeltaTarget)
+            return revealed(self.target.storage_options)
+        return {}
+
+    def _dead_letters_beside_target(self) -> bool:
+        return (
+            self.dead_letter.kind == "delta"
+            and not self.dead_letter.path
+            and isinstance(self.target, DeltaTarget)
+            and on_object_store(self.target.path)
+        )
 
     def natural_key(self) -> list[str]:
         """A windowed pipeline's natural key (a join's depends on the sources' schemas:
