@@ -328,6 +328,13 @@ def main() -> int:
     parser.add_argument("--keys", type=int, default=1_000)
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--out", default="bench/results")
+    parser.add_argument(
+        "--cluster",
+        choices=("on", "off", "only"),
+        default="on",
+        help="the tumbling pipeline on a standalone cluster of 1, then 2 workers (only: "
+        "just that, beside the bare read and the local tumbling run)",
+    )
     args = parser.parse_args()
 
     from flow_jobs.io.dead_letters import DeadLetterTable
@@ -411,15 +418,25 @@ def main() -> int:
         # Python workers (measured: 0.75 of the next identical run), which would skew
         # whichever run comes first.
         spark_run("warm-up (tumbling, not reported)", produced, pipeline())
-        for name, body in (
+        runs = [
             ("spark scan (Python source)", scan),
             ("scan + JSON decode + dead-letter tap", decode),
             ("tumbling 60 s -> Delta MERGE", pipeline()),
             (BEFORE_SOURCE_WATERMARKS, pipeline(per_source_watermarks=False)),
             *((f"{name} -> Delta MERGE", pipeline(w)) for name, w in WINDOWS.items()),
-        ):
+        ]
+        if args.cluster == "only":
+            runs = [r for r in runs if r[0].startswith("tumbling 60 s")]
+        for name, body in runs:
             results.append(spark_run(name, produced, body))
             print(f"  {name}: {results[-1].rate:,.0f} events/s", flush=True)
+        if args.cluster != "off":
+            from bench.cluster_scale import cluster_runs
+
+            results += cluster_runs(bootstrap, produced)
+        if args.cluster == "only":
+            spark.stop()
+            return _report(args, produced, results)
         # -- orders x payments ------------------------------------------------------------
         half = args.events // 2
         join_start = int(time.time() * 1000) - 86_400_000
@@ -465,6 +482,10 @@ def main() -> int:
         print(f"  {name}: {results[-1].rate:,.0f} events/s", flush=True)
         spark.stop()
 
+    return _report(args, produced, results)
+
+
+def _report(args: argparse.Namespace, produced: int, results: list[Result]) -> int:
     ceiling = results[0].rate
     pipeline_rate = next(r.rate for r in results if r.name.startswith("tumbling"))
 
