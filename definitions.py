@@ -7,6 +7,7 @@ none); a deployment sets them from the environment:
 
 * ``FLOW_JOBS_SPARK_MASTER``: the Spark master (default ``local[*]``);
 * ``FLOW_JOBS_SPARK_ARCHIVE``: on a cluster, the executors' environment (``flow-jobs pack``);
+* ``FLOW_JOBS_DEPLOYMENT``: ``local`` (default) or ``cluster`` (master and archive required);
 * ``KAFKA_BOOTSTRAP_SERVERS`` and ``KAFKA_SASL_PASSWORD`` (secret, via ``EnvVar``);
 * ``FLOW_STATE_STORE_URL`` (secret, via ``EnvVar``);
 * ``FLOW_DELTA_ROOT``: where relative Delta target paths resolve.
@@ -40,11 +41,24 @@ def _env(name: str) -> EnvVar | None:
     return EnvVar(name) if os.environ.get(name) else None
 
 
-resources = {
-    "spark": SparkResource(
+#: One resource set per deployment, chosen by ``FLOW_JOBS_DEPLOYMENT`` (as in Dagster's
+#: project_fully_featured): ``local`` (the default) runs Spark in this process and takes
+#: the master and archive from the environment when set; ``cluster`` requires both.
+DEPLOYMENT = os.environ.get("FLOW_JOBS_DEPLOYMENT", "local")
+SPARK = {
+    "local": lambda: SparkResource(
         master=os.environ.get("FLOW_JOBS_SPARK_MASTER"),
         archive=os.environ.get("FLOW_JOBS_SPARK_ARCHIVE"),
     ),
+    "cluster": lambda: SparkResource(
+        master=EnvVar("FLOW_JOBS_SPARK_MASTER"), archive=EnvVar("FLOW_JOBS_SPARK_ARCHIVE")
+    ),
+}
+if DEPLOYMENT not in SPARK:
+    raise ValueError(f"FLOW_JOBS_DEPLOYMENT={DEPLOYMENT!r}: expected one of {sorted(SPARK)}")
+
+resources = {
+    "spark": SPARK[DEPLOYMENT](),
     "kafka": KafkaResource(
         bootstrap_servers=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"),
         security_protocol=os.environ.get("KAFKA_SECURITY_PROTOCOL"),

@@ -10,19 +10,22 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
-from dagster import ConfigurableResource, InitResourceContext
-from dagster_pyspark import PySparkResource
+from dagster import ConfigurableResource
 from pydantic import Field
+from pyspark.sql import SparkSession
 
 from flow_jobs.io.state_store import StateStore, state_store_schema, state_store_url
 from flow_jobs.spec.models import PipelineSpec, on_object_store
 
 
-class SparkResource(PySparkResource):
-    """dagster-pyspark's resource, with flow-jobs's session set-up (UTC, RocksDB state
-    store, the Kafka Python data source) and a master to run on."""
+class SparkResource(ConfigurableResource):
+    """The SparkSession a run's pipelines share: flow-jobs's set-up (UTC, RocksDB state
+    store, the Kafka Python data source), on ``master``, with the executors' archive on
+    a cluster. Lazy: the session starts the first time a run asks for it, and is
+    Spark's own ``getOrCreate`` one per process (a JVM holds one SparkContext), so
+    nothing is set up for runs that do not use it and nothing is torn down between
+    them. A plain ``ConfigurableResource``: every field takes an ``EnvVar``."""
 
     master: str | None = Field(
         default=None, description="Spark master; default $FLOW_JOBS_SPARK_MASTER or local[*]"
@@ -32,14 +35,18 @@ class SparkResource(PySparkResource):
         description="the executors' environment from `flow-jobs pack`, shipped through "
         "spark.archives; default $FLOW_JOBS_SPARK_ARCHIVE (none: executors use this Python)",
     )
-    spark_config: dict[str, Any] = Field(default_factory=dict)
+    spark_config: dict[str, str] = Field(
+        default_factory=dict,
+        description="Spark settings for the session (static ones apply "
+        "only when this resource starts it)",
+    )
 
-    def setup_for_execution(self, context: InitResourceContext) -> None:
+    @property
+    def spark_session(self) -> SparkSession:
         from flow_jobs.runtime.session import build_spark_session
 
-        conf = {k: str(v) for k, v in self.spark_config.items()}
-        self._spark_session = build_spark_session(
-            self.master, conf, app_name="flow-jobs-dagster", archive=self.archive
+        return build_spark_session(
+            self.master, self.spark_config, app_name="flow-jobs-dagster", archive=self.archive
         )
 
 
