@@ -276,17 +276,33 @@ def _all(*predicates: str | None) -> str:
     return " AND ".join(f"({p})" for p in predicates if p)
 
 
-def read_delta(path: str, storage_options: dict[str, str] | None = None) -> pa.Table:
-    """The current snapshot of a Delta table, read by delta-rs's own query engine.
+def read_delta(
+    path: str, storage_options: dict[str, str] | None = None, sql: str = "SELECT * FROM t"
+) -> pa.Table:
+    """The current snapshot of a Delta table (or the rows of ``sql`` over it, registered
+    as ``t``: an ORDER BY with a LIMIT stays in the engine), read by delta-rs's own query
+    engine, with the table's own column types.
 
     Not ``DeltaTable.to_pyarrow_table()``: its pyarrow dataset scan holds a Python
     filesystem wrapper that Arrow's threads may release after the interpreter has
     finalized, which aborts the process at exit (seen here, ~1 run in 2).
     """
     table = DeltaTable(path, storage_options=storage_options)
-    reader = QueryBuilder().register("t", table).execute("SELECT * FROM t")
+    reader = QueryBuilder().register("t", table).execute(sql)
     schema = normalize_schema(pa.schema(table.schema().to_arrow()))
     return pa.table(reader.read_all()).cast(schema)
+
+
+def query_delta(path: str, sql: str, storage_options: dict[str, str] | None = None) -> pa.Table:
+    """``sql`` over the Delta table, registered as ``t``, run by delta-rs's query engine
+    (DataFusion), for an aggregate: only its result leaves delta-rs."""
+    table = DeltaTable(path, storage_options=storage_options)
+    return pa.table(QueryBuilder().register("t", table).execute(sql).read_all())
+
+
+def quoted(column: str) -> str:
+    """A column name as a DataFusion identifier."""
+    return _quoted(column)
 
 
 def _describe(schema: pa.Schema) -> str:
