@@ -80,3 +80,14 @@ def test_metrics_are_served_during_a_run(
     assert samples[late_rows] == 1
     assert samples['flow_windows_active{pipeline="metered"}'] >= 1  # the last windows are open
     assert samples['flow_state_groups_total{pipeline="metered"}'] >= 1
+
+
+def test_a_source_watermark_is_its_highest_event_time_less_lateness_and_never_moves_back() -> None:
+    """The one rule the ledger's source_watermarks and flow_watermark_seconds share."""
+    from flow_jobs.io.state_store import source_watermark_ms
+
+    assert source_watermark_ms(None, None, 5_000) is None
+    assert source_watermark_ms(None, 20_000, 5_000) == 15_000
+    assert source_watermark_ms(15_000, 18_000, 5_000) == 15_000  # older events: stays
+    assert source_watermark_ms(15_000, None, 5_000) == 15_000  # no event time: stays
+    assert source_watermark_ms(15_000, 30_000, 0) == 30_000

@@ -486,12 +486,13 @@ class StateStore:
             ).fetchone()
             marks: dict[str, str | None] = dict(previous[0]) if previous else {}
             for source, latest in max_event_times.items():
-                candidate = None
-                if latest is not None:
-                    candidate = _iso(latest - lateness_ms.get(source, 0))
-                marks[source] = max(
-                    (m for m in (marks.get(source), candidate) if m is not None), default=None
+                before = marks.get(source)
+                mark = source_watermark_ms(
+                    None if before is None else _epoch_ms(before),
+                    latest,
+                    lateness_ms.get(source, 0),
                 )
+                marks[source] = None if mark is None else _iso(mark)
             conn.execute(
                 self.q(
                     "UPDATE {s}.batches SET input_rows = %s, late_rows = %s, "
@@ -665,6 +666,20 @@ def retire_checkpoint(checkpoint: str, state_version: int) -> str | None:
     shutil.move(str(path), str(retired))
     log.info("checkpoint %s kept as %s", path, retired)
     return str(retired)
+
+
+def source_watermark_ms(
+    previous_ms: int | None, max_event_time_ms: int | None, lateness_ms: int
+) -> int | None:
+    """A source's watermark after a batch (epoch ms), the one rule the ledger and the
+    metrics share: its highest event time so far minus its lateness; it never moves
+    back, and a batch without an event time of the source leaves it where it was."""
+    candidate = None if max_event_time_ms is None else int(max_event_time_ms) - lateness_ms
+    return max((m for m in (previous_ms, candidate) if m is not None), default=None)
+
+
+def _epoch_ms(iso: str) -> int:
+    return round(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
 
 
 def _iso(epoch_ms: float) -> str:

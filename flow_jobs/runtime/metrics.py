@@ -29,6 +29,7 @@ from typing import Any
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, start_http_server
 from pyspark.sql.streaming import StreamingQueryListener
 
+from flow_jobs.io.state_store import source_watermark_ms
 from flow_jobs.runtime.reports import (
     as_dict,
     late_rows_by_source,
@@ -96,7 +97,7 @@ class MetricsListener(StreamingQueryListener):
     def __init__(self, lateness_ms: dict[str, dict[str, int]]) -> None:
         self.lateness_ms = lateness_ms  # pipeline -> source -> lateness
         self.metrics = metrics()
-        self._source_marks: dict[tuple[str, str], float] = {}
+        self._source_marks: dict[tuple[str, str], int] = {}  # epoch ms
         self._terminated: dict[str, threading.Event] = {}
         self._terminated_lock = threading.Lock()
 
@@ -139,10 +140,10 @@ class MetricsListener(StreamingQueryListener):
             seconds = datetime.fromisoformat(mark.replace("Z", "+00:00")).timestamp()
             m.watermark.labels(pipeline, "_global").set(seconds)
         for source, latest in max_event_times(p).items():
-            if latest is None:
-                continue
-            lateness = self.lateness_ms[pipeline].get(source, 0)
-            value = (int(latest) - lateness) / 1000
             key = (pipeline, source)
-            self._source_marks[key] = max(value, self._source_marks.get(key, value))
-            m.watermark.labels(pipeline, source).set(self._source_marks[key])
+            lateness = self.lateness_ms[pipeline].get(source, 0)
+            mark_ms = source_watermark_ms(self._source_marks.get(key), latest, lateness)
+            if mark_ms is None:
+                continue
+            self._source_marks[key] = mark_ms
+            m.watermark.labels(pipeline, source).set(mark_ms / 1000)
