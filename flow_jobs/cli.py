@@ -25,6 +25,7 @@ from flow_jobs.io.state_store import (
     state_store_url,
 )
 from flow_jobs.plan.errors import PlanError
+from flow_jobs.runtime.checkpoint import retire_checkpoint
 from flow_jobs.runtime.pack import DEFAULT_ARCHIVE, pack
 from flow_jobs.secrets import RedactingFilter, redact
 from flow_jobs.spec import SpecError, load_spec
@@ -141,7 +142,7 @@ def _reset(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         with store.run_lock(name, "reset"):  # never under a running query's feet
-            version = store.reset(name, checkpoint)
+            version = store.reset(name, lambda old: retire_checkpoint(checkpoint, old))
     except (KeyError, ValueError) as e:
         print(f"error: {e.args[0]}", file=sys.stderr)
         return EXIT_INVALID

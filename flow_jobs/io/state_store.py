@@ -33,9 +33,8 @@ import json
 import logging
 import os
 import re
-import shutil
 import socket
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -340,9 +339,11 @@ class StateStore:
             ).fetchone()
         return list(row[0]) if row and row[0] else None
 
-    def reset(self, name: str, checkpoint: str | None) -> int:
-        """Start a new checkpoint generation: move the old checkpoint aside (kept),
-        bump the state version, forget the fingerprint. Returns the new version."""
+    def reset(self, name: str, retire: Callable[[int], object] | None = None) -> int:
+        """Start a new checkpoint generation: bump the state version and forget the
+        fingerprint, calling ``retire(old_version)`` (which moves the old checkpoint
+        aside: ``flow_jobs.runtime.checkpoint.retire_checkpoint``) while the pipeline's
+        row is locked. Returns the new version."""
         with self.connect() as conn:
             row = conn.execute(
                 self.q("SELECT state_version FROM {s}.pipelines WHERE name = %s FOR UPDATE"),
@@ -351,8 +352,8 @@ class StateStore:
             if row is None:
                 raise KeyError(f"pipeline {name} is not in the state store ({self.schema})")
             old = int(row[0])
-            if checkpoint is not None:
-                retire_checkpoint(checkpoint, old)
+            if retire is not None:
+                retire(old)
             conn.execute(
                 self.q(
                     "UPDATE {s}.pipelines SET state_version = %s, fingerprint = NULL, "
@@ -649,23 +650,6 @@ def claim_checkpoint(checkpoint: str, name: str, fingerprint: str) -> None:
             "Give this spec its own [checkpoint] location, or run "
             f"`flow-jobs reset {name}` with the ledger that started it"
         )
-
-
-def retire_checkpoint(checkpoint: str, state_version: int) -> str | None:
-    """Move a local checkpoint aside as ``<location>.v<N>-<UTC time>``; kept, not deleted."""
-    if "://" in checkpoint and not checkpoint.startswith("file://"):
-        raise ValueError(
-            f"checkpoint {checkpoint} is not on the local filesystem: move it aside yourself, "
-            "then run reset again"
-        )
-    path = Path(checkpoint.removeprefix("file://")).resolve()
-    if not path.exists():
-        return None
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    retired = path.with_name(f"{path.name}.v{state_version}-{stamp}")
-    shutil.move(str(path), str(retired))
-    log.info("checkpoint %s kept as %s", path, retired)
-    return str(retired)
 
 
 def source_watermark_ms(

@@ -9,7 +9,9 @@ metadata line, then one line per source in plan order) is Spark's ``OffsetSeqLog
 from __future__ import annotations
 
 import json
+import logging
 import re
+import shutil
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,6 +19,8 @@ from typing import Any
 
 from flow_jobs.io.kafka_source import local_path
 from flow_jobs.spec.models import PipelineSpec
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -100,3 +104,20 @@ def describe_batch_in_flight(checkpoint: str, spec: PipelineSpec) -> str | None:
                 span = f"{first}..{int(stop) - 1}" if first is not None else f"..{int(stop) - 1}"
                 ranges.append(f"{source}: {topic}[{partition}] offsets {span}")
     return f"micro-batch {batch} ({'; '.join(ranges) or 'no new offsets'})"
+
+
+def retire_checkpoint(checkpoint: str, state_version: int) -> str | None:
+    """Move a local checkpoint aside as ``<location>.v<N>-<UTC time>``; kept, not deleted."""
+    if "://" in checkpoint and not checkpoint.startswith("file://"):
+        raise ValueError(
+            f"checkpoint {checkpoint} is not on the local filesystem: move it aside yourself, "
+            "then run reset again"
+        )
+    path = Path(checkpoint.removeprefix("file://")).resolve()
+    if not path.exists():
+        return None
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    retired = path.with_name(f"{path.name}.v{state_version}-{stamp}")
+    shutil.move(str(path), str(retired))
+    log.info("checkpoint %s kept as %s", path, retired)
+    return str(retired)
