@@ -35,7 +35,6 @@ from pyspark.accumulators import Accumulator
 
 from flow_jobs.io.dead_letter_tap import TAPPED, DeadLetterTap, TappedBatches, from_ipc
 from flow_jobs.io.delta import DeltaMergeTable
-from flow_jobs.io.kafka_source import HEADERS_TYPE
 from flow_jobs.io.state_store import StateStore
 from flow_jobs.spec.models import PipelineSpec
 
@@ -50,20 +49,14 @@ RECORD_DDL = (
 #: it is NULL (measured, issue 12), more than the rest of the source; a string is cheap.
 HEADERS_DDL = "ARRAY<STRUCT<key: STRING, value: BINARY>>"
 
+#: The table: each tapped row, with the batch that wrote it and when; ``headers`` (the
+#: record's Kafka headers) was added later, so it comes last.
 DEAD_LETTER_SCHEMA = pa.schema(
     [
-        ("pipeline", pa.string()),
-        ("source", pa.string()),
-        ("reason", pa.string()),
-        ("topic", pa.string()),
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-        ("key", pa.binary()),
-        ("value", pa.binary()),
-        ("kafka_timestamp", pa.timestamp("us", tz="UTC")),
+        *(f for f in TAPPED if f.name != "headers"),
         ("batch_id", pa.int64()),
         ("dead_lettered_at", pa.timestamp("us", tz="UTC")),
-        ("headers", HEADERS_TYPE),  # the record's Kafka headers (added later: last)
+        TAPPED.field("headers"),
     ]
 )
 NATURAL_KEY = ("source", "topic", "partition", "offset")
