@@ -28,9 +28,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dagster import (
+    AssetCheckExecutionContext,
     AssetCheckResult,
     AssetChecksDefinition,
     AssetCheckSeverity,
+    AssetCheckSpec,
     AssetExecutionContext,
     AssetKey,
     AssetsDefinition,
@@ -50,6 +52,7 @@ from dagster import (
     asset,
     asset_check,
     define_asset_job,
+    multi_asset_check,
     sensor,
 )
 
@@ -270,32 +273,42 @@ def pipeline_checks(spec_path: Path) -> list[AssetChecksDefinition]:
     def window_config_valid() -> AssetCheckResult:
         return check_window_config(spec_path)
 
-    return [
-        window_config_valid,
-        *(
-            _ledger_check(spec_path, key, name, description, check)
-            for name, (description, check) in LEDGER_CHECKS.items()
-        ),
-    ]
+    return [window_config_valid, _ledger_checks(spec_path, key)]
 
 
-def _ledger_check(
-    spec_path: Path,
-    key: AssetKey,
-    name: str,
-    description: str,
-    check: Callable[[PipelineSpec, StateStore], AssetCheckResult],
-) -> AssetChecksDefinition:
-    """A check of the spec (as the resources resolve it) against its ledger and target."""
+def _ledger_checks(spec_path: Path, key: AssetKey) -> AssetChecksDefinition:
+    """The checks of the spec (as the resources resolve it) against its ledger and
+    target, as one step: the spec resolved once, one state store (migrated once) for
+    all of them; each can still run alone (``can_subset``)."""
 
-    @asset_check(asset=key, name=name, description=description)
-    def _check(
-        kafka: KafkaResource, state_store: PostgresStateStoreResource, delta: DeltaTargetResource
-    ) -> AssetCheckResult:
+    @multi_asset_check(
+        name=f"{key.to_python_identifier()}_ledger_checks",
+        specs=[
+            AssetCheckSpec(name, asset=key, description=description)
+            for name, (description, _check) in LEDGER_CHECKS.items()
+        ],
+        can_subset=True,
+    )
+    def _checks(
+        context: AssetCheckExecutionContext,
+        kafka: KafkaResource,
+        state_store: PostgresStateStoreResource,
+        delta: DeltaTargetResource,
+    ) -> Iterator[AssetCheckResult]:
         spec = apply_resources(load_spec(spec_path), kafka, state_store, delta)
-        return check(spec, state_store.store_for(spec))
+        ledger = state_store.store_for(spec)
+        for selected in sorted(context.selected_asset_check_keys, key=lambda k: k.name):
+            result = LEDGER_CHECKS[selected.name][1](spec, ledger)
+            yield AssetCheckResult(
+                asset_key=key,
+                check_name=selected.name,
+                passed=result.passed,
+                severity=result.severity,
+                description=result.description,
+                metadata=result.metadata,
+            )
 
-    return _check
+    return _checks
 
 
 def check_window_config(spec_path: Path) -> AssetCheckResult:

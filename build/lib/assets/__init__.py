@@ -1,0 +1,1 @@
+"""Dagster assets built from pipeline specs (thin: they call flow_jobs)."""

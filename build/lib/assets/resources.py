@@ -1,0 +1,166 @@
+"""Dagster resources: Spark, Kafka, the Postgres state store and Delta targets.
+
+Each is a ``ConfigurableResource``; secrets come in as ``EnvVar``s and never reach a
+log. A spec's values defer to a resource that sets one (``apply_resources``), so the
+same ``pipelines/*.toml`` runs against the embedded defaults in dev and against the
+production broker, database and bucket when the deployment configures the resources.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from dagster import ConfigurableResource
+from pydantic import Field
+from pyspark.sql import SparkSession
+
+from flow_jobs.io.state_store import StateStore, state_store_schema, state_store_url
+from flow_jobs.spec.models import PipelineSpec, on_object_store
+
+
+class SparkResource(ConfigurableResource):
+    """The SparkSession a run's pipelines share: flow-jobs's set-up (UTC, RocksDB state
+    store, the Kafka Python data source), on ``master``, with the executors' archive on
+    a cluster. Lazy: the session starts the first time a run asks for it, and is
+    Spark's own ``getOrCreate`` one per process (a JVM holds one SparkContext), so
+    nothing is set up for runs that do not use it and nothing is torn down between
+    them. A plain ``ConfigurableResource``: every field takes an ``EnvVar``."""
+
+    master: str | None = Field(
+        default=None, description="Spark master; default $FLOW_JOBS_SPARK_MASTER or local[*]"
+    )
+    archive: str | None = Field(
+        default=None,
+        description="the executors' environment from `flow-jobs pack`, shipped through "
+        "spark.archives; default $FLOW_JOBS_SPARK_ARCHIVE (none: executors use this Python)",
+    )
+    spark_config: dict[str, str] = Field(
+        default_factory=dict,
+        description="Spark settings for the session (static ones apply "
+        "only when this resource starts it)",
+    )
+
+    @property
+    def spark_session(self) -> SparkSession:
+        from flow_jobs.runtime.session import build_spark_session
+
+        return build_spark_session(
+            self.master, self.spark_config, app_name="flow-jobs-dagster", archive=self.archive
+        )
+
+
+class KafkaResource(ConfigurableResource):
+    """Where the sources' topics are, and how to authenticate. Unset fields keep the
+    spec's values."""
+
+    bootstrap_servers: str | None = None
+    security_protocol: str | None = None
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: str | None = Field(default=None, description="use EnvVar('...')")
+
+    def client_config(self) -> dict[str, str]:
+        pairs = {
+            "security.protocol": self.security_protocol,
+            "sasl.mechanism": self.sasl_mechanism,
+            "sasl.username": self.sasl_username,
+            "sasl.password": self.sasl_password,
+        }
+        return {k: v for k, v in pairs.items() if v is not None}
+
+    def end_offsets(self, spec: PipelineSpec) -> dict[str, dict[str, dict[str, int]]]:
+        """Each source's topic end offsets, shaped like the ledger's ``end_offsets``."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        out: dict[str, dict[str, dict[str, int]]] = {}
+        for source in spec.sources:
+            config = {
+                **source.cluster_config(),
+                "group.id": f"flow-jobs-sensor-{spec.name}",
+                "enable.auto.commit": False,
+            }
+            consumer = Consumer(config)
+            try:
+                topic = consumer.list_topics(source.topic, timeout=10).topics[source.topic]
+                ends = {}
+                for partition in sorted(topic.partitions):
+                    _low, high = consumer.get_watermark_offsets(
+                        TopicPartition(source.topic, partition), timeout=10
+                    )
+                    ends[str(partition)] = int(high)
+            finally:
+                consumer.close()
+            out[source.name] = {source.topic: ends}
+        return out
+
+
+class PostgresStateStoreResource(ConfigurableResource):
+    """The ledger's database. Unset: the spec's ``[state_store]`` (or its embedded one)."""
+
+    url: str | None = Field(default=None, description="use EnvVar('FLOW_STATE_STORE_URL')")
+    schema_name: str | None = None
+
+    def store_for(self, spec: PipelineSpec) -> StateStore:
+        url = self.url or state_store_url(spec)
+        store = StateStore(url, self.schema_name or state_store_schema(spec))
+        store.migrate()
+        return store
+
+
+class DeltaTargetResource(ConfigurableResource):
+    """Where relative Delta target paths resolve, and object-store options for the Delta
+    target and a Delta dead-letter table on object storage. Option values may be
+    ``EnvVar("...")``: Dagster resolves them when it initializes the resource for a run,
+    sensor tick or check (measured with dagster 1.13: also inside this dict), and its
+    run config keeps the variable's name, not the value."""
+
+    root: str | None = Field(default=None, description="prefix for relative target paths")
+    storage_options: dict[str, str] = Field(
+        default_factory=dict,
+        description="delta-rs storage options, e.g. {'AWS_SECRET_ACCESS_KEY': "
+        "EnvVar('AWS_SECRET_ACCESS_KEY')}; they replace the spec's",
+    )
+
+
+def apply_resources(
+    spec: PipelineSpec,
+    kafka: KafkaResource,
+    state_store: PostgresStateStoreResource,
+    delta: DeltaTargetResource,
+) -> PipelineSpec:
+    """The spec with every value a resource sets in its place (a validated copy)."""
+    doc = spec.to_document()
+    extra = kafka.client_config()
+    for source in doc["sources"]:
+        if kafka.bootstrap_servers:
+            source["bootstrap_servers"] = kafka.bootstrap_servers
+        if extra:
+            source["client_config"] = {**source.get("client_config", {}), **extra}
+    if state_store.url:
+        doc.setdefault("state_store", {})["url"] = state_store.url
+    if state_store.schema_name:
+        doc.setdefault("state_store", {})["schema"] = state_store.schema_name
+    target = doc["target"]
+    if target.get("kind", "delta") == "delta":
+        path = target["path"]
+        if delta.root and "://" not in path and not os.path.isabs(path):
+            target["path"] = (
+                str(Path(delta.root) / path)
+                if "://" not in delta.root
+                else (f"{delta.root.rstrip('/')}/{path.removeprefix('./')}")
+            )
+        if delta.storage_options:
+            target["storage_options"] = {
+                **target.get("storage_options", {}),
+                **delta.storage_options,
+            }
+            # A dead-letter table on object storage gets them too (one left to its
+            # default beside such a target takes the target's: PipelineSpec).
+            dead = doc.get("dead_letter", {})
+            if dead.get("kind", "delta") == "delta" and on_object_store(dead.get("path") or ""):
+                dead["storage_options"] = {
+                    **dead.get("storage_options", {}),
+                    **delta.storage_options,
+                }
+    return PipelineSpec.model_validate(doc)

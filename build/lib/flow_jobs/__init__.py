@@ -1,0 +1,62 @@
+"""flow-jobs: declarative windowed aggregations as managed Spark Structured Streaming queries.
+
+The Python facade is the spec's own models (they validate exactly like a TOML file)::
+
+    from flow_jobs import Aggregation, Lookup, Pipeline, Source, Window, run_pipeline
+
+    pipeline = Pipeline(
+        name="clicks-per-minute",
+        sources=[Source(name="clicks", topic="clicks", bootstrap_servers="127.0.0.1:9092",
+                        schema="user_id STRING, amount DOUBLE, ts BIGINT")],
+        transform={"window": Window(kind="tumbling", duration_ms=60_000, event_time_column="ts",
+                                    group_by=["user_id"],
+                                    aggregations=[Aggregation(agg="sum", column="amount",
+                                                              as_="amount_sum")])},
+        target={"kind": "delta", "path": "./data/clicks_per_minute"},
+    )
+    print(pipeline.to_toml())        # the same TOML flow-jobs validate/run reads
+    run_pipeline(pipeline, available_now=True)
+
+A ``reduce`` takes functions (``Aggregation(agg="reduce", initializer=f, reducer=g,
+result_type="DOUBLE")``), written to TOML as their import paths.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from flow_jobs.spec.loader import SpecError, load_spec, parse_spec
+from flow_jobs.spec.models import Aggregation, DeltaTarget
+from flow_jobs.spec.models import JoinSpec as Join
+from flow_jobs.spec.models import KafkaSource as Source
+from flow_jobs.spec.models import LookupSpec as Lookup
+from flow_jobs.spec.models import PipelineSpec as Pipeline
+from flow_jobs.spec.models import TransformSpec as Transform
+from flow_jobs.spec.models import WindowSpec as Window
+
+if TYPE_CHECKING:
+    from flow_jobs.runtime.progress import RunSummary
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Aggregation",
+    "DeltaTarget",
+    "Join",
+    "Lookup",
+    "Pipeline",
+    "Source",
+    "SpecError",
+    "Transform",
+    "Window",
+    "load_spec",
+    "parse_spec",
+    "run_pipeline",
+]
+
+
+def run_pipeline(pipeline: Pipeline, available_now: bool = False, spark: Any = None) -> RunSummary:
+    """Run a pipeline as ``flow-jobs run`` would (Spark is imported only here)."""
+    from flow_jobs.runtime.runner import PipelineRunner
+
+    return PipelineRunner(pipeline, spark).run(available_now=available_now)

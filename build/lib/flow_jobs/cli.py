@@ -1,0 +1,319 @@
+"""``flow-jobs validate|run|reset|state show|pack``: the command-line contract (MISSION.md)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from flow_jobs.io.state_store import (
+    DEFAULT_SCHEMA,
+    IncompatibleSpec,
+    PipelineBusy,
+    StateStore,
+    default_embedded_dir,
+    embedded_url,
+    state_store_schema,
+    state_store_url,
+)
+from flow_jobs.plan.errors import PlanError
+from flow_jobs.runtime.checkpoint import retire_checkpoint
+from flow_jobs.runtime.pack import DEFAULT_ARCHIVE, pack
+from flow_jobs.secrets import RedactingFilter, redact
+from flow_jobs.spec import SpecError, load_spec
+from flow_jobs.spec.models import PipelineSpec
+
+
+class UsageError(ValueError):
+    """A command line the CLI refuses (exit code 2, like argparse's own)."""
+
+
+EXIT_OK = 0
+EXIT_INVALID = 1  # the spec is invalid, or the pipeline failed
+EXIT_USAGE = 2  # argparse's own code for bad arguments
+EXIT_BUSY = 3  # another run (or reset) of the pipeline is in progress: try again later
+
+
+def _describe(spec: PipelineSpec) -> str:
+    join = spec.transform.join
+    target = f"{spec.target.kind} {spec.target.describe()}"
+    if join is not None:
+        lower, upper = join.bounds
+        then = f", then a {spec.window.kind} window" if spec.has_window else ""
+        return (
+            f"pipeline {spec.name!r}: {join.how} join of {join.left_source} and "
+            f"{join.right_source} on {', '.join(join.left_keys)} within "
+            f"[{lower}, {upper}] ms{then} -> {target}"
+        )
+    w = spec.window
+    size = {
+        "hopping": f"{w.duration_ms} ms every {w.hop_ms} ms",
+        "session": f"with a {w.gap_ms} ms gap",
+        "sliding": f"{w.duration_ms} ms per event",
+        "count_hopping": f"of {w.count} events every {w.step}",
+    }.get(w.kind, f"of {w.count} events" if w.is_count_based else f"{w.duration_ms} ms")
+    return (
+        f"pipeline {spec.name!r}: {w.kind} window {size} over "
+        f"{', '.join(s.name for s in spec.sources)} -> {spec.target.kind} {spec.target.describe()}"
+    )
+
+
+def _validate(args: argparse.Namespace) -> int:
+    spec = load_spec(args.spec)
+    print(f"{args.spec}: valid — {_describe(spec)}")
+    for warning in spec.warnings():
+        print(f"warning: {warning}")
+    if args.plan:
+        from flow_jobs.runtime.runner import PipelineRunner
+
+        runner = PipelineRunner(spec)
+        print("plan (spec feature -> Spark operator):")
+        for choice in runner.compiled.operators:
+            print(f"  {choice.feature:<40} {choice.operator}")
+    return EXIT_OK
+
+
+def _run(args: argparse.Namespace) -> int:
+    from flow_jobs.runtime.runner import PipelineFailed, PipelineRunner
+
+    spec = load_spec(args.spec)
+    stop = threading.Event()
+
+    def request_stop(signum: int, _frame: object) -> None:
+        logging.getLogger("flow_jobs").info(
+            "%s received: stopping after the batch in flight", signal.Signals(signum).name
+        )
+        stop.set()
+
+    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        summary = PipelineRunner(spec, stop_event=stop).run(available_now=args.available_now)
+    except (PipelineFailed, IncompatibleSpec) as e:
+        print(f"error: {redact(str(e))}", file=sys.stderr)
+        return EXIT_INVALID
+    finally:  # main() may run inside another program (a test, a notebook)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    print(summary.describe())
+    return EXIT_OK
+
+
+def _store_for(args: argparse.Namespace) -> tuple[StateStore, PipelineSpec | None, str]:
+    """The state store a NAME (or a spec file) lives in: ``--url-file``, else the spec's
+    ``[state_store]``, else ``FLOW_STATE_STORE_URL``, else the embedded one."""
+    if getattr(args, "url", None):
+        raise UsageError(
+            "--url is not accepted: a password on the command line shows in `ps` and the "
+            "shell history; set FLOW_STATE_STORE_URL or give --url-file PATH"
+        )
+    spec = load_spec(args.pipeline) if args.pipeline.endswith(".toml") else None
+    if spec is None and args.spec:
+        spec = load_spec(args.spec)
+    name = spec.name if spec is not None else args.pipeline
+    if getattr(args, "url_file", None):
+        url = Path(args.url_file).read_text(encoding="utf-8").strip()
+    elif spec is not None:
+        url = state_store_url(spec)
+    else:
+        url = os.environ.get("FLOW_STATE_STORE_URL") or embedded_url(default_embedded_dir())
+    schema = args.schema or (state_store_schema(spec) if spec else None)
+    store = StateStore(url, schema or os.environ.get("FLOW_STATE_STORE_SCHEMA") or DEFAULT_SCHEMA)
+    store.migrate()
+    return store, spec, name
+
+
+def _reset(args: argparse.Namespace) -> int:
+    store, spec, name = _store_for(args)
+    checkpoint = spec.checkpoint_location() if spec is not None else args.checkpoint
+    if checkpoint is None:
+        print(
+            f"error: give the spec (flow-jobs reset {name} --spec SPEC.toml) or --checkpoint: "
+            "reset moves the current checkpoint aside",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    try:
+        with store.run_lock(name, "reset"):  # never under a running query's feet
+            version = store.reset(name, lambda old: retire_checkpoint(checkpoint, old))
+    except (KeyError, ValueError) as e:
+        print(f"error: {e.args[0]}", file=sys.stderr)
+        return EXIT_INVALID
+    print(
+        f"pipeline {name}: state version {version} starts with the next run (a new "
+        f"checkpoint at {checkpoint}; the previous one is kept beside it)"
+    )
+    return EXIT_OK
+
+
+def _show(args: argparse.Namespace) -> int:
+    store, _spec, name = _store_for(args)
+    rows = store.recent_batches(name, args.limit)
+    if not rows:
+        print(f"pipeline {name}: no batches in the ledger ({store.schema})")
+        return EXIT_OK
+    print(format_batches(rows))
+    return EXIT_OK
+
+
+def format_batches(rows: list[dict[str, Any]]) -> str:
+    """The ledger's rows as a plain-text table, oldest first."""
+
+    def offsets(value: dict[str, Any] | None) -> str:
+        if not value:
+            return "-"
+        parts = []
+        for source, topics in value.items():
+            for topic, partitions in topics.items():
+                if topic.startswith("_"):  # "_data_loss", "_heartbeat": not offsets
+                    continue
+                parts.append(f"{source}:" + ",".join(f"{p}={o}" for p, o in partitions.items()))
+        return " ".join(parts)
+
+    def ts(value: Any) -> str:
+        return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else "-"
+
+    def lag(value: Any) -> str:
+        return f"{value.total_seconds():.0f}s" if value is not None else "-"
+
+    header = ("v", "batch", "end offsets", "watermark", "lag", "in", "out", "late", "dlq",
+              "target version", "committed")  # fmt: skip
+    table = [header]
+    for r in rows:
+        table.append(
+            (
+                str(r["state_version"]),
+                str(r["batch_id"]) + ("*" if r["replayed"] else ""),
+                offsets(r["end_offsets"]),
+                ts(r["global_watermark"]),
+                lag(r["watermark_lag"]),
+                "-" if r["input_rows"] is None else str(r["input_rows"]),
+                str(r["output_rows"]),
+                "-" if r["late_rows"] is None else str(r["late_rows"]),
+                str(r["dead_lettered_rows"]),
+                r["target_version"] or "-",
+                ts(r["committed_at"]),
+            )
+        )
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in table]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines) + "\n(* a replayed batch: its write was already committed)"
+
+
+def _pack(args: argparse.Namespace) -> int:
+    archive = pack(args.output, include=args.include)
+    print(f"{archive}: set [spark] archive (or FLOW_JOBS_SPARK_ARCHIVE) to run on a cluster")
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="flow-jobs",
+        description="Windowed aggregations on Spark Structured Streaming, from TOML specs.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    validate = commands.add_parser("validate", help="check a spec; exit non-zero if invalid")
+    validate.add_argument("spec", help="path to a pipelines/*.toml file")
+    validate.add_argument(
+        "--plan",
+        action="store_true",
+        help="also compile it with Spark (column names and types) and print the operators",
+    )
+    validate.set_defaults(handler=_validate)
+
+    run = commands.add_parser("run", help="run a pipeline")
+    run.add_argument("spec", help="path to a pipelines/*.toml file")
+    run.add_argument(
+        "--available-now",
+        action="store_true",
+        help="process everything available, emit what the watermark closes, exit 0",
+    )
+    run.set_defaults(handler=_run)
+
+    def store_options(command: argparse.ArgumentParser) -> None:
+        command.add_argument("pipeline", help="the pipeline's name, or its spec file")
+        command.add_argument("--spec", help="the spec file (its [state_store] and checkpoint)")
+        command.add_argument(
+            "--url-file",
+            help="a file holding the state store's URL (else the spec's, else "
+            "$FLOW_STATE_STORE_URL, else the embedded one)",
+        )
+        # Accepted only to refuse it: a password on the command line shows in `ps` and the
+        # shell history (and argparse would echo an unknown option with its value).
+        command.add_argument("--url", help=argparse.SUPPRESS)
+        command.add_argument("--schema", help="the state store's schema (default flow_jobs)")
+
+    reset = commands.add_parser(
+        "reset",
+        help="start a new checkpoint generation (after an incompatible spec change)",
+    )
+    store_options(reset)
+    reset.add_argument("--checkpoint", help="the checkpoint to move aside, without a spec")
+    reset.set_defaults(handler=_reset)
+
+    pack = commands.add_parser(
+        "pack",
+        help="build the Python environment a cluster's executors run ([spark] archive)",
+    )
+    pack.add_argument(
+        "-o",
+        "--output",
+        default=DEFAULT_ARCHIVE,
+        help=f"the archive to write (default {DEFAULT_ARCHIVE}; .tar.gz, .tar or .zip)",
+    )
+    pack.add_argument(
+        "--include",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="a module or package executors also need (e.g. a spec's reduce functions)",
+    )
+    pack.set_defaults(handler=_pack)
+
+    state = commands.add_parser("state", help="read the state store")
+    state_commands = state.add_subparsers(dest="state_command", required=True)
+    show = state_commands.add_parser("show", help="the ledger's recent batches as a table")
+    store_options(show)
+    show.add_argument("--limit", type=int, default=20, help="how many batches (default 20)")
+    show.set_defaults(handler=_show)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(RedactingFilter())
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    logging.getLogger("pgserver").setLevel(logging.WARNING)  # its every pg_ctl call
+    try:
+        return int(args.handler(args))
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except (SpecError, PlanError) as e:
+        print(f"error: {redact(str(e))}", file=sys.stderr)
+        return EXIT_INVALID
+    except psycopg.Error as e:  # connect_postgres has masked any password already
+        print(f"error: state store: {redact(str(e)).strip()}", file=sys.stderr)
+        return EXIT_INVALID
+    except PipelineBusy as e:  # run and reset: one at a time per pipeline
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_BUSY
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Embedded defaults for the demo, tests and benchmark: a broker and sample data."""

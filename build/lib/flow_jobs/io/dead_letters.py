@@ -1,0 +1,256 @@
+"""Dead letters: records a pipeline cannot use, kept with their original bytes.
+
+Spark runs a query as one DAG from one source scan; a second sink for bad records would
+need a second branch, and Spark evaluates each branch from its own scan, so the Kafka
+read would happen twice (measured here: ~30% slower). Instead the plan diverts bad rows
+on the executors, inside the scan's own stage (an Arrow UDF in a filter, see
+``flow_jobs.plan.sources``), like Spark's ``badRecordsPath``, and they reach the driver
+with the micro-batch itself:
+
+1. ``DeadLetterTap.divert`` (``flow_jobs.io.dead_letter_tap``) adds the bad rows of one
+   Arrow batch to the query's accumulator; Spark returns them to the driver with each
+   task's result, so nothing is staged on an executor's disk (a cluster's executors
+   share no folder with the driver);
+2. after the micro-batch's action has run, the driver's ``DeadLetterTable.commit``
+   MERGEs them into the dead-letter Delta table on (source, topic, partition, offset),
+   before the batch's target write and commit. A crash before that leaves the batch
+   uncommitted: its replay diverts the same rows again, and MERGE absorbs a row seen
+   twice: nothing is lost, nothing is doubled.
+
+Late rows (``late_data = "dlq"``) are tapped apart: with a ``dead_letter_topic`` they go
+to that Kafka topic instead of the table (``DeadLetterTopic``), at least once (a crash
+after the send replays the batch, which sends them again; each message names its
+record's position).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import pyarrow as pa
+from pyspark import SparkContext
+from pyspark.accumulators import Accumulator
+
+from flow_jobs.io.dead_letter_tap import TAPPED, DeadLetterTap, TappedBatches, from_ipc
+from flow_jobs.io.delta import DeltaMergeTable
+from flow_jobs.io.state_store import StateStore
+from flow_jobs.spec.models import PipelineSpec
+
+#: Spark DDL of the struct the plan hands to the tap for each bad row.
+RECORD_DDL = (
+    "STRUCT<topic: STRING, partition: INT, offset: BIGINT, key: BINARY, value: BINARY, "
+    "timestamp: TIMESTAMP>"
+)
+#: Spark DDL of Kafka headers. The tap takes a bad row's headers as ``to_json`` of this
+#: (binary values in base64), not as the array itself: handing an
+#: ``array<struct<key, value>>`` column to the Arrow UDF costs ~13 µs per row even where
+#: it is NULL (measured, issue 12), more than the rest of the source; a string is cheap.
+HEADERS_DDL = "ARRAY<STRUCT<key: STRING, value: BINARY>>"
+
+#: The table: each tapped row, with the batch that wrote it and when; ``headers`` (the
+#: record's Kafka headers) was added later, so it comes last.
+DEAD_LETTER_SCHEMA = pa.schema(
+    [
+        *(f for f in TAPPED if f.name != "headers"),
+        ("batch_id", pa.int64()),
+        ("dead_lettered_at", pa.timestamp("us", tz="UTC")),
+        TAPPED.field("headers"),
+    ]
+)
+NATURAL_KEY = ("source", "topic", "partition", "offset")
+
+
+class DeadLetterTable:
+    """Driver side: the dead-letter table and the commit of a batch's tapped rows into
+    it: a Delta table at ``path``, or (with ``store``) the state store's ``dead_letters``
+    table."""
+
+    def __init__(
+        self,
+        path: str,
+        pipeline: str,
+        store: StateStore | None = None,
+        late_topic: DeadLetterTopic | None = None,
+        storage_options: dict[str, str] | None = None,
+    ) -> None:
+        self.path = path
+        self.pipeline = pipeline
+        self.store = store
+        self.late_topic = late_topic  # where late rows go instead of the table
+        self.table = DeltaMergeTable(
+            path,
+            DEAD_LETTER_SCHEMA,
+            NATURAL_KEY,
+            update_matched=False,
+            storage_options=storage_options,  # object stores: credentials, never logged
+            added=("headers",),
+        )
+        self._accumulator: Accumulator | None = None
+        self._taking = threading.Lock()
+
+    @property
+    def description(self) -> str:
+        return f"{self.store.schema}.dead_letters" if self.store else self.path
+
+    def tap(self, source: str, topic_sources: tuple[tuple[str, str], ...] = ()) -> DeadLetterTap:
+        """The executor-side tap of one source (one accumulator for the whole query)."""
+        if self._accumulator is None:
+            self._accumulator = SparkContext.getOrCreate().accumulator([], TappedBatches())
+        return DeadLetterTap(self._accumulator, self.pipeline, source, topic_sources)
+
+    def ensure(self) -> None:
+        if self.store is None:
+            self.table.ensure()
+        if self.late_topic is not None:
+            self.late_topic.ensure()
+
+    def begin_batch(self) -> None:
+        """Forget what an earlier, failed attempt tapped: the batch about to run diverts
+        its own rows again."""
+        self._take()
+
+    def _take(self) -> list[tuple[bool, bytes]]:
+        if self._accumulator is None:
+            return []
+        with self._taking:
+            taken = self._accumulator.value
+            self._accumulator.value = []
+        return list(taken)
+
+    def commit(self, batch_id: int) -> int:
+        """Write every row the batch's action tapped where it goes; return how many were
+        new (the table's new rows, and the late rows sent to a dead_letter_topic)."""
+        taken = self._take()
+        rows = _distinct([from_ipc(data) for late, data in taken if not late])
+        late = _distinct([from_ipc(data) for late, data in taken if late])
+        sent = 0
+        if late is not None and self.late_topic is not None:
+            sent = self.late_topic.send(late)
+        elif late is not None:
+            rows = late if rows is None else _distinct([rows, late])
+        return sent + (self._merge(rows, batch_id) if rows is not None else 0)
+
+    def _merge(self, tapped: pa.Table, batch_id: int) -> int:
+        now = datetime.now(UTC)
+        rows = tapped.append_column(
+            "batch_id", pa.array([batch_id] * tapped.num_rows, pa.int64())
+        ).append_column(
+            "dead_lettered_at",
+            pa.array([now] * tapped.num_rows, pa.timestamp("us", tz="UTC")),
+        )
+        # No Delta txn here: a replayed batch's rows come again under its batch id.
+        # MERGE (or ON CONFLICT) on the record's Kafka position is what makes this
+        # idempotent.
+        if self.store is not None:
+            return self.store.insert_dead_letters(rows.to_pylist())
+        return self.table.merge(rows.select(DEAD_LETTER_SCHEMA.names)).inserted
+
+
+def _distinct(tables: list[pa.Table]) -> pa.Table | None:
+    """The rows once per natural key (a re-run stage can report a row twice), in the
+    order they came; None for none."""
+    tables = [t for t in tables if t.num_rows]
+    if not tables:
+        return None
+    rows = pa.concat_tables([t.cast(TAPPED) for t in tables])
+    if rows.num_rows == 1:
+        return rows
+    index = pa.array(range(rows.num_rows), pa.int64())
+    first = (
+        rows.select(list(NATURAL_KEY))
+        .append_column("_i", index)
+        .group_by(list(NATURAL_KEY), use_threads=False)
+        .aggregate([("_i", "min")])
+        .column("_i_min")
+    )
+    return rows.take(first.sort())
+
+
+@dataclass(frozen=True)
+class DeadLetterTopic:
+    """``dead_letter_topic``: late rows as Kafka messages on their source's cluster.
+
+    Each message is the record's original key, value and headers, verbatim, then
+    headers naming where it came from and why: ``flow.pipeline``, ``flow.source``, ``flow.topic``,
+    ``flow.partition``, ``flow.offset``, ``flow.kafka_timestamp_ms`` and ``flow.reason``
+    (its event time, the watermark it missed and by how much)."""
+
+    topic: str
+    #: source name -> librdkafka settings of its cluster (bootstrap servers, client
+    #: config: secrets among them, so never in the repr)
+    clusters: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = field(repr=False)
+    pipeline: str = ""
+
+    @staticmethod
+    def of(spec: PipelineSpec) -> DeadLetterTopic | None:
+        """The spec's ``dead_letter_topic`` (a join's, else the window's), if any."""
+        operator = spec.transform.join or spec.transform.window
+        topic = operator.dead_letter_topic if operator is not None else None
+        if topic is None:
+            return None
+        clusters = tuple((s.name, tuple(s.cluster_config().items())) for s in spec.sources)
+        return DeadLetterTopic(topic, clusters, spec.name)
+
+    def _config(self, source: str) -> dict[str, str]:
+        return dict(dict(self.clusters)[source])
+
+    def ensure(self) -> None:
+        """Refuse to start when the topic is missing on a source's cluster."""
+        from confluent_kafka.admin import AdminClient
+
+        for source, _ in self.clusters:
+            config = self._config(source)
+            metadata = AdminClient(config).list_topics(self.topic, timeout=30)
+            found = metadata.topics.get(self.topic)
+            if found is None or found.error is not None or not found.partitions:
+                raise RuntimeError(
+                    f"dead_letter_topic {self.topic!r} does not exist on "
+                    f"{config['bootstrap.servers']} (source {source!r}): create it first"
+                )
+
+    def send(self, rows: pa.Table) -> int:
+        """Produce every row, wait for the broker's acknowledgements; raise if any failed
+        (the staged files stay, and the next micro-batch sends them again)."""
+        from confluent_kafka import Producer
+
+        failures: list[str] = []
+
+        def delivered(err: object, _msg: object) -> None:
+            if err is not None:
+                failures.append(str(err))
+
+        by_source: dict[str, list[dict]] = {}
+        for row in rows.to_pylist():
+            by_source.setdefault(row["source"], []).append(row)
+        for source, records in by_source.items():
+            producer = Producer({**self._config(source), "enable.idempotence": True, "acks": "all"})
+            for r in records:
+                stamp = r["kafka_timestamp"]
+                headers = [
+                    ("flow.pipeline", self.pipeline.encode()),
+                    ("flow.source", source.encode()),
+                    ("flow.topic", r["topic"].encode()),
+                    ("flow.partition", str(r["partition"]).encode()),
+                    ("flow.offset", str(r["offset"]).encode()),
+                    ("flow.reason", r["reason"].encode()),
+                ]
+                if stamp is not None:
+                    ms = int(stamp.timestamp() * 1000)
+                    headers.append(("flow.kafka_timestamp_ms", str(ms).encode()))
+                # the record's own headers first, in their order, then ours
+                headers = [(h["key"], h["value"]) for h in r["headers"] or ()] + headers
+                producer.produce(
+                    self.topic, r["value"], r["key"], headers=headers, on_delivery=delivered
+                )
+                producer.poll(0)
+            left = producer.flush(60)
+            if left:
+                failures.append(f"{left} messages unacknowledged after 60 s")
+        if failures:
+            raise RuntimeError(
+                f"dead_letter_topic {self.topic!r}: {len(failures)} late rows not delivered "
+                f"({failures[0]}); they stay staged and are sent again"
+            )
+        return rows.num_rows

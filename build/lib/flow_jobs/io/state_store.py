@@ -1,0 +1,670 @@
+"""The Postgres state store: every pipeline's durable ledger (MISSION.md §8).
+
+Operator state lives in Spark's checkpoint; this store holds what the checkpoint does
+not: one row per micro-batch (offsets, watermarks, row counts, the target commit it
+produced), the spec fingerprint each checkpoint generation was started under, and a
+dead-letter table. The ledger is what makes target writes exactly-once — a batch whose
+row exists under the same query id was written, so a replay skips it — and what Dagster
+and ``flow-jobs state show`` read.
+
+Batches are keyed by (pipeline, query id, batch id): Spark's query id is stored in the
+checkpoint, so a checkpoint deleted by hand starts a new lineage of batch ids instead of
+colliding with the old one. ``state_version`` counts checkpoint generations
+(``flow-jobs reset``).
+
+One run per pipeline: a run (and a reset) holds a session-level advisory lock keyed by
+the schema and the pipeline's name on a connection of its own for as long as it runs;
+another start is refused (``PipelineBusy``) naming the holder, and Postgres releases
+the lock when the holder's connection ends, however its process ended.
+
+A local checkpoint carries a marker naming the pipeline (and fingerprint) it was started
+by, so a spec of another name pointed at the same location is refused instead of
+resuming someone else's state (``claim_checkpoint``).
+
+The schema is migrated at start (versioned, under an advisory lock, so concurrent
+starts are safe). Without a URL, an embedded PostgreSQL 16 from the ``pgserver`` wheel
+is started under the data folder and reused by later runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import socket
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from flow_jobs.secrets import connect_postgres
+from flow_jobs.spec.fingerprint import changed_fields, fingerprint_fields, fingerprint_of
+from flow_jobs.spec.models import PipelineSpec
+
+log = logging.getLogger(__name__)
+
+SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
+DEFAULT_SCHEMA = "flow_jobs"
+
+#: Each entry runs once, in order, in one transaction with its version row.
+MIGRATIONS: list[tuple[int, str]] = [
+    (
+        1,
+        """
+        CREATE TABLE {s}.pipelines (
+            name text PRIMARY KEY,
+            state_version integer NOT NULL DEFAULT 0,
+            fingerprint text,
+            fingerprint_fields jsonb,
+            created_at timestamptz NOT NULL DEFAULT now(),
+            updated_at timestamptz NOT NULL DEFAULT now()
+        );
+        CREATE TABLE {s}.batches (
+            pipeline text NOT NULL REFERENCES {s}.pipelines (name),
+            query_id text NOT NULL,
+            batch_id bigint NOT NULL,
+            state_version integer NOT NULL,
+            start_offsets jsonb,
+            end_offsets jsonb,
+            max_event_times jsonb,
+            source_watermarks jsonb,
+            global_watermark timestamptz,
+            input_rows bigint,
+            output_rows bigint NOT NULL,
+            late_rows bigint,
+            dead_lettered_rows bigint NOT NULL DEFAULT 0,
+            target_kind text NOT NULL,
+            target text NOT NULL,
+            target_version text,
+            replayed boolean NOT NULL DEFAULT false,
+            started_at timestamptz NOT NULL,
+            committed_at timestamptz NOT NULL DEFAULT now(),
+            compute_ms double precision,
+            write_ms double precision,
+            batch_ms double precision,
+            PRIMARY KEY (pipeline, query_id, batch_id)
+        );
+        CREATE INDEX batches_recent ON {s}.batches (pipeline, committed_at DESC);
+        CREATE TABLE {s}.dead_letters (
+            pipeline text NOT NULL,
+            source text NOT NULL,
+            reason text,
+            topic text NOT NULL,
+            partition integer NOT NULL,
+            "offset" bigint NOT NULL,
+            key bytea,
+            value bytea,
+            kafka_timestamp timestamptz,
+            batch_id bigint,
+            dead_lettered_at timestamptz NOT NULL DEFAULT now(),
+            PRIMARY KEY (pipeline, source, topic, partition, "offset")
+        );
+        """,
+    ),
+    (
+        2,
+        # The target's natural key, as the last run compiled it (a join's depends on the
+        # sources' schemas): what the natural_key_unique check groups by.
+        "ALTER TABLE {s}.pipelines ADD COLUMN natural_key jsonb",
+    ),
+    (
+        3,
+        # Late rows per source, row by row (late_rows keeps the batch's total).
+        "ALTER TABLE {s}.batches ADD COLUMN source_late_rows jsonb",
+    ),
+    (
+        4,
+        # A dead letter's Kafka headers, in order: names and exact value bytes.
+        "ALTER TABLE {s}.dead_letters ADD COLUMN header_keys text[], "
+        "ADD COLUMN header_values bytea[]",
+    ),
+]
+
+
+class IncompatibleSpec(RuntimeError):
+    """The checkpoint was started under a spec whose state layout or semantics differ."""
+
+
+class PipelineBusy(RuntimeError):
+    """Another run (or reset) of the pipeline holds its lock."""
+
+
+#: The file in a local checkpoint that names the pipeline and fingerprint it belongs to.
+CHECKPOINT_MARKER = "flow-jobs-pipeline.json"
+
+
+def embedded_url(data_dir: str | Path) -> str:
+    """Start (or reuse) the embedded PostgreSQL under ``data_dir``; its connection URL."""
+    import pgserver
+
+    path = Path(data_dir).resolve()
+    path.mkdir(parents=True, exist_ok=True)
+    # pgserver counts the processes holding the server (a run, Dagster, `flow-jobs state
+    # show`) and stops it when the last one exits: nothing is left running after a demo.
+    forget_dead_holders(path)
+    server = pgserver.get_server(path, cleanup_mode="stop")
+    return str(server.get_uri())
+
+
+def forget_dead_holders(data_dir: Path) -> list[int]:
+    """Drop the pids of processes that no longer exist from pgserver's list of holders.
+
+    pgserver keeps the holders in ``.handle_pids.json`` and stops the server when the
+    last one exits (atexit); a hard-killed run never removes its pid, so every later
+    process would see another holder and leave the server running forever. pgserver
+    has no API for this, hence this small repair. Returns the pids kept."""
+    import psutil
+
+    handles = data_dir / ".handle_pids.json"
+    try:
+        pids = json.loads(handles.read_text())
+    except (OSError, ValueError):
+        return []
+    alive = [pid for pid in pids if psutil.pid_exists(pid)]
+    if alive != pids:
+        log.info("embedded Postgres: forgetting holders that exited: %s", set(pids) - set(alive))
+        handles.write_text(json.dumps(alive))
+    return alive
+
+
+def state_store_url(spec: PipelineSpec) -> str:
+    """``[state_store] url``, else ``FLOW_STATE_STORE_URL``, else the embedded server."""
+    if spec.state_store.url is not None:
+        return spec.state_store.url.get_secret_value()
+    if os.environ.get("FLOW_STATE_STORE_URL"):
+        return os.environ["FLOW_STATE_STORE_URL"]
+    return embedded_url(spec.state_store.embedded_dir or default_embedded_dir())
+
+
+def default_embedded_dir() -> str:
+    return str(Path(os.environ.get("FLOW_DATA_DIR", ".")) / ".flow" / "postgres")
+
+
+def state_store_schema(spec: PipelineSpec) -> str:
+    return (
+        spec.state_store.schema_name or os.environ.get("FLOW_STATE_STORE_SCHEMA") or DEFAULT_SCHEMA
+    )
+
+
+@dataclass(frozen=True)
+class PipelineState:
+    name: str
+    state_version: int
+    fingerprint: str
+
+
+@dataclass
+class BatchEntry:
+    """One ledger row, filled in by the sink as the batch is written."""
+
+    pipeline: str
+    query_id: str
+    batch_id: int
+    state_version: int
+    started_at: datetime
+    start_offsets: dict[str, Any] | None = None
+    end_offsets: dict[str, Any] | None = None
+    global_watermark: datetime | None = None
+    output_rows: int = 0
+    dead_lettered_rows: int = 0
+    target_kind: str = ""
+    target: str = ""
+    target_version: str | None = None
+    replayed: bool = False
+    compute_ms: float | None = None
+    write_ms: float | None = None
+
+
+class StateStore:
+    """The ledger in one Postgres schema. Connections are short-lived and per call, so
+    Spark's batch thread and the runner's progress thread never share one."""
+
+    def __init__(self, url: str, schema: str = DEFAULT_SCHEMA) -> None:
+        if not SCHEMA_NAME.match(schema):
+            raise ValueError(f"state_store.schema = {schema!r} must match [a-z_][a-z0-9_]*")
+        self._url = url
+        self.schema = schema
+        self._s = sql.Identifier(schema)
+
+    @classmethod
+    def for_spec(cls, spec: PipelineSpec) -> StateStore:
+        store = cls(state_store_url(spec), state_store_schema(spec))
+        store.migrate()
+        return store
+
+    def __repr__(self) -> str:  # never the URL: it may hold a password
+        return f"StateStore(schema={self.schema!r})"
+
+    @contextmanager
+    def connect(self) -> Iterator[psycopg.Connection]:
+        with connect_postgres(self._url, autocommit=False) as conn:
+            yield conn
+
+    def q(self, text: str) -> sql.Composed:
+        """SQL with ``{s}`` standing for this store's schema."""
+        return sql.SQL(text).format(s=self._s)
+
+    # -- schema -------------------------------------------------------------------
+
+    def migrate(self) -> int:
+        """Apply every migration not yet applied; return the schema version."""
+        with self.connect() as conn:
+            lock = f"flow-jobs:{self.schema}"
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (lock,))
+            conn.execute(self.q("CREATE SCHEMA IF NOT EXISTS {s}"))
+            conn.execute(
+                self.q(
+                    "CREATE TABLE IF NOT EXISTS {s}.schema_migrations ("
+                    "version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+                )
+            )
+            done = {r[0] for r in conn.execute(self.q("SELECT version FROM {s}.schema_migrations"))}
+            for version, statements in MIGRATIONS:
+                if version in done:
+                    continue
+                conn.execute(self.q(statements))
+                conn.execute(
+                    self.q("INSERT INTO {s}.schema_migrations (version) VALUES (%s)"), (version,)
+                )
+                log.info("state store %s: applied migration %s", self.schema, version)
+        return MIGRATIONS[-1][0]
+
+    # -- pipelines and fingerprints --------------------------------------------------
+
+    def open_pipeline(self, spec: PipelineSpec) -> PipelineState:
+        """Register the pipeline, or check that its checkpoint may resume under ``spec``:
+        the ledger's fingerprint for this name, then the checkpoint's own marker."""
+        fields = fingerprint_fields(spec)
+        fingerprint = fingerprint_of(fields)
+        with self.connect() as conn:
+            row = conn.execute(
+                self.q(
+                    "SELECT state_version, fingerprint, fingerprint_fields "
+                    "FROM {s}.pipelines WHERE name = %s FOR UPDATE"
+                ),
+                (spec.name,),
+            ).fetchone()
+            if row is None:
+                conn.execute(
+                    self.q(
+                        "INSERT INTO {s}.pipelines (name, fingerprint, fingerprint_fields) "
+                        "VALUES (%s, %s, %s) ON CONFLICT (name) DO NOTHING"
+                    ),
+                    (spec.name, fingerprint, Jsonb(fields)),
+                )
+                # A refusal rolls the registration back with it.
+                claim_checkpoint(spec.checkpoint_location(), spec.name, fingerprint)
+                return PipelineState(spec.name, 0, fingerprint)
+            state_version, stored, stored_fields = row
+            if stored is None:  # after a reset: this generation takes the current spec
+                conn.execute(
+                    self.q(
+                        "UPDATE {s}.pipelines SET fingerprint = %s, fingerprint_fields = %s, "
+                        "updated_at = now() WHERE name = %s"
+                    ),
+                    (fingerprint, Jsonb(fields), spec.name),
+                )
+            elif stored != fingerprint:
+                changes = changed_fields(stored_fields or {}, fields)
+                raise IncompatibleSpec(
+                    f"pipeline {spec.name}: the spec changed in ways its checkpoint "
+                    f"(state version {state_version}, fingerprint {stored}) cannot resume "
+                    f"under — {'; '.join(changes)}. Revert the change, or run "
+                    f"`flow-jobs reset {spec.name}` to start a new checkpoint generation "
+                    "(the old checkpoint is kept; the new one re-reads its sources from "
+                    "starting_offsets and MERGEs into the same target)"
+                )
+            claim_checkpoint(spec.checkpoint_location(), spec.name, fingerprint)
+            return PipelineState(spec.name, int(state_version), fingerprint)
+
+    def record_natural_key(self, name: str, key: Sequence[str]) -> None:
+        with self.connect() as conn:
+            conn.execute(
+                self.q("UPDATE {s}.pipelines SET natural_key = %s WHERE name = %s"),
+                (Jsonb(list(key)), name),
+            )
+
+    def natural_key(self, name: str) -> list[str] | None:
+        with self.connect() as conn:
+            row = conn.execute(
+                self.q("SELECT natural_key FROM {s}.pipelines WHERE name = %s"), (name,)
+            ).fetchone()
+        return list(row[0]) if row and row[0] else None
+
+    def reset(self, name: str, retire: Callable[[int], object] | None = None) -> int:
+        """Start a new checkpoint generation: bump the state version and forget the
+        fingerprint, calling ``retire(old_version)`` (which moves the old checkpoint
+        aside: ``flow_jobs.runtime.checkpoint.retire_checkpoint``) while the pipeline's
+        row is locked. Returns the new version."""
+        with self.connect() as conn:
+            row = conn.execute(
+                self.q("SELECT state_version FROM {s}.pipelines WHERE name = %s FOR UPDATE"),
+                (name,),
+            ).fetchone()
+            if row is None:
+                raise KeyError(f"pipeline {name} is not in the state store ({self.schema})")
+            old = int(row[0])
+            if retire is not None:
+                retire(old)
+            conn.execute(
+                self.q(
+                    "UPDATE {s}.pipelines SET state_version = %s, fingerprint = NULL, "
+                    "fingerprint_fields = NULL, updated_at = now() WHERE name = %s"
+                ),
+                (old + 1, name),
+            )
+        return old + 1
+
+    # -- one run per pipeline --------------------------------------------------------
+
+    def lock_key(self, name: str) -> int:
+        """The pipeline's advisory lock key: 64 bits of a hash of schema and name."""
+        digest = hashlib.sha256(f"flow-jobs/{self.schema}/{name}".encode()).digest()
+        return int.from_bytes(digest[:8], "big", signed=True)
+
+    @contextmanager
+    def run_lock(self, name: str, command: str = "run") -> Iterator[None]:
+        """Hold pipeline ``name``'s lock until the block ends, or raise ``PipelineBusy``.
+
+        A session-level ``pg_try_advisory_lock`` on a connection of its own, named
+        after this process (``application_name``) so a refused start can say who holds
+        it. Postgres releases it when that connection closes: at the end of the block,
+        or when the process dies (server-side TCP keepalives bound how long a vanished
+        host keeps it)."""
+        key = self.lock_key(name)
+        holder = f"flow-jobs {command} pid {os.getpid()}@{socket.gethostname()}"
+        conn = connect_postgres(self._url, autocommit=True, application_name=holder[:63])
+        try:
+            conn.execute("SET tcp_keepalives_idle = 30")
+            conn.execute("SET tcp_keepalives_interval = 10")
+            conn.execute("SET tcp_keepalives_count = 3")
+            acquired = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
+            if not (acquired and acquired[0]):
+                raise PipelineBusy(
+                    f"pipeline {name} is busy: {self._holder(conn, key)}; {command} refused "
+                    "— wait for that run to end or stop it, then try again"
+                )
+            log.debug("%s: holding the run lock (%s)", name, holder)
+            yield
+        finally:
+            conn.close()  # ends the session, which releases the lock
+
+    def _holder(self, conn: psycopg.Connection, key: int) -> str:
+        """Who holds advisory lock ``key``: its application name, since when, its backend."""
+        row = conn.execute(
+            """SELECT l.pid, a.application_name, a.backend_start
+            FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+            WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+              AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+              AND l.classid::bigint = %s AND l.objid::bigint = %s""",
+            ((key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF),
+        ).fetchone()
+        where = f"state store schema {self.schema}"
+        if row is None:  # released in between: a retry will likely succeed
+            return f"a session that has just ended held it ({where})"
+        pid, application, started = row
+        who = repr(application) if application else "another session"
+        since = f" since {started.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC" if started else ""
+        return f"{who} holds it{since} (Postgres backend {pid}, {where})"
+
+    # -- the ledger ------------------------------------------------------------------
+
+    def batch_recorded(self, conn: psycopg.Connection, entry: BatchEntry) -> bool:
+        """Whether this batch's ledger row exists; locks it until ``conn`` commits."""
+        row = conn.execute(
+            self.q(
+                "SELECT 1 FROM {s}.batches WHERE pipeline = %s AND query_id = %s "
+                "AND batch_id = %s FOR UPDATE"
+            ),
+            (entry.pipeline, entry.query_id, entry.batch_id),
+        ).fetchone()
+        return row is not None
+
+    def record_batch(self, conn: psycopg.Connection, entry: BatchEntry) -> None:
+        """Insert the batch's ledger row in ``conn``'s transaction; a replay keeps the
+        first row (the one that describes the write)."""
+        conn.execute(
+            self.q(
+                """INSERT INTO {s}.batches (pipeline, query_id, batch_id, state_version,
+                    start_offsets, end_offsets, global_watermark, output_rows,
+                    dead_lettered_rows, target_kind, target, target_version, replayed,
+                    started_at, compute_ms, write_ms)
+                VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+                ON CONFLICT (pipeline, query_id, batch_id) DO NOTHING"""
+            ),
+            (
+                entry.pipeline,
+                entry.query_id,
+                entry.batch_id,
+                entry.state_version,
+                Jsonb(entry.start_offsets),
+                Jsonb(entry.end_offsets),
+                entry.global_watermark,
+                entry.output_rows,
+                entry.dead_lettered_rows,
+                entry.target_kind,
+                entry.target,
+                entry.target_version,
+                entry.replayed,
+                entry.started_at,
+                entry.compute_ms,
+                entry.write_ms,
+            ),
+        )
+
+    def record_progress(
+        self,
+        pipeline: str,
+        query_id: str,
+        batch_id: int,
+        *,
+        input_rows: int,
+        late_rows: dict[str, int],
+        batch_ms: float | None,
+        write_ms: float | None,
+        max_event_times: dict[str, int | None],
+        lateness_ms: dict[str, int],
+    ) -> None:
+        """Add what Spark reports once a batch is done (input rows, late rows per source,
+        per-source event times). Per-source watermark = the source's highest event time so far
+        minus its lateness: carried from the previous batch of the same query."""
+        with self.connect() as conn:
+            previous = conn.execute(
+                self.q(
+                    "SELECT source_watermarks FROM {s}.batches WHERE pipeline = %s AND "
+                    "query_id = %s AND batch_id < %s AND source_watermarks IS NOT NULL "
+                    "ORDER BY batch_id DESC LIMIT 1"
+                ),
+                (pipeline, query_id, batch_id),
+            ).fetchone()
+            marks: dict[str, str | None] = dict(previous[0]) if previous else {}
+            for source, latest in max_event_times.items():
+                before = marks.get(source)
+                mark = source_watermark_ms(
+                    None if before is None else _epoch_ms(before),
+                    latest,
+                    lateness_ms.get(source, 0),
+                )
+                marks[source] = None if mark is None else _iso(mark)
+            conn.execute(
+                self.q(
+                    "UPDATE {s}.batches SET input_rows = %s, late_rows = %s, "
+                    "source_late_rows = %s, batch_ms = %s, write_ms = %s, max_event_times = %s, "
+                    "source_watermarks = %s WHERE pipeline = %s AND query_id = %s AND batch_id = %s"
+                ),
+                (
+                    input_rows,
+                    sum(late_rows.values()),
+                    Jsonb(late_rows),
+                    batch_ms,
+                    write_ms,
+                    Jsonb({k: v if v is None else _iso(v) for k, v in max_event_times.items()}),
+                    Jsonb(marks),
+                    pipeline,
+                    query_id,
+                    batch_id,
+                ),
+            )
+
+    def earlier_lineages_watermark(self, pipeline: str, query_id: str) -> datetime | None:
+        """The highest watermark any other checkpoint lineage (an earlier checkpoint of
+        this pipeline: before a reset, or lost) ran under: its windows ending at or
+        before it were complete when that lineage wrote them."""
+        with self.connect() as conn:
+            row = conn.execute(
+                self.q(
+                    "SELECT max(global_watermark) FROM {s}.batches "
+                    "WHERE pipeline = %s AND query_id <> %s"
+                ),
+                (pipeline, query_id),
+            ).fetchone()
+        return row[0] if row else None
+
+    def recent_batches(self, pipeline: str, limit: int = 20) -> list[dict[str, Any]]:
+        with self.connect() as conn, conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
+            rows = cur.execute(
+                self.q(
+                    "SELECT *, now() - global_watermark AS watermark_lag FROM {s}.batches "
+                    "WHERE pipeline = %s ORDER BY committed_at DESC, batch_id DESC LIMIT %s"
+                ),
+                (pipeline, limit),
+            ).fetchall()
+        return list(reversed(rows))
+
+    def last_end_offsets(self, pipeline: str) -> dict[str, Any] | None:
+        """The end offsets of the pipeline's most recent batch (any lineage)."""
+        with self.connect() as conn:
+            row = conn.execute(
+                self.q(
+                    "SELECT end_offsets FROM {s}.batches WHERE pipeline = %s AND "
+                    "end_offsets IS NOT NULL ORDER BY committed_at DESC, batch_id DESC LIMIT 1"
+                ),
+                (pipeline,),
+            ).fetchone()
+        return row[0] if row else None
+
+    def totals(self, pipeline: str, batches: int) -> dict[str, Any]:
+        """Sums over the pipeline's most recent ``batches`` batches, and the newest one."""
+        with self.connect() as conn, conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
+            row = cur.execute(
+                self.q(
+                    """SELECT count(*) AS batches, sum(input_rows) AS input_rows,
+                        sum(late_rows) AS late_rows, max(committed_at) AS last_commit,
+                        now() AS now
+                    FROM (SELECT * FROM {s}.batches WHERE pipeline = %s
+                          ORDER BY committed_at DESC, batch_id DESC LIMIT %s) recent"""
+                ),
+                (pipeline, batches),
+            ).fetchone()
+        return dict(row or {})
+
+    def batch_ids(self, pipeline: str) -> dict[str, list[int]]:
+        """Every recorded batch id, by query id (each a checkpoint lineage)."""
+        out: dict[str, list[int]] = {}
+        with self.connect() as conn:
+            for query_id, batch_id in conn.execute(
+                self.q(
+                    "SELECT query_id, batch_id FROM {s}.batches WHERE pipeline = %s "
+                    "ORDER BY query_id, batch_id"
+                ),
+                (pipeline,),
+            ):
+                out.setdefault(query_id, []).append(int(batch_id))
+        return out
+
+    # -- dead letters ----------------------------------------------------------------
+
+    def insert_dead_letters(self, rows: Sequence[dict[str, Any]]) -> int:
+        """Dead letters into the store's table; a row already there (same Kafka
+        position) is kept. Returns how many were new."""
+        if not rows:
+            return 0
+        columns = [
+            "pipeline", "source", "reason", "topic", "partition", "offset",
+            "key", "value", "kafka_timestamp", "batch_id", "dead_lettered_at",
+            "header_keys", "header_values",
+        ]  # fmt: skip
+        statement = sql.SQL(
+            "INSERT INTO {t} ({cols}) VALUES ({vals}) ON CONFLICT DO NOTHING"
+        ).format(
+            t=sql.Identifier(self.schema, "dead_letters"),
+            cols=sql.SQL(", ").join(map(sql.Identifier, columns)),
+            vals=sql.SQL(", ").join(sql.Placeholder() * len(columns)),
+        )
+        inserted = 0
+        with self.connect() as conn, conn.cursor() as cur:
+            for row in rows:
+                headers = row.get("headers")
+                row = {
+                    **row,
+                    "header_keys": None if headers is None else [h["key"] for h in headers],
+                    "header_values": None if headers is None else [h["value"] for h in headers],
+                }
+                cur.execute(statement, [row[c] for c in columns])
+                inserted += cur.rowcount
+        return inserted
+
+
+def claim_checkpoint(checkpoint: str, name: str, fingerprint: str) -> None:
+    """Refuse a checkpoint another pipeline (or another spec of this name) started, else
+    mark it as this one's.
+
+    The marker (``flow-jobs-pipeline.json`` in the checkpoint) is written when a pipeline
+    first uses the location — an existing checkpoint without one is adopted — and moves
+    aside with the checkpoint on reset. A different pipeline name is refused; so is a
+    different fingerprint, which the ledger would have refused already unless the two
+    specs keep their ledgers apart (another state store URL or schema). Checkpoints that
+    are not on the local filesystem are not marked."""
+    if "://" in checkpoint and not checkpoint.startswith("file://"):
+        return
+    root = Path(checkpoint.removeprefix("file://")).resolve()
+    marker = root / CHECKPOINT_MARKER
+    try:
+        claimed = json.loads(marker.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        root.mkdir(parents=True, exist_ok=True)
+        mark = {"pipeline": name, "fingerprint": fingerprint,
+                "claimed_at": datetime.now(UTC).isoformat(timespec="seconds")}  # fmt: skip
+        marker.write_text(json.dumps(mark, indent=2) + "\n", encoding="utf-8")
+        return
+    owner, started_under = claimed.get("pipeline"), claimed.get("fingerprint")
+    if owner != name:
+        raise IncompatibleSpec(
+            f"pipeline {name}: checkpoint {root} belongs to pipeline {owner} (see its "
+            f"{CHECKPOINT_MARKER}); two pipelines cannot share a checkpoint. Give this "
+            "spec its own [checkpoint] location"
+        )
+    if started_under != fingerprint:
+        raise IncompatibleSpec(
+            f"pipeline {name}: checkpoint {root} was started under spec fingerprint "
+            f"{started_under}, this spec's is {fingerprint} (see its {CHECKPOINT_MARKER}): "
+            "another spec of the same name, or a changed spec with its ledger elsewhere. "
+            "Give this spec its own [checkpoint] location, or run "
+            f"`flow-jobs reset {name}` with the ledger that started it"
+        )
+
+
+def source_watermark_ms(
+    previous_ms: int | None, max_event_time_ms: int | None, lateness_ms: int
+) -> int | None:
+    """A source's watermark after a batch (epoch ms), the one rule the ledger and the
+    metrics share: its highest event time so far minus its lateness; it never moves
+    back, and a batch without an event time of the source leaves it where it was."""
+    candidate = None if max_event_time_ms is None else int(max_event_time_ms) - lateness_ms
+    return max((m for m in (previous_ms, candidate) if m is not None), default=None)
+
+
+def _epoch_ms(iso: str) -> int:
+    return round(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def _iso(epoch_ms: float) -> str:
+    return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).isoformat(timespec="milliseconds")

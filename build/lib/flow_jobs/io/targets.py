@@ -1,0 +1,385 @@
+"""Targets: where a micro-batch's rows land, each exactly once with its ledger row.
+
+* Delta: MERGE on the natural key with Delta's application transaction (app id = the
+  query, version = the batch id), then the ledger row. A replay after a crash finds the
+  transaction in the table and skips the MERGE; the ledger row is then written if the
+  crash came before it.
+* Postgres: upsert on the natural key and the ledger row in one Postgres transaction;
+  a batch whose ledger row exists is skipped. Output and ledger commit together.
+* Kafka: append-only. A batch whose ledger row exists is skipped; a crash after the
+  produce and before the ledger commit repeats the batch's rows (warned at start-up).
+
+Session windows emitted "current" (``Supersede``): a row also replaces its group's rows
+whose bounds it overlaps, in the same Delta commit or Postgres transaction. Kafka cannot
+delete, so that combination is refused in the spec.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from flow_jobs.io.delta import DeltaMergeTable, Supersede, TargetSchemaError
+from flow_jobs.io.state_store import BatchEntry, StateStore
+from flow_jobs.spec.models import DeltaTarget, KafkaTarget, PostgresTarget
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    skipped: bool  # the batch was already written (a replay)
+    inserted: int
+    updated: int
+    version: str | None  # Delta table version, Postgres transaction id, Kafka offsets
+    superseded: int = 0  # rows an overlapping session row replaced (Supersede)
+
+
+class BatchTarget(ABC):
+    kind: str
+
+    def __init__(self, description: str) -> None:
+        self.description = description
+        #: (window end column, time): a window ending at or before the time was written
+        #: complete by an earlier checkpoint lineage: insert it if absent, never update
+        #: it (a fresh lineage may have seen only part of its rows).
+        self.closed: tuple[str, datetime] | None = None
+        #: session windows emitted "current": what a row supersedes
+        self.supersede: Supersede | None = None
+
+    def protect_closed_windows(self, end_column: str, until: datetime) -> None:
+        self.closed = (end_column, until)
+
+    @abstractmethod
+    def ensure(self) -> None:
+        """Create the target if missing; refuse one whose columns differ."""
+
+    @abstractmethod
+    def write(self, rows: pa.Table, entry: BatchEntry, ledger: StateStore) -> WriteResult:
+        """Write one batch's rows and its ledger row, at most once per batch."""
+
+    def version(self) -> str | None:
+        return None
+
+    def close(self) -> None:  # noqa: B027 - optional hook; most targets hold no client
+        """Release clients at the end of a run."""
+
+
+class DeltaBatchTarget(BatchTarget):
+    kind = "delta"
+
+    def __init__(self, spec: DeltaTarget, table: DeltaMergeTable) -> None:
+        super().__init__(spec.path)
+        self.table = table
+
+    def ensure(self) -> None:
+        self.table.ensure()
+
+    def version(self) -> str | None:
+        return str(self.table.open().version())
+
+    def write(self, rows: pa.Table, entry: BatchEntry, ledger: StateStore) -> WriteResult:
+        app_id = f"flow-jobs/{entry.pipeline}/{entry.query_id}"
+        if rows.num_rows:
+            update_if = delete_if = None
+            if self.closed is not None:
+                column, until = self.closed
+                bound = f"'{until.astimezone(UTC).isoformat()}'"
+                update_if = f"s.`{column}` > {bound}"
+                delete_if = f"t.`{column}` > {bound}"
+            merged = self.table.merge(
+                rows,
+                txn=(app_id, entry.batch_id),
+                update_if=update_if,
+                supersede=self.supersede,
+                delete_if=delete_if,
+            )
+            result = WriteResult(
+                merged.skipped,
+                merged.inserted,
+                merged.updated,
+                str(merged.table_version),
+                merged.deleted,
+            )
+        else:
+            result = WriteResult(False, 0, 0, self.version())
+        entry.target_version, entry.replayed = result.version, result.skipped
+        with ledger.connect() as conn:
+            ledger.record_batch(conn, entry)
+        return result
+
+
+# Arrow -> Postgres column types for the tables we create. Lists become arrays, structs
+# and maps JSONB; anything else unknown is refused at start-up, not at the first batch.
+def postgres_type(t: pa.DataType) -> str:
+    if pa.types.is_timestamp(t):
+        return "timestamptz" if t.tz else "timestamp"
+    simple = [
+        (pa.types.is_boolean, "boolean"),
+        (pa.types.is_int8, "smallint"),
+        (pa.types.is_int16, "smallint"),
+        (pa.types.is_int32, "integer"),
+        (pa.types.is_int64, "bigint"),
+        (pa.types.is_float32, "real"),
+        (pa.types.is_float64, "double precision"),
+        (pa.types.is_decimal, "numeric"),
+        (pa.types.is_date, "date"),
+        (lambda x: pa.types.is_string(x) or pa.types.is_large_string(x), "text"),
+        (lambda x: pa.types.is_binary(x) or pa.types.is_large_binary(x), "bytea"),
+        (lambda x: pa.types.is_struct(x) or pa.types.is_map(x), "jsonb"),
+    ]
+    for test, name in simple:
+        if test(t):
+            return name
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        inner = postgres_type(t.value_type)
+        return "jsonb" if inner == "jsonb" else f"{inner}[]"
+    raise TargetSchemaError(f"no Postgres column type for Arrow type {t}")
+
+
+class PostgresBatchTarget(BatchTarget):
+    """Upsert into a table of the state store's database (so output and ledger share a
+    transaction). Created with the natural key as primary key; a key that can hold NULL
+    (outer-join sides, nullable group_by columns) gets ``UNIQUE NULLS NOT DISTINCT``
+    instead (PostgreSQL ≥ 15), so a NULL key is one key, as in the Delta MERGE."""
+
+    kind = "postgres"
+
+    def __init__(
+        self,
+        spec: PostgresTarget,
+        schema: pa.Schema,
+        natural_key: Sequence[str],
+        nullable_key: Sequence[str],
+        ledger: StateStore,
+    ) -> None:
+        super().__init__(spec.describe())
+        self.spec = spec
+        self.schema = schema
+        self.natural_key = list(natural_key)
+        self.nullable = bool(set(nullable_key) & set(natural_key))
+        self.ledger = ledger
+        self._table = sql.Identifier(spec.schema_name, spec.table)
+        self._json_columns = {f.name for f in schema if postgres_type(f.type) == "jsonb"}
+
+    def ensure(self) -> None:
+        columns = [sql.SQL("{} {}").format(sql.Identifier(f.name), sql.SQL(postgres_type(f.type)))
+                   for f in self.schema]  # fmt: skip
+        key = sql.SQL(", ").join(map(sql.Identifier, self.natural_key))
+        unique = "UNIQUE NULLS NOT DISTINCT ({})" if self.nullable else "PRIMARY KEY ({})"
+        constraint = sql.SQL(unique).format(key)
+        with self.ledger.connect() as conn:
+            conn.execute(
+                sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(
+                    sql.Identifier(self.spec.schema_name)
+                )
+            )
+            conn.execute(
+                sql.SQL("CREATE TABLE IF NOT EXISTS {} ({}, {})").format(
+                    self._table, sql.SQL(", ").join(columns), constraint
+                )
+            )
+            existing = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT column_name FROM information_schema.columns WHERE table_schema = %s "
+                    "AND table_name = %s ORDER BY ordinal_position",
+                    (self.spec.schema_name, self.spec.table),
+                )
+            ]
+        if existing != self.schema.names:
+            raise TargetSchemaError(
+                f"Postgres table {self.description} has columns ({', '.join(existing)}), but "
+                f"the pipeline writes ({', '.join(self.schema.names)}); write to a new table, "
+                "or migrate it"
+            )
+
+    def write(self, rows: pa.Table, entry: BatchEntry, ledger: StateStore) -> WriteResult:
+        names = self.schema.names
+        with ledger.connect() as conn:
+            if ledger.batch_recorded(conn, entry):
+                return WriteResult(True, 0, 0, None)
+            inserted = updated = superseded = 0
+            if rows.num_rows:
+                self._stage(conn, rows.select(names))
+                if self.supersede is not None:
+                    superseded = self._delete_superseded(conn, self.supersede)
+                inserted, updated = self._upsert(conn, names)
+            xid = conn.execute("SELECT pg_current_xact_id()::text").fetchone()
+            entry.target_version = xid[0] if xid else None
+            ledger.record_batch(conn, entry)
+        return WriteResult(False, inserted, updated, entry.target_version, superseded)
+
+    def _stage(self, conn: Any, rows: pa.Table) -> None:
+        """The batch's rows in a temporary table (``flow_batch``) of the transaction."""
+        names = rows.column_names
+        cols = sql.SQL(", ").join(map(sql.Identifier, names))
+        conn.execute(
+            sql.SQL(
+                "CREATE TEMP TABLE flow_batch ON COMMIT DROP AS SELECT {} FROM {} WITH NO DATA"
+            ).format(cols, self._table)
+        )
+        with conn.cursor().copy(sql.SQL("COPY flow_batch ({}) FROM STDIN").format(cols)) as copy:
+            for row in rows.to_pylist():
+                copy.write_row(
+                    [Jsonb(row[n]) if n in self._json_columns else row[n] for n in names]
+                )
+
+    def _delete_superseded(self, conn: Any, supersede: Supersede) -> int:
+        """Delete the rows the batch's rows supersede (before their upsert)."""
+        t, s = sql.Identifier("t"), sql.Identifier("s")
+        start, end = sql.Identifier(supersede.start), sql.Identifier(supersede.end)
+        conditions = [
+            sql.SQL("{}.{} IS NOT DISTINCT FROM {}.{}").format(t, sql.Identifier(c), s,
+                                                               sql.Identifier(c))
+            for c in supersede.group
+        ]  # fmt: skip
+        conditions += [
+            sql.SQL("{t}.{start} < {s}.{end} AND {t}.{end} > {s}.{start}").format(
+                t=t, s=s, start=start, end=end
+            ),
+            sql.SQL("NOT ({t}.{start} = {s}.{start} AND {t}.{end} = {s}.{end})").format(
+                t=t, s=s, start=start, end=end
+            ),
+        ]
+        if self.closed is not None:  # an earlier lineage's closed windows stay
+            column, until = self.closed
+            conditions.append(
+                sql.SQL("{}.{} > {}").format(t, sql.Identifier(column), sql.Literal(until))
+            )
+        deleted = conn.execute(
+            sql.SQL("DELETE FROM {} AS t USING flow_batch AS s WHERE {}").format(
+                self._table, sql.SQL(" AND ").join(conditions)
+            )
+        )
+        return deleted.rowcount
+
+    def _upsert(self, conn: Any, names: list[str]) -> tuple[int, int]:
+        cols = sql.SQL(", ").join(map(sql.Identifier, names))
+        values = [n for n in names if n not in self.natural_key]
+        only_open = sql.SQL("")
+        if self.closed is not None:
+            column, until = self.closed
+            only_open = sql.SQL(" WHERE EXCLUDED.{} > {}").format(
+                sql.Identifier(column), sql.Literal(until)
+            )
+        action = (
+            sql.SQL("DO UPDATE SET {}{}").format(
+                sql.SQL(", ").join(
+                    sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(n)) for n in values
+                ),
+                only_open,
+            )
+            if values
+            else sql.SQL("DO NOTHING")
+        )
+        results = conn.execute(
+            sql.SQL(
+                "INSERT INTO {t} ({cols}) SELECT {cols} FROM flow_batch "
+                "ON CONFLICT ({key}) {action} RETURNING (xmax = 0)"
+            ).format(
+                t=self._table,
+                cols=cols,
+                key=sql.SQL(", ").join(map(sql.Identifier, self.natural_key)),
+                action=action,
+            )
+        ).fetchall()
+        inserted = sum(1 for (new,) in results if new)
+        return inserted, len(results) - inserted
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    if isinstance(value, Decimal):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def to_json(value: Any) -> bytes:
+    return json.dumps(value, default=_json_value, separators=(",", ":")).encode()
+
+
+class KafkaBatchTarget(BatchTarget):
+    """JSON rows produced to a topic, keyed by the natural key (as a JSON array)."""
+
+    kind = "kafka"
+
+    def __init__(self, spec: KafkaTarget, natural_key: Sequence[str]) -> None:
+        super().__init__(spec.topic)
+        self.spec = spec
+        self.natural_key = list(natural_key)
+        self._producer: Any = None
+
+    def ensure(self) -> None:
+        from confluent_kafka import Producer
+
+        config = {
+            "bootstrap.servers": self.spec.bootstrap_servers,
+            "enable.idempotence": True,  # no duplicates from the producer's own retries
+            **{k: v.get_secret_value() for k, v in self.spec.client_config.items()},
+        }
+        self._producer = Producer(config)
+        log.warning(
+            "target kafka %s is append-only: a crash after a batch is produced and before "
+            "its ledger row commits repeats that batch's rows; consumers should dedupe "
+            "on the message key (the natural key)",
+            self.spec.topic,
+        )
+
+    def write(self, rows: pa.Table, entry: BatchEntry, ledger: StateStore) -> WriteResult:
+        with ledger.connect() as conn:
+            if ledger.batch_recorded(conn, entry):
+                return WriteResult(True, 0, 0, None)
+        errors: list[str] = []
+        last: dict[int, int] = {}
+
+        def delivered(err: Any, msg: Any) -> None:
+            if err is not None:
+                errors.append(str(err))
+            else:
+                last[msg.partition()] = max(last.get(msg.partition(), -1), msg.offset())
+
+        producer = self._producer
+        if self.closed is not None:  # an append-only topic cannot insert "if absent"
+            column, until = self.closed
+            bound = pa.scalar(until, rows.schema.field(column).type)
+            rows = rows.filter(pc.greater(rows.column(column), bound))
+        for row in rows.to_pylist():
+            key = to_json([row[c] for c in self.natural_key])
+            while True:
+                try:
+                    producer.produce(self.spec.topic, value=to_json(row), key=key,
+                                     on_delivery=delivered)  # fmt: skip
+                    break
+                except BufferError:  # the local queue is full: let deliveries drain it
+                    producer.poll(0.1)
+        remaining = producer.flush(60)
+        if errors or remaining:
+            raise RuntimeError(
+                f"kafka target {self.spec.topic}: batch {entry.batch_id} not fully delivered "
+                f"({len(errors)} errors, {remaining} pending): {errors[:3]}"
+            )
+        entry.target_version = json.dumps(last, sort_keys=True) if last else None
+        with ledger.connect() as conn:
+            ledger.record_batch(conn, entry)
+        return WriteResult(False, rows.num_rows, 0, entry.target_version)
+
+    def close(self) -> None:
+        if self._producer is not None:
+            self._producer.flush(30)
+            self._producer = None

@@ -1,0 +1,130 @@
+"""Count-based windows (seed 002, Quix Streams semantics), in an order no cut changes.
+
+A group's events are numbered 0, 1, 2, ... in their total order: event time, then
+Kafka position (``flow_jobs.plan.ordering``). Window ``k`` holds the events
+``[k * stride, k * stride + count - 1]``: tumbling has ``stride = count``, sliding
+``stride = 1``, hopping ``stride = step``. Its bounds are the event times of its first
+and last event, and ``window_index`` is ``k``.
+
+Numbering in arrival order (Quix Streams numbers a key's messages as its partition
+delivers them) would make the windows depend on how micro-batches interleave the
+partitions a key's events sit on. So an event takes its number only once no earlier
+event can still come: when Spark's watermark has reached its time (rows at or behind
+the watermark are late, taken out at the sources). Until then it is *pending*, in
+order among the other pending events. With ``time_mode = "processing"`` every event
+is numbered on arrival (its arrival time is the micro-batch's).
+
+``emit = "final"`` emits a window once its last event is numbered. ``emit = "current"``
+emits, on every micro-batch that brings a group events, each window holding one of
+them or after them, as it stands with the pending events in order (partial windows
+too); the target keeps one row per window index, its latest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from flow_jobs.operators.aggregators import Ranges
+from flow_jobs.operators.frame import EventFrame
+
+
+@dataclass
+class CountState:
+    #: events in total order from ``first_index`` on: the numbered events of windows not
+    #: complete yet, then the pending ones
+    frame: EventFrame
+    first_index: int  # the event number of frame row 0
+    numbered: int  # events numbered so far (their numbers: 0 .. numbered - 1)
+
+    def __setstate__(self, state: dict) -> None:
+        # State from before pending events (numbered on arrival) has every event numbered.
+        if "seen" in state:
+            state["numbered"] = state.pop("seen")
+        self.__dict__.update(state)
+
+    @property
+    def total(self) -> int:
+        return self.first_index + len(self.frame)
+
+    @property
+    def pending_times(self) -> np.ndarray:
+        return self.frame.t[self.numbered - self.first_index :]
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class Windows:
+    """Windows to emit: their indices and index ranges into ``frame``."""
+
+    frame: EventFrame
+    ks: np.ndarray
+    ranges: Ranges
+
+
+def _windows(frame: EventFrame, first_index: int, ks: np.ndarray, lo_hi: tuple) -> Windows:
+    lo, hi = lo_hi
+    return Windows(frame, ks, Ranges(lo - first_index, hi - first_index))
+
+
+def add(
+    state: CountState, new: EventFrame, count: int, stride: int, emit_current: bool
+) -> tuple[CountState, Windows | None]:
+    """Take a micro-batch's events of the group (sorted) in among the pending ones.
+    Returns the state and, for emit = current, the windows they changed."""
+    done = state.numbered - state.first_index
+    waiting = state.frame.slice(done)
+    combined = waiting.concat(new)
+    order = combined.order()
+    # A new event never goes before a numbered one: those are behind the watermark.
+    frame = state.frame.slice(0, done).concat(combined.take(order))
+    state = CountState(frame, state.first_index, state.numbered)
+    if not emit_current or not len(new):
+        return state, None
+    # The first position a new event took, and every window from there on.
+    position = state.numbered + int(np.argmax(order >= len(waiting)))
+    total = state.total
+    k_first = max(0, _ceil_div(position - count + 1, stride))
+    ks = np.arange(k_first, (total - 1) // stride + 1, dtype=np.int64)
+    lo = ks * stride
+    hi = np.minimum(lo + count, total) - 1
+    return state, _windows(frame, state.first_index, ks, (lo, hi))
+
+
+def number(
+    state: CountState, watermark_ms: int | None, count: int, stride: int
+) -> tuple[CountState, Windows]:
+    """Number the pending events the watermark has passed (all of them without one);
+    returns the state without what no window needs and the windows they completed."""
+    times = state.pending_times
+    # At or behind the watermark: a row as old arriving later is late (Spark's rule).
+    ready = (
+        len(times) if watermark_ms is None else int(np.searchsorted(times, watermark_ms, "right"))
+    )
+    before, after = state.numbered, state.numbered + ready
+    k_first = max(0, _ceil_div(before - count + 1, stride))
+    k_last = (after - count) // stride
+    ks = np.arange(k_first, max(k_first, k_last + 1), dtype=np.int64)
+    lo = ks * stride
+    complete = _windows(state.frame, state.first_index, ks, (lo, lo + count - 1))
+    # The first event an incomplete (or future) window needs.
+    keep_from = max(0, _ceil_div(after - count + 1, stride)) * stride
+    kept = CountState(state.frame.slice(keep_from - state.first_index), keep_from, after)
+    return kept, complete
+
+
+def open_windows(state: CountState, count: int, stride: int) -> Ranges:
+    """The windows holding the state's events, as they stand, as ranges into
+    ``state.frame``."""
+    total = state.total
+    if not len(state.frame):
+        return Ranges(np.empty(0, np.int64), np.empty(0, np.int64))
+    k_first = state.first_index // stride
+    ks = np.arange(k_first, (total - 1) // stride + 1, dtype=np.int64)
+    lo = ks * stride
+    hi = np.minimum(lo + count, total) - 1
+    return Ranges(lo - state.first_index, hi - state.first_index)

@@ -1,0 +1,110 @@
+"""Tumbling and hopping windows that reopen (``late_data = "reopen"``, seed 000).
+
+Spark's native window aggregation emits a window once, when the watermark passes its
+end (output mode append), or on every change while it is open (update); neither emits
+at the end *and again* each time a late row corrects a closed window. These windows
+therefore run on the arbitrary-state API, like sliding windows, and keep their events
+(every aggregator, first/last, distinct counts and collect included, is then computed
+exactly as for the other state-API windows).
+
+Windows are Spark's ``window()``: aligned to the epoch, ``[start, start + duration)``,
+one every ``hop`` (tumbling: ``hop = duration``); a window exists once a row falls in it.
+
+Spark's watermark ``W`` runs ``allowed_lateness_ms`` behind the pipeline's (the plan
+gives ``withWatermark`` the delay ``lateness_ms + allowed_lateness_ms``), so rows up to
+the allowed lateness still reach the operator, and rows behind ``W`` are dropped (and
+counted) at the sources like any late row. A window ``[s, e)`` of a group:
+
+* first emits, with revision 1, once ``W + allowed_lateness_ms >= e``: the pipeline's
+  watermark has passed its end, when ``late_data = "drop"`` would emit it;
+* re-emits, revision + 1, in every micro-batch that brings it rows after that;
+* leaves the state once ``W >= e`` (the pipeline's watermark is ``allowed_lateness_ms``
+  past its end): any row of it is then behind ``W``, so late.
+
+A group's state is its held windows with the revision each last emitted (0: not yet),
+and the events inside them, in (event time, arrival) order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from flow_jobs.operators.aggregators import Ranges
+from flow_jobs.operators.frame import EventFrame
+
+
+@dataclass(frozen=True)
+class Bounds:
+    duration_ms: int
+    hop_ms: int
+    allowed_lateness_ms: int
+
+
+@dataclass
+class ReopenState:
+    frame: EventFrame  # time-ordered events of the held windows
+    starts: np.ndarray  # int64, sorted: the held windows
+    revisions: np.ndarray  # int64: the revision each window last emitted, 0 = none yet
+
+
+def empty(frame: EventFrame) -> ReopenState:
+    return ReopenState(frame, np.empty(0, np.int64), np.empty(0, np.int64))
+
+
+def window_starts(t: np.ndarray, b: Bounds) -> np.ndarray:
+    """The distinct starts of every window holding one of the times ``t`` (epoch ms)."""
+    if not len(t):
+        return np.empty(0, np.int64)
+    last = t - np.mod(t, b.hop_ms)  # floor, also before the epoch
+    k = -(-b.duration_ms // b.hop_ms)
+    candidates = last[:, None] - b.hop_ms * np.arange(k, dtype=np.int64)[None, :]
+    inside = candidates + b.duration_ms > t[:, None]
+    return np.unique(candidates[inside])
+
+
+def add(state: ReopenState, new: EventFrame, b: Bounds) -> tuple[ReopenState, np.ndarray]:
+    """Buffer new events; returns the state and the indices (into its windows) of the
+    emitted windows they changed, whose revision this call bumps: they re-emit now."""
+    frame = state.frame.concat(new).time_ordered()
+    touched = window_starts(new.t, b)
+    starts = np.union1d(state.starts, touched)
+    revisions = np.zeros(len(starts), np.int64)
+    revisions[np.searchsorted(starts, state.starts)] = state.revisions
+    hit = np.searchsorted(starts, touched)
+    reopened = hit[revisions[hit] > 0]
+    revisions[reopened] += 1
+    return ReopenState(frame, starts, revisions), reopened
+
+
+def close(state: ReopenState, watermark_ms: int, b: Bounds) -> tuple[ReopenState, np.ndarray]:
+    """At Spark's watermark ``watermark_ms``: the indices of the windows that emit for
+    the first time (their revision set to 1), and the state without the windows
+    (and events) past their allowed lateness. The indices are into ``state``'s
+    windows, which keeps its events: compute the emitted rows from it."""
+    ends = state.starts + b.duration_ms
+    first = np.flatnonzero((state.revisions == 0) & (ends <= watermark_ms + b.allowed_lateness_ms))
+    state.revisions[first] = 1
+    held = ends > watermark_ms
+    starts, revisions = state.starts[held], state.revisions[held]
+    keep = np.flatnonzero(state.frame.t >= starts[0]) if len(starts) else np.empty(0, np.int64)
+    return ReopenState(state.frame.take(keep), starts, revisions), first
+
+
+def ranges(frame: EventFrame, starts: np.ndarray, b: Bounds) -> Ranges:
+    """Index ranges of windows ``[start, start + duration)`` in a time-ordered frame."""
+    return Ranges(
+        np.searchsorted(frame.t, starts, side="left").astype(np.int64),
+        (np.searchsorted(frame.t, starts + b.duration_ms, side="left") - 1).astype(np.int64),
+    )
+
+
+def next_timer(state: ReopenState, b: Bounds) -> int | None:
+    """The event-time timer for the lowest watermark at which ``close`` has something
+    to do for this group: Spark fires a timer once the watermark is *above* it."""
+    if not len(state.starts):
+        return None
+    ends = state.starts + b.duration_ms
+    due = np.where(state.revisions == 0, ends - b.allowed_lateness_ms, ends)
+    return int(due.min()) - 1

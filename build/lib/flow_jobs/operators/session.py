@@ -1,0 +1,83 @@
+"""Session windows on the state API: with emit = "current" (Spark refuses update mode
+for ``session_window``), or with an exact ``count_distinct`` (capped while open).
+
+A group's events, in time order, form sessions: an event joins the running session when
+it falls before the session's end (its last event + gap), as in Spark's
+``session_window``; a session is [first event, last event + gap). The state is the
+group's events in open sessions. With emit = "current" each micro-batch emits every
+session holding one of its new events, as it stands; a session closes once the
+watermark reaches its end, and its last emission is its final value (emit = "final":
+it is emitted then, once). No event at or behind the watermark reaches the operator
+(Spark drops it first), so a closed session never changes again.
+
+A session's bounds move while it is open: a new event extends its end, an earlier one
+moves its start, and one event can merge two sessions. Each emission therefore
+supersedes the group's rows whose bounds overlap it; the target deletes those
+(``flow_jobs.io.targets``: ``Supersede``), so the operator keeps no record of what it
+emitted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from flow_jobs.operators.aggregators import Ranges
+from flow_jobs.operators.frame import EventFrame
+
+
+@dataclass
+class SessionState:
+    frame: EventFrame  # events of the group's open sessions, in the total order
+
+
+def sessions(t: np.ndarray, gap_ms: int) -> Ranges:
+    """Index ranges of the sessions of time-ordered event times ``t``."""
+    if not len(t):
+        return Ranges(np.empty(0, np.int64), np.empty(0, np.int64))
+    breaks = np.flatnonzero(np.diff(t) >= gap_ms) + 1
+    lo = np.concatenate([[0], breaks]).astype(np.int64)
+    hi = np.concatenate([breaks - 1, [len(t) - 1]]).astype(np.int64)
+    return Ranges(lo, hi)
+
+
+def bounds(frame: EventFrame, w: Ranges, gap_ms: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each session's start and end (epoch ms)."""
+    return frame.t[w.lo], frame.t[w.hi] + gap_ms
+
+
+def add(state: SessionState, new: EventFrame, gap_ms: int) -> tuple[SessionState, Ranges]:
+    """Buffer new events; returns the state and the sessions holding a new event."""
+    combined = state.frame.concat(new)
+    order = combined.order()
+    frame = combined.take(order)
+    is_new = order >= len(state.frame)
+    w = sessions(frame.t, gap_ms)
+    # a session holds a new event iff the count of new events up to its end grows
+    seen = np.concatenate([[0], np.cumsum(is_new)])
+    touched = seen[w.hi + 1] > seen[w.lo]
+    return SessionState(frame), Ranges(w.lo[touched], w.hi[touched])
+
+
+def close(state: SessionState, watermark_ms: int, gap_ms: int) -> tuple[SessionState, Ranges]:
+    """The state without the sessions the watermark has reached (end <= watermark), and
+    those sessions (index ranges into ``state``'s frame: emit = "final" writes them)."""
+    w = sessions(state.frame.t, gap_ms)
+    _, ends = bounds(state.frame, w, gap_ms)
+    open_ = ends > watermark_ms
+    closed = Ranges(w.lo[~open_], w.hi[~open_])
+    if open_.all():
+        return state, closed
+    if not open_.any():
+        return SessionState(state.frame.slice(0, 0)), closed
+    # sessions are in time order and ends increase: the open ones are a suffix
+    return SessionState(state.frame.slice(int(w.lo[np.argmax(open_)]))), closed
+
+
+def next_timer(state: SessionState, gap_ms: int) -> int | None:
+    """Fires once the watermark reaches the first open session's end."""
+    w = sessions(state.frame.t, gap_ms)
+    if not len(w.lo):
+        return None
+    return int(state.frame.t[w.hi[0]]) + gap_ms - 1

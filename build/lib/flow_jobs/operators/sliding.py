@@ -1,0 +1,67 @@
+"""Sliding windows, per row (seed 002, Quix Streams semantics).
+
+Each distinct event time ``t`` of a group defines one window ``[t - duration, t]``,
+inclusive at both ends (its start clamped at 0, as Quix does), aggregating every event
+of the group inside it. No other window exists, so none is redundant. A window is
+final once the watermark passes ``t``: no event at or before ``t`` can still arrive.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from flow_jobs.operators.aggregators import Ranges
+from flow_jobs.operators.frame import EventFrame
+
+
+@dataclass
+class SlidingState:
+    frame: EventFrame  # time-ordered events a pending or future window may still need
+    pending: np.ndarray  # sorted distinct event times whose window is not emitted yet
+
+
+def add(state: SlidingState, new: EventFrame) -> tuple[SlidingState, np.ndarray]:
+    """Buffer new events; returns the state and the event times of new windows."""
+    frame = state.frame.concat(new).time_ordered()
+    fresh = np.setdiff1d(np.unique(new.t), state.pending, assume_unique=True)
+    return SlidingState(frame, np.union1d(state.pending, fresh)), fresh
+
+
+def ranges(frame: EventFrame, ends: np.ndarray, duration_ms: int) -> Ranges:
+    """Index ranges of the windows ending at ``ends`` in a time-ordered frame."""
+    starts = window_starts(ends, duration_ms)
+    return Ranges(
+        np.searchsorted(frame.t, starts, side="left").astype(np.int64),
+        (np.searchsorted(frame.t, ends, side="right") - 1).astype(np.int64),
+    )
+
+
+def window_starts(ends: np.ndarray, duration_ms: int) -> np.ndarray:
+    return np.maximum(ends - duration_ms, 0)
+
+
+def touched(pending: np.ndarray, new_times: np.ndarray, duration_ms: int) -> np.ndarray:
+    """Pending windows that contain at least one of ``new_times`` (for emit = current)."""
+    if not len(new_times) or not len(pending):
+        return pending[:0]
+    times = np.sort(new_times)
+    # a window [end - d, end] contains a new time iff the first time >= start is <= end
+    first = np.searchsorted(times, window_starts(pending, duration_ms), side="left")
+    inside = first < len(times)
+    inside[inside] = times[first[inside]] <= pending[inside]
+    return pending[inside]
+
+
+def close(
+    state: SlidingState, watermark_ms: int, duration_ms: int
+) -> tuple[SlidingState, np.ndarray]:
+    """Windows the watermark has passed, and the state without what no window needs."""
+    done = state.pending[state.pending < watermark_ms]
+    pending = state.pending[state.pending >= watermark_ms]
+    # Pending windows need events from their start on; windows of events still to come
+    # (at or after the watermark) need events from watermark - duration on.
+    horizon = min(int(pending[0]) if len(pending) else watermark_ms, watermark_ms) - duration_ms
+    keep = np.flatnonzero(state.frame.t >= horizon)
+    return SlidingState(state.frame.take(keep), pending), done

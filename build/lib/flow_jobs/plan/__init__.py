@@ -1,0 +1,1 @@
+"""Compile a spec into a streaming DataFrame: source, dead-letter tap, SQL pre-stage, window."""

@@ -1,0 +1,347 @@
+"""Compile a spec into one streaming DataFrame.
+
+sources -> dead-letter tap -> [SQL pre-stage with lookups] -> window
+sources -> dead-letter tap -> join [-> window, with chain = ["join", "window"]]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.errors import ParseException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.utils import AnalysisException
+
+from flow_jobs.io.dead_letters import DeadLetterTable
+from flow_jobs.io.kafka_source import idle_file, local_path
+from flow_jobs.plan.aggregations import AGGREGATORS
+from flow_jobs.plan.errors import PlanError
+from flow_jobs.plan.event_time import EventTime
+from flow_jobs.plan.joins import compile_join
+from flow_jobs.plan.lookups import Lookup, register_lookups
+from flow_jobs.plan.sources import (
+    SourceWatermark,
+    carried_by_sources,
+    compile_source,
+    divert_after_sql,
+    source_carries,
+)
+from flow_jobs.plan.windows import WINDOW_KINDS, CompiledWindow, compile_window
+from flow_jobs.spec.models import PipelineSpec
+
+
+@dataclass(frozen=True)
+class OperatorChoice:
+    """Which Spark operator a spec feature compiles to (printed by ``validate --plan``)."""
+
+    feature: str
+    operator: str
+
+
+@dataclass(frozen=True)
+class CompiledPipeline:
+    spec: PipelineSpec
+    frame: DataFrame
+    output_mode: str
+    operators: tuple[OperatorChoice, ...]
+    natural_key: tuple[str, ...]  # what the target MERGEs on
+    nullable_key: tuple[str, ...]  # natural-key columns that may hold NULL
+    lookups: tuple[Lookup, ...] = ()
+    #: where the run publishes idle sources for their readers (None: no idleness)
+    idle_file: str | None = None
+
+
+def compile_pipeline(
+    spark: SparkSession,
+    spec: PipelineSpec,
+    dead_letters: DeadLetterTable,
+    checkpoint: str | None = None,
+    per_source_watermarks: bool = True,
+) -> CompiledPipeline:
+    """Build the query; ``spark`` should be this pipeline's own session (temp views).
+    ``checkpoint`` is the query's: the sources read each batch's watermark from it.
+    ``per_source_watermarks = False`` takes the window's watermark after the SQL, as
+    before them (the fastest source's): ``make bench`` measures what they cost."""
+    if spec.transform.join is not None:
+        if spec.transform.join.late_data == "dlq":
+            _check_checkpoint_is_readable("transform.join.late_data", checkpoint)
+        return _compile_join_pipeline(spark, spec, dead_letters, checkpoint)
+    window = spec.window
+    event_time = EventTime.of_window(window)
+    # Late rows are taken out per row at the sources, before the SQL (plan.late_rows);
+    # arrival times are never late. Rows past a reopening window's allowed lateness are
+    # late like any other, and dropped.
+    timed = window.time_mode == "event"
+    late_data = ("drop" if window.reopens else window.late_data) if timed else None
+    per_source = timed and per_source_watermarks
+    watermark = _source_watermark(spark, spec, checkpoint) if per_source else None
+    views = {}
+    for i, source in enumerate(spec.sources):
+        view = views[source.name] = compile_source(
+            spark,
+            source,
+            i,
+            event_time,
+            spec.name,
+            dead_letters.tap(source.name),
+            late_data,
+            checkpoint,
+            watermark,
+        )
+        view.createOrReplaceTempView(source.name)
+    if late_data == "dlq":
+        _check_late_rows_reach_the_dead_letters(spec, views, checkpoint)
+    lookups = register_lookups(spark, spec.transform.lookups)
+    frame = _pre_stage(spark, spec)
+    if (
+        spec.transform.sql
+        and event_time.mode == "event"
+        and not carried_by_sources(event_time.column, views)
+    ):
+        # The SQL computes the event time: check it there (NULL, range, skew).
+        topics = tuple((s.topic, s.name) for s in spec.sources)
+        tap = dead_letters.tap("transform.sql", topics)
+        frame = divert_after_sql(frame, event_time, tap)
+    compiled = compile_window(
+        frame, window, spec.name, source_watermarks=watermark is not None, topics=_topics(spec)
+    )
+    idle = watermark.idle_file if watermark else None
+    return _windowed(spec, compiled, lookups, idle)
+
+
+def _source_watermark(
+    spark: SparkSession, spec: PipelineSpec, checkpoint: str | None
+) -> SourceWatermark | None:
+    """A watermark per source when every source carries the event-time column (the
+    pipeline's is then their minimum); None where ``[transform].sql`` computes it, and
+    the window takes one watermark after the SQL. Idleness matters only between sources:
+    with two or more, an idle one sends heartbeats (``flow_jobs.runtime.idleness``)."""
+    column = spec.window.event_time_column
+    if not all(source_carries(spark, s, column) for s in spec.sources):
+        return None
+    idle = idle_file(checkpoint) if checkpoint and len(spec.sources) > 1 else None
+    return SourceWatermark(spec.window.watermark_delay_ms, idle)
+
+
+def _check_late_rows_reach_the_dead_letters(
+    spec: PipelineSpec, views: dict[str, DataFrame], checkpoint: str | None
+) -> None:
+    """``late_data = "dlq"`` promises every late row in the dead letters: refuse a plan
+    where the sources cannot single them out (Spark would drop them, uncounted there)."""
+    column = spec.window.event_time_column
+    if not carried_by_sources(column, views):
+        raise PlanError(
+            "transform.window.late_data",
+            f'"dlq" finds late rows at the sources, before [transform].sql, but the event '
+            f"time {column!r} is computed in the SQL: take it from a source column, or use "
+            '"drop"',
+        )
+    _check_checkpoint_is_readable("transform.window.late_data", checkpoint)
+
+
+def _check_checkpoint_is_readable(key: str, checkpoint: str | None) -> None:
+    if checkpoint is not None and local_path(checkpoint) is None:
+        raise PlanError(
+            key,
+            f'"dlq" reads each micro-batch\'s watermark from the checkpoint, and '
+            f"{checkpoint} is not on a file system this process reads: use a local or "
+            'mounted checkpoint location, or "drop"',
+        )
+
+
+def _windowed(
+    spec: PipelineSpec,
+    compiled: CompiledWindow,
+    lookups: list[Lookup] | None = None,
+    idle: str | None = None,
+) -> CompiledPipeline:
+    """A windowed pipeline (over sources or a join): keyed by window and group."""
+    columns = compiled.frame.columns
+    assert columns == spec.output_columns(), (columns, spec.output_columns())
+    return CompiledPipeline(
+        spec,
+        compiled.frame,
+        compiled.output_mode,
+        _operators(spec),
+        tuple(spec.natural_key()),
+        tuple(spec.window.group_by),
+        tuple(lookups or ()),
+        idle,
+    )
+
+
+def _compile_join_pipeline(
+    spark: SparkSession,
+    spec: PipelineSpec,
+    dead_letters: DeadLetterTable,
+    checkpoint: str | None,
+) -> CompiledPipeline:
+    joined = compile_join(spark, spec, dead_letters, checkpoint)
+    if not spec.has_window:
+        return CompiledPipeline(
+            spec,
+            joined.frame.select(*joined.columns),
+            "append",
+            _operators(spec),
+            joined.natural_key,
+            joined.nullable_key,
+        )
+    window = spec.window
+    join = spec.transform.join
+    assert join is not None
+    # Only a preserved side's time is on every joined row (a NULL time would put a row
+    # in no window, silently): inner keeps both, left/right theirs, full neither.
+    preserved = {"inner": ("left", "right"), "left": ("left",), "right": ("right",)}
+    usable = {
+        name: hidden
+        for name, hidden in joined.side_times.items()
+        if any(hidden.endswith(f"_{side}_time") for side in preserved.get(join.how, ()))
+    }
+    time = usable.get(window.event_time_column)
+    if time is None and join.how == "full":
+        raise PlanError(
+            "transform.window.event_time_column",
+            "a window after a full outer join has no event time on every row (either side "
+            "may be missing); window a left or right join on its preserved side",
+        )
+    if time is None:
+        raise PlanError(
+            "transform.window.event_time_column",
+            f"{window.event_time_column!r}: a window after a join groups on one side's event "
+            f"time present on every row, the only times the join's watermarks follow; use "
+            f"one of {', '.join(sorted(usable))}",
+        )
+    return _windowed(spec, compile_window(joined.frame, window, spec.name, watermarked_time=time))
+
+
+def _topics(spec: PipelineSpec) -> tuple[str, ...]:
+    return tuple(s.topic for s in spec.sources)
+
+
+def _pre_stage(spark: SparkSession, spec: PipelineSpec) -> DataFrame:
+    sql = spec.transform.sql
+    if not sql:
+        return spark.table(spec.sources[0].name)
+    try:
+        frame = spark.sql(sql)
+    except (AnalysisException, ParseException) as e:
+        views = ", ".join(s.name for s in spec.sources)
+        raise PlanError("transform.sql", f"{e.getMessage()} (source views: {views})") from None
+    if not frame.isStreaming:
+        raise PlanError("transform.sql", "reads none of the source views; nothing would stream")
+    return frame
+
+
+_SOURCE_CHOICES = (
+    OperatorChoice(
+        "sources",
+        "Python data source flow_kafka (confluent-kafka), offsets in Spark's offset log; "
+        "JSON decoded by from_json (JVM)",
+    ),
+    OperatorChoice(
+        "bad records",
+        "Arrow UDF tap in the scan stage -> staged parquet -> Delta MERGE on "
+        "(source, topic, partition, offset)",
+    ),
+)
+
+
+def _operators(spec: PipelineSpec) -> tuple[OperatorChoice, ...]:
+    """Which Spark operator each spec feature compiles to, in pipeline order."""
+    join = spec.transform.join
+    pre_stage: tuple[OperatorChoice, ...] = ()
+    if join is not None:
+        lower, upper = join.bounds
+        pre_stage = (
+            OperatorChoice(
+                f"{join.how} join on {', '.join(join.left_keys)} = {', '.join(join.right_keys)}",
+                f"Spark stream-stream join (symmetric hash join), right time - left time in "
+                f"[{lower}, {upper}] ms; withWatermark({join.lateness_ms} ms) on each side "
+                "evicts state and releases outer rows; rows at or below the previous "
+                "batch's watermark are taken out at each side's source, per row, counted, "
+                "then "
+                + ("dead-lettered with their bytes" if join.late_data == "dlq" else "dropped"),
+            ),
+        )
+    else:
+        pre_stage = (
+            OperatorChoice(
+                "[transform].sql",
+                "Spark SQL over the source views" if spec.transform.sql else "(none)",
+            ),
+            *(
+                OperatorChoice(
+                    f"lookup {lookup.name} ({lookup.kind})",
+                    f"batch DataFrame, cached, re-read every {lookup.refresh_interval_ms} ms; "
+                    "a stream-static join in the SQL",
+                )
+                for lookup in spec.transform.lookups
+            ),
+        )
+    if not spec.has_window:
+        target = OperatorChoice(
+            f"target {spec.target.kind}",
+            "foreachBatch -> deltalake MERGE on the join keys, both event times and the row "
+            "id, txn (app id, batch id)",
+        )
+        return (*_SOURCE_CHOICES, *pre_stage, target)
+    return (*_SOURCE_CHOICES, *pre_stage, *_window_operators(spec))
+
+
+def _window_operators(spec: PipelineSpec) -> tuple[OperatorChoice, ...]:
+    w = spec.window
+    native = w.engine == "native"
+    late = (
+        "none: every row is stamped with its arrival time"
+        if w.time_mode == "processing"
+        else "withWatermark(event_time); rows at or below the previous batch's watermark "
+        "(Spark's late rule) are taken out at each source, per row, counted there "
+        "(observe), then "
+        + ("dead-lettered with their bytes" if w.late_data == "dlq" else "dropped")
+    )
+    emit = (
+        "output mode update: every trigger, the windows it changed"
+        if w.emit == "current"
+        else "output mode append: each window once, when it closes"
+    )
+    kind = WINDOW_KINDS[w.kind].compiles_to
+    lateness = f"lateness_ms = {w.lateness_ms}, late_data = {w.late_data}"
+    if spec.supersedes_sessions:
+        kind = "sessions on transformWithStateInPandas (event-time timers)"
+        emit += "; each row replaces the group's rows its bounds overlap (deleted in the MERGE)"
+    elif w.exact_distinct and w.kind in ("tumbling", "hopping", "session"):
+        kind = (
+            f"{w.kind} windows on transformWithStateInPandas (event-time timers): the exact "
+            "count_distinct set is capped while a window is open"
+        )
+    if w.reopens:
+        kind = f"{w.kind} windows on transformWithStateInPandas (event-time timers)"
+        lateness += f", allowed_lateness_ms = {w.allowed_lateness_ms}"
+        late = (
+            f"withWatermark(event_time, {w.watermark_delay_ms} ms = lateness + allowed "
+            "lateness); rows at or below the previous batch's watermark are taken out at "
+            "each source, per row, counted there (observe), then dropped"
+        )
+        emit = (
+            "output mode append: each window when the watermark + allowed_lateness_ms "
+            f"passes its end, then again ({w.revision_column} + 1) in each batch that "
+            "corrects it, until the watermark passes its end; the MERGE keeps the last"
+        )
+    return (
+        OperatorChoice(f"window kind = {w.kind}", kind),
+        OperatorChoice(lateness, late),
+        OperatorChoice(f"emit = {w.emit}", emit),
+        *(
+            OperatorChoice(
+                f"{a.as_} = {a.agg}({a.column or ''})",
+                AGGREGATORS[a.agg].native_form if native else AGGREGATORS[a.agg].state_form,
+            )
+            for a in w.aggregations
+        ),
+        OperatorChoice("state", "Spark state store (RocksDB provider) in the checkpoint"),
+        OperatorChoice(
+            f"target {spec.target.kind}",
+            f"foreachBatch -> deltalake MERGE on ({', '.join(spec.natural_key())}), "
+            "txn (app id, batch id)",
+        ),
+    )

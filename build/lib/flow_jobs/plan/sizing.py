@@ -1,0 +1,67 @@
+"""Seed 000's state sizing: an upper bound, warned about at start-up above 1 GB.
+
+    state ≈ active windows × max_groups_per_window × state per group
+
+Per-group state is what each aggregator keeps between micro-batches (a distinct-count
+sketch 2^precision bytes, an exact distinct set up to its cap, ...). Aggregators whose
+state grows with the window's rows (collect, reduce on native windows, and every
+aggregator of sliding and count windows, which keep the window's events) are sized by
+``rows_per_window``, which we cannot know: the estimate then says so.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from flow_jobs.spec.models import Aggregation, WindowSpec
+
+GB = 1 << 30
+_ROW_BYTES = 48  # a buffered value with its time and bookkeeping, as pickled
+
+
+@dataclass(frozen=True)
+class StateEstimate:
+    active_windows: int
+    groups: int
+    bytes_per_group: int
+    per_row: bool  # per-group state grows with the rows of a window
+
+    @property
+    def total(self) -> int:
+        return self.active_windows * self.groups * self.bytes_per_group
+
+    def describe(self) -> str:
+        rows = " per buffered row" if self.per_row else ""
+        return (
+            f"{self.active_windows} active windows x {self.groups:,} groups x "
+            f"{self.bytes_per_group:,} bytes{rows} = {self.total / GB:,.1f} GB"
+        )
+
+
+def _aggregation_bytes(a: Aggregation) -> int:
+    if a.agg == "count_distinct" and a.mode == "exact":
+        return 32 * (a.max_distinct_values_per_group or 0)
+    if a.agg == "count_distinct":
+        return 1 << a.precision
+    if a.agg in ("first", "last"):
+        return 32
+    return 16
+
+
+def estimate_state(window: WindowSpec) -> StateEstimate:
+    lateness = window.watermark_delay_ms  # a reopening window is held allowed_lateness_ms more
+    if window.kind == "tumbling":
+        duration = window.duration_ms or 1
+        active = math.ceil((duration + lateness) / duration)
+    elif window.kind == "hopping":
+        active = math.ceil(((window.duration_ms or 0) + lateness) / (window.hop_ms or 1))
+    else:
+        active = 1  # session, sliding and count windows: per-group state, sized per row
+    per_row = window.engine == "state" or any(
+        a.agg in ("collect", "reduce") for a in window.aggregations
+    )
+    per_group = sum(_aggregation_bytes(a) for a in window.aggregations)
+    if window.engine == "state":
+        per_group = _ROW_BYTES * (1 + len(window.aggregations))
+    return StateEstimate(active, window.max_groups_per_window, per_group, per_row)

@@ -1,0 +1,400 @@
+"""Sources: Kafka → decoded payload → event-time checks → dead-letter tap → SQL view.
+
+Each ``[[sources]]`` entry becomes a streaming DataFrame registered as a view under its
+name. What the view holds:
+
+* ``format = "json"``: the payload columns of the declared schema (decoded in bulk by
+  Arrow in the reader where the schema's types allow, ``decoder = "auto"``, and by
+  ``from_json`` in the JVM for every record Arrow rejects and every other schema:
+  ``flow_jobs.io.json_decode``), ``_event_ts`` (the Kafka timestamp; the arrival time in
+  processing-time mode) and ``_kafka`` (key, value, topic, partition, offset, timestamp);
+* ``format = "raw"``: key, value, topic, partition, offset, timestamp, ``_event_ts``.
+
+A record is dead-lettered here, with its original bytes and Kafka position, when its
+payload is NULL or empty, is not JSON matching the schema, or (when this source carries
+the window's event-time column) its event time is NULL, outside Spark's TIMESTAMP range,
+or further ahead of the micro-batch's processing time than ``max_event_time_skew_ms``.
+An event time computed by ``[transform].sql`` gets the same checks after the SQL
+(``divert_after_sql``), from the ``_kafka`` column the SQL keeps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.functions import arrow_udf
+from pyspark.sql.types import DataType, StructType
+from pyspark.sql.utils import AnalysisException
+
+from flow_jobs.io.dead_letter_tap import DeadLetterTap
+from flow_jobs.io.dead_letters import HEADERS_DDL, RECORD_DDL
+from flow_jobs.io.json_decode import arrow_schema
+from flow_jobs.io.kafka_source import (
+    CORRUPT_RECORD,
+    DECODED,
+    HEARTBEAT,
+    LATE_WATERMARK,
+    SOURCE_FORMAT,
+    UNDECODED,
+)
+from flow_jobs.plan.errors import PlanError
+from flow_jobs.plan.event_time import (
+    EPOCH_MILLIS_TYPES,
+    EventTime,
+    epoch_ms_out_of_range,
+    event_time_of,
+)
+from flow_jobs.plan.late_rows import LATE, late_condition, late_reason
+from flow_jobs.spec.models import EVENT_TS, KAFKA_COLUMN, KafkaSource
+
+_PAYLOAD = "__flow_payload"
+_CORRUPT = CORRUPT_RECORD  # the reader decodes into the same shape
+_REASON = "__flow_dead_letter_reason"
+_RECORD = "__flow_dead_letter_record"
+_HEADERS = "__flow_dead_letter_headers"
+_WATERMARKED = "__flow_source_watermark"
+
+RAW_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "headers", EVENT_TS)
+#: ``_kafka``: the record's position and bytes, so a row can still be dead-lettered after
+#: ``[transform].sql`` (value is pruned by the optimizer where nothing reads it).
+KAFKA_METADATA = ("key", "value", "topic", "partition", "offset", "timestamp", "headers")
+_RECORD_FIELDS = ("topic", "partition", "offset", "key", "value", "timestamp", "headers")
+
+Reason = tuple[Column, str | Column | None]  # (condition, the dead letter's reason)
+
+
+#: Prefix of the observable metrics each source view reports (``observedMetrics``).
+OBSERVED_PREFIX = "flow_source_"
+
+
+def read_kafka(
+    spark: SparkSession,
+    source: KafkaSource,
+    pipeline: str,
+    time_mode: str,
+    checkpoint: str | None = None,
+    idle_file: str | None = None,
+    json_schema: str | None = None,
+) -> DataFrame:
+    """The source's Kafka records; with ``json_schema`` (a payload ``StructType.json()``
+    Arrow decodes), their payloads decoded in the reader too."""
+    reader = (
+        spark.readStream.format(SOURCE_FORMAT)
+        .option("bootstrap_servers", source.bootstrap_servers)
+        .option("topic", source.topic)
+        .option("starting_offsets", source.starting_offsets)
+        .option("fail_on_data_loss", str(source.fail_on_data_loss).lower())
+        .option("retries", str(source.retries))
+        .option("retry_backoff_ms", str(source.retry_backoff_ms))
+        .option("time_mode", time_mode)
+        .option("group_id", f"flow-jobs-{pipeline}")
+        .option("source_name", source.name)
+    )
+    if checkpoint:  # the reader stamps each row with its batch's watermarks from it
+        reader = reader.option("checkpoint_location", checkpoint)
+    if idle_file:  # the source may send heartbeats (flow_jobs.runtime.idleness)
+        reader = reader.option("idle_file", idle_file)
+    if json_schema:
+        reader = reader.option("json_schema", json_schema)
+    if source.max_offsets_per_trigger:
+        reader = reader.option("max_offsets_per_trigger", str(source.max_offsets_per_trigger))
+    for key, secret in source.client_config.items():
+        reader = reader.option(f"kafka.{key}", secret.get_secret_value())
+    return reader.load()
+
+
+def dead_letter_filter(tap: DeadLetterTap) -> Column:
+    """A keep-flag column whose evaluation hands the rows it drops to the driver (see
+    io.dead_letter_tap)."""
+
+    @arrow_udf("boolean")  # type: ignore[call-overload]
+    def keep(reason: pa.Array, record: pa.Array, headers: pa.Array) -> pa.Array:
+        return tap.divert(reason, record, headers)
+
+    # Non-deterministic: the optimizer must neither drop, merge nor re-run this filter.
+    return keep.asNondeterministic()(F.col(_REASON), F.col(_RECORD), F.col(_HEADERS))
+
+
+def compile_source(
+    spark: SparkSession,
+    source: KafkaSource,
+    index: int,
+    event_time: EventTime,
+    pipeline: str,
+    tap: DeadLetterTap,
+    late_data: str | None = None,
+    checkpoint: str | None = None,
+    watermark: SourceWatermark | None = None,
+) -> DataFrame:
+    """The streaming view of one source, bad records already diverted; with
+    ``late_data`` ("drop" | "dlq"), late rows too (``flow_jobs.plan.late_rows``); with
+    ``watermark``, the source's own event-time watermark (``SourceWatermark``)."""
+    idle = watermark.idle_file if watermark else None
+    in_reader = None
+    if source.format == "json" and source.decoder == "auto":
+        declared = payload_schema(source, index)
+        in_reader = declared.json() if arrow_schema(declared.json()) is not None else None
+    frame = read_kafka(spark, source, pipeline, event_time.mode, checkpoint, idle, in_reader)
+    if source.format == "json":
+        frame, payload = _decode_json(frame, source, index, in_reader is not None)
+        view = [
+            *(F.col(f"{_PAYLOAD}.{f.name}").alias(f.name) for f in payload.fields),
+            F.col(EVENT_TS),
+            F.struct(*(F.col(c) for c in KAFKA_METADATA)).alias(KAFKA_COLUMN),
+        ]
+        reasons = _decode_reasons(index)
+    else:
+        payload = StructType()
+        view = [F.col(c) for c in RAW_COLUMNS]
+        reasons = []
+    reasons += _event_time_reasons(event_time, payload, index)
+    if reasons:  # a heartbeat row has no record: never a dead letter
+        frame = _divert(frame, [(F.col(HEARTBEAT).isNotNull(), None), *reasons], tap)
+    frame = frame.select(*view, F.col(LATE_WATERMARK), F.col(HEARTBEAT))
+    time = source_event_time(frame, event_time)
+    if time is None:  # the event time is made by [transform].sql: no per-source figures
+        return frame.where(F.col(HEARTBEAT).isNull()).drop(LATE_WATERMARK, HEARTBEAT)
+    # Spark's observable metrics on the source's rows, reported in the batch's progress:
+    # its highest event time (the ledger's per-source watermark), rows and late rows.
+    frame = frame.withColumn(LATE, late_condition(time) if late_data else F.lit(False))
+    frame = frame.observe(
+        f"{OBSERVED_PREFIX}{source.name}",
+        F.max(F.unix_millis(time)).alias("max_event_time_ms"),  # the JSON shows ms
+        F.count_if(F.col(HEARTBEAT).isNull()).alias("rows"),
+        F.count_if(F.col(LATE)).alias("late_rows"),
+    )
+    if late_data == "dlq":
+        reason = late_reason(time, event_time.column)
+        late = tap.late_rows()  # tapped apart: a dead_letter_topic may take them
+        frame = _divert(frame, [(F.col(LATE), reason)], late, record_fields(frame))
+    elif late_data == "drop":
+        frame = frame.where(~F.col(LATE))
+    frame = frame.drop(LATE, LATE_WATERMARK)
+    if watermark is None:  # no idle_file: the reader sends no heartbeat
+        return frame.drop(HEARTBEAT)
+    return watermark.apply(frame, time)
+
+
+@dataclass(frozen=True)
+class SourceWatermark:
+    """A source's own event-time watermark, taken before ``[transform].sql``.
+
+    Spark keeps one watermark per ``withWatermark`` node and closes windows at the lowest
+    of them (``spark.sql.streaming.multipleWatermarkPolicy`` = min, its default), so a
+    node per source makes the pipeline's watermark the minimum over its sources (seed
+    000), whatever the SQL does with their rows afterwards. The node watermarks a hidden
+    copy of the event time, dropped right after it: the user's column keeps its type, and
+    the window marks it as watermarked itself (``plan.event_time.with_event_time``), since
+    Spark refuses a second ``withWatermark`` downstream of these.
+
+    A heartbeat row (an idle source, ``flow_jobs.runtime.idleness``) carries no event
+    time, only the watermark its source must reach; it passes the node, which is all it
+    is for, and is filtered out right after it."""
+
+    lateness_ms: int
+    idle_file: str | None = None  # set: the source may send heartbeats
+
+    def apply(self, frame: DataFrame, time: Column) -> DataFrame:
+        delay = f"{self.lateness_ms} milliseconds"
+        if self.idle_file is None:  # one source: no heartbeat, nothing to filter
+            marked = frame.withColumn(_WATERMARKED, time).withWatermark(_WATERMARKED, delay)
+            return marked.drop(_WATERMARKED, HEARTBEAT)
+        lateness = F.expr(f"INTERVAL {self.lateness_ms} MILLISECONDS")
+        marked = F.coalesce(F.col(HEARTBEAT) + lateness, time)
+        return (
+            frame.withColumn(_WATERMARKED, marked)
+            .withWatermark(_WATERMARKED, delay)
+            # Non-deterministic (a partition id is never < 0), so the optimizer pushes no
+            # predicate of the SQL or the window below it: a heartbeat row must reach
+            # the node whatever the SQL filters, and no check meant for records (the
+            # window's NULL guard) may run on it.
+            .where(F.col(HEARTBEAT).isNull() | (F.spark_partition_id() < 0))
+            .drop(_WATERMARKED, HEARTBEAT)
+        )
+
+
+def source_carries(spark: SparkSession, source: KafkaSource, column: str) -> bool:
+    """Whether the source's view has the column ``column`` (read before the plan)."""
+    if column == EVENT_TS:
+        return True
+    if source.format != "json":
+        return column in RAW_COLUMNS
+    try:
+        schema = DataType.fromDDL(source.schema_ddl or "")
+    except Exception:  # compile_source reports the bad schema with its key
+        return False
+    return isinstance(schema, StructType) and column in schema.fieldNames()
+
+
+def source_event_time(view: DataFrame, event_time: EventTime) -> Column | None:
+    """The event time of a source view's rows, where the view carries its column."""
+    column = event_time.column
+    if column not in view.columns:
+        return None
+    try:
+        return event_time_of(F.col(column), view.schema[column].dataType, event_time.key, column)
+    except PlanError:
+        return None  # the operator reports the type error with its own key
+
+
+def payload_schema(source: KafkaSource, index: int) -> StructType:
+    """The declared payload schema of a JSON source (a ``PlanError`` if not valid DDL)."""
+    assert source.schema_ddl is not None
+    try:
+        schema = DataType.fromDDL(source.schema_ddl)
+    except Exception as e:  # ParseException, or not a struct
+        message = e.getMessage() if hasattr(e, "getMessage") else str(e)
+        raise PlanError(
+            f"sources[{index}].schema", f"not a valid Spark DDL schema: {message}"
+        ) from None
+    if not isinstance(schema, StructType):
+        raise PlanError(f"sources[{index}].schema", "not a valid Spark DDL schema: not a struct")
+    return schema
+
+
+def _decode_json(
+    frame: DataFrame, source: KafkaSource, index: int, in_reader: bool = False
+) -> tuple[DataFrame, StructType]:
+    """The frame with the payload struct ``_PAYLOAD``: ``from_json``'s, or the reader's
+    where it decoded the record (``in_reader``: ``_undecoded`` is FALSE) and ``from_json``
+    only for the rest; the CASE evaluates ``from_json`` for those rows alone."""
+    assert source.schema_ddl is not None
+    ddl = f"{source.schema_ddl.strip().rstrip(',')}, {_CORRUPT} STRING"
+    try:
+        payload = F.from_json(
+            F.col("value").cast("string"), ddl, {"columnNameOfCorruptRecord": _CORRUPT}
+        )
+        if in_reader:
+            payload = F.when(F.col(UNDECODED), payload).otherwise(F.col(DECODED))
+        decoded = frame.withColumn(_PAYLOAD, payload).drop(
+            *([DECODED, UNDECODED] if in_reader else [])
+        )
+        fields = decoded.schema[_PAYLOAD].dataType
+    except AnalysisException as e:
+        raise PlanError(
+            f"sources[{index}].schema", f"not a valid Spark DDL schema: {e.getMessage()}"
+        ) from None
+    assert isinstance(fields, StructType)
+    return decoded, StructType([f for f in fields.fields if f.name != _CORRUPT])
+
+
+def _decode_reasons(index: int) -> list[Reason]:
+    return [
+        (F.col("value").isNull(), "null payload (a tombstone)"),
+        (F.col(_PAYLOAD).isNull(), "empty payload"),
+        (
+            F.col(f"{_PAYLOAD}.{_CORRUPT}").isNotNull(),
+            f"malformed JSON: not an object matching sources[{index}].schema",
+        ),
+    ]
+
+
+def _event_time_reasons(settings: EventTime, payload: StructType, index: int) -> list[Reason]:
+    """Event-time checks, where this source carries the event-time column."""
+    if settings.mode == "processing":
+        return []  # the arrival time is never NULL nor in the future
+    name = settings.column
+    if name == EVENT_TS:
+        # The reader leaves a Kafka timestamp outside Spark's range NULL.
+        return time_reasons(F.col(EVENT_TS), name, settings.max_skew_ms, "absent or NULL")
+    if name not in payload.fieldNames():
+        return []  # produced by [transform].sql; checked after it (divert_after_sql)
+    raw = F.col(f"{_PAYLOAD}.{name}")
+    data_type = payload[name].dataType
+    event_time = event_time_of(raw, data_type, settings.key, f"{name} (sources[{index}].schema)")
+    reasons = []
+    if isinstance(data_type, EPOCH_MILLIS_TYPES):
+        reasons.append((epoch_ms_out_of_range(raw), out_of_range_reason(name)))
+    return reasons + time_reasons(event_time, name, settings.max_skew_ms, "absent or NULL")
+
+
+def out_of_range_reason(name: str) -> str:
+    return (
+        f"event time {name} is out of range: epoch milliseconds outside years 1-9999 "
+        "(a value in micro- or nanoseconds?)"
+    )
+
+
+def time_reasons(event_time: Column, name: str, skew: int, missing: str) -> list[Reason]:
+    """A NULL event time, and one too far ahead of the micro-batch's processing time."""
+    return [
+        (event_time.isNull(), f"missing event time: {name} is {missing}"),
+        (
+            F.unix_millis(event_time) > F.unix_millis(F.current_timestamp()) + F.lit(skew),
+            f"event time {name} is more than max_event_time_skew_ms={skew} ahead of "
+            "processing time",
+        ),
+    ]
+
+
+def carried_by_sources(name: str, views: dict[str, DataFrame]) -> bool:
+    """Whether a source view has the column ``name`` (already checked at the source)."""
+    return any(name in view.columns for view in views.values())
+
+
+def divert_after_sql(frame: DataFrame, settings: EventTime, tap: DeadLetterTap) -> DataFrame:
+    """Dead-letter the rows whose event time, computed by ``[transform].sql``, is NULL
+    (absent, unparsable, out of range) or too far in the future: with their bytes and
+    position from the ``_kafka`` column the SQL must keep (raw sources: the Kafka
+    columns). Without them a bad row could only fail the query (on every replay) or
+    vanish, so such a spec is refused."""
+    name = settings.column
+    if name not in frame.columns:
+        return frame  # with_event_time names the missing column
+    fields = record_fields(frame)
+    if fields is None:
+        raise PlanError(
+            "transform.sql",
+            f"the event time {name!r} is computed in the SQL, so a row whose value comes out "
+            f"NULL, unparsable or far in the future must be dead-lettered with its Kafka "
+            f'position: select {KAFKA_COLUMN} too (format = "raw": topic, partition, '
+            "offset, key, value, timestamp)",
+        )
+    data_type = frame.schema[name].dataType
+    event_time = event_time_of(F.col(name), data_type, settings.key, name)
+    reasons = []
+    if isinstance(data_type, EPOCH_MILLIS_TYPES):
+        reasons.append((epoch_ms_out_of_range(F.col(name)), out_of_range_reason(name)))
+    reasons += time_reasons(
+        event_time, name, settings.max_skew_ms, "NULL after [transform].sql (absent or unparsable)"
+    )
+    return _divert(frame, reasons, tap, fields)
+
+
+def record_fields(frame: DataFrame) -> dict[str, Column] | None:
+    """Where a frame's rows keep their Kafka bytes and position: the ``_kafka`` column
+    (JSON sources), the Kafka columns (raw sources), or nowhere (None)."""
+    if KAFKA_COLUMN in frame.columns:
+        return {c: F.col(f"{KAFKA_COLUMN}.{c}") for c in _RECORD_FIELDS}
+    if all(c in frame.columns for c in _RECORD_FIELDS if c != "headers"):
+        # a raw source's SQL may leave the headers out: the dead letter then has none
+        headers = F.col("headers") if "headers" in frame.columns else F.lit(None)
+        return {**{c: F.col(c) for c in _RECORD_FIELDS if c != "headers"}, "headers": headers}
+    return None
+
+
+def _divert(
+    frame: DataFrame,
+    reasons: list[Reason],
+    tap: DeadLetterTap,
+    fields: dict[str, Column] | None = None,
+) -> DataFrame:
+    reason: Column = F.lit(None).cast("string")
+    for condition, text in reversed(reasons):  # the first that holds; None: keep the row
+        value = F.lit(text).cast("string") if text is None or isinstance(text, str) else text
+        reason = F.when(condition, value).otherwise(reason)
+    fields = fields or {c: F.col(c) for c in _RECORD_FIELDS}
+    # Only bad rows carry their record (bytes, position, headers) into the Python tap.
+    bad = F.col(_REASON).isNotNull()
+    record = F.when(bad, F.struct(*(fields[c].alias(c) for c in _RECORD_FIELDS if c != "headers")))
+    headers = F.when(bad, F.to_json(fields["headers"].cast(HEADERS_DDL)))
+    return (
+        frame.withColumn(_REASON, reason)
+        .withColumn(_RECORD, record.cast(RECORD_DDL))
+        .withColumn(_HEADERS, headers)
+        .where(dead_letter_filter(tap))
+        .drop(_REASON, _RECORD, _HEADERS)
+    )

@@ -1,0 +1,134 @@
+"""Window operators: each kind a small named unit with the Spark operator it compiles to.
+
+Native kinds (tumbling, hopping, session) are Spark's ``window()`` / ``session_window()``
+grouping with a watermark: a JVM hash aggregation whose partial aggregates are shuffled
+and kept in the state store. ``window()`` aligns to the epoch and a row belongs to every
+window [start, end) that contains it (seed 000's hopping formula,
+``[event_ts − duration + hop, event_ts]``, misses the window that starts exactly
+``duration − hop`` before the row when ``hop`` does not divide the time since epoch;
+Spark's is right). A session is [first event, last event + gap).
+
+Sliding and count-based windows have no native form: they run on Spark's
+arbitrary-state API (``flow_jobs.plan.state_windows``), as do sessions with emit =
+"current" (Spark refuses update mode for ``session_window``) and windows that reopen.
+
+``emit = "final"`` is output mode append (a window once, when the watermark passes its
+end); ``emit = "current"`` is update (every trigger, the windows it changed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from flow_jobs.plan.aggregations import NativeWindow, aggregation_input, native_aggregate
+from flow_jobs.plan.errors import PlanError
+from flow_jobs.plan.event_time import EVENT_TIME, with_event_time
+from flow_jobs.plan.ordering import tie_break
+from flow_jobs.plan.state_windows import compile_state_window
+from flow_jobs.spec.models import WindowSpec
+
+_WINDOW = "__flow_window"
+
+
+@dataclass(frozen=True)
+class WindowKind:
+    name: str
+    compiles_to: str
+    window: Callable[[Column, WindowSpec], Column] | None = None  # native kinds only
+
+
+def _ms(value: int | None) -> str:
+    return f"{value} milliseconds"
+
+
+_TWS = "transformWithStateInPandas (event-time timers), state in the state store"
+WINDOW_KINDS: dict[str, WindowKind] = {
+    k.name: k
+    for k in (
+        WindowKind(
+            "tumbling",
+            "groupBy(window(event_time, duration)): native streaming aggregation",
+            lambda t, w: F.window(t, _ms(w.duration_ms)),
+        ),
+        WindowKind(
+            "hopping",
+            "groupBy(window(event_time, duration, hop)): native streaming aggregation",
+            lambda t, w: F.window(t, _ms(w.duration_ms), _ms(w.hop_ms)),
+        ),
+        WindowKind(
+            "session",
+            "groupBy(session_window(event_time, gap)): native session aggregation "
+            '(emit = "current": sessions on transformWithStateInPandas)',
+            lambda t, w: F.session_window(t, _ms(w.gap_ms)),
+        ),
+        WindowKind("sliding", f"per-row windows on {_TWS}"),
+        WindowKind("count_tumbling", "count windows on transformWithStateInPandas"),
+        WindowKind("count_hopping", "count windows on transformWithStateInPandas"),
+        WindowKind("count_sliding", "count windows on transformWithStateInPandas"),
+    )
+}
+
+
+@dataclass(frozen=True)
+class CompiledWindow:
+    frame: DataFrame
+    output_mode: str  # "append" | "update"
+
+
+def check_group_by(frame: DataFrame, window: WindowSpec) -> None:
+    for i, column in enumerate(window.group_by):
+        if column not in frame.columns:
+            raise PlanError(
+                f"transform.window.group_by[{i}]",
+                f"{column!r} is not a column of the window's input "
+                f"(columns: {', '.join(frame.columns)})",
+            )
+
+
+def compile_window(
+    frame: DataFrame,
+    window: WindowSpec,
+    pipeline: str,
+    watermarked_time: str | None = None,
+    source_watermarks: bool = False,
+    topics: Sequence[str] = (),
+) -> CompiledWindow:
+    """The windowed aggregation, with the output columns in the seed's order.
+    ``topics``: the pipeline's source topics (ties of equal event time follow their
+    Kafka position, ``flow_jobs.plan.ordering``)."""
+    check_group_by(frame, window)
+    mode = "update" if window.emit == "current" else "append"
+    if window.engine == "state":
+        state = compile_state_window(
+            frame, window, pipeline, watermarked_time, source_watermarks, topics
+        )
+        return CompiledWindow(state, mode)
+    timed = with_event_time(
+        frame, window, watermarked_time=watermarked_time, source_watermarks=source_watermarks
+    )
+    event_time = F.col(EVENT_TIME)
+    order = (event_time, *tie_break(frame, topics))
+    kind = WINDOW_KINDS[window.kind]
+    assert kind.window is not None
+    bounds = (F.col(f"{_WINDOW}.start"), F.col(f"{_WINDOW}.end"))
+    aggregates = [
+        native_aggregate(
+            aggregation_input(a, i, timed),
+            NativeWindow(order, bounds, tuple(window.group_by), pipeline),
+        )
+        for i, a in enumerate(window.aggregations)
+    ]
+    grouped = timed.groupBy(
+        kind.window(event_time, window).alias(_WINDOW), *(F.col(c) for c in window.group_by)
+    ).agg(*(c for a in aggregates for c in a.aggregates))
+    output = grouped.select(
+        bounds[0].alias(window.window_start_column),
+        bounds[1].alias(window.window_end_column),
+        *(F.col(c) for c in window.group_by),
+        *(c for a in aggregates for c in a.outputs),
+    )
+    return CompiledWindow(output, mode)

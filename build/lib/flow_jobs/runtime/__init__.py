@@ -1,0 +1,1 @@
+"""Run a compiled pipeline as a managed StreamingQuery."""

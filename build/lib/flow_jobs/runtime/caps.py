@@ -1,0 +1,120 @@
+"""``max_groups_per_window``: fail loud when a window's state holds too many groups.
+
+Spark's state store gives no per-window group count while a batch runs, so the check
+reads the committed state of the previous micro-batch with Spark's state data source
+(``format("statestore")``) at the start of the next one, and fails that batch (and so
+the query) with seed 000's message. It is gated on Spark's own ``numRowsTotal``: no
+window can hold more groups than the state holds rows, so until the state outgrows the
+cap the check costs nothing.
+
+Per kind, "groups per window" is:
+
+* tumbling / hopping: state rows sharing a window (they are keyed by window + group);
+* session, sliding, count-based, and tumbling / hopping that reopen (state-API
+  windows): these windows belong to one group each, so the cap bounds the groups
+  holding open windows; the message names the span they cover.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from flow_jobs.operators.processor import STATE_VARIABLE
+from flow_jobs.runtime.reports import JOIN_OPERATOR, Progress, window_state_rows
+from flow_jobs.spec.models import PipelineSpec
+
+
+class WindowStateCapHit(RuntimeError):
+    """A window's state reached max_groups_per_window (seed 000: fail loud)."""
+
+
+def _iso(value: datetime | None) -> str:
+    if value is None:
+        return "?"
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+class GroupCap:
+    def __init__(self, spark: SparkSession, spec: PipelineSpec, checkpoint: str) -> None:
+        self.spark = spark
+        self.spec = spec
+        self.checkpoint = checkpoint
+        self.cap = spec.window.max_groups_per_window if spec.has_window else None
+        self._checked: set[int] = set()
+        self._operator_id: int | None = None
+
+    def check(self, progress: Progress | None) -> None:
+        """Raise WindowStateCapHit if the state after this batch breaks the cap."""
+        if self.cap is None or not progress or progress["batchId"] in self._checked:
+            return
+        batch = int(progress["batchId"])
+        self._checked.add(batch)
+        if window_state_rows(progress) <= self.cap:
+            return
+        hit = self._find(batch)
+        if hit is not None:
+            groups, start, end, closing = hit
+            raise WindowStateCapHit(
+                f"window state cap hit: max_groups_per_window={self.cap} reached on window "
+                f"[{_iso(start)}, {_iso(end)}{closing} for pipeline {self.spec.name} "
+                f"({groups} groups after micro-batch {batch})"
+            )
+
+    def _window_operator(self) -> int:
+        """The window's stateful operator id (a join before it has its own)."""
+        if self._operator_id is None:
+            operators = self.spark.read.format("state-metadata").load(self.checkpoint)
+            ids = [
+                r["operatorId"] for r in operators.collect() if r["operatorName"] != JOIN_OPERATOR
+            ]
+            self._operator_id = max(ids) if ids else 0
+        return self._operator_id
+
+    def _find(self, batch: int) -> tuple[int, Any, Any, str] | None:
+        reader = (
+            self.spark.read.format("statestore")
+            .option("batchId", batch)
+            .option("operatorId", self._window_operator())
+        )
+        kind = self.spec.window.kind
+        if self.spec.window.engine == "native" and kind in ("tumbling", "hopping"):
+            state = reader.load(self.checkpoint)
+            rows = (
+                state.groupBy(F.col("key.window").alias("w"))
+                .count()
+                .where(F.col("count") > self.cap)
+                .orderBy("w.start")
+                .limit(1)
+                .collect()
+            )
+            return (
+                (rows[0]["count"], rows[0]["w"]["start"], rows[0]["w"]["end"], ")")
+                if rows
+                else None
+            )
+        if kind == "session":
+            state = reader.load(self.checkpoint)
+            groups = [F.col(f"key.{c}") for c in self.spec.window.group_by] or [F.lit(0)]
+            row = state.select(
+                F.count_distinct(*groups).alias("groups"),
+                F.min("value.session_window.start").alias("start"),
+                F.max("value.session_window.end").alias("end"),
+            ).first()
+            closing = ")"
+        else:
+            state = reader.option("stateVarName", STATE_VARIABLE).load(self.checkpoint)
+            row = state.select(
+                F.count(F.lit(1)).alias("groups"),
+                F.timestamp_millis(F.min("value.span_start")).alias("start"),
+                F.timestamp_millis(F.max("value.span_end")).alias("end"),
+            ).first()
+            closing = "]"
+        if row is None or row["groups"] <= self.cap:
+            return None
+        return row["groups"], row["start"], row["end"], closing

@@ -1,0 +1,123 @@
+"""Read what Spark's checkpoint says about a micro-batch, before the batch commits.
+
+Spark writes ``offsets/<batch id>`` (the batch's end offsets per source and the
+watermark it runs under) before it runs the batch, so the sink can put them in the
+ledger row that commits with the batch's output. The file layout (a version line, a
+metadata line, then one line per source in plan order) is Spark's ``OffsetSeqLog``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shutil
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from flow_jobs.io.kafka_source import local_path
+from flow_jobs.spec.models import PipelineSpec
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class OffsetLogEntry:
+    offsets: dict[str, Any]  # source name -> {topic: {partition: offset}}
+    watermark: datetime | None  # the watermark the batch runs under
+
+
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def checkpoint_location(location: str) -> str:
+    """What Spark gets as ``checkpointLocation``: a URI (``s3a://``, ``abfss://``,
+    ``hdfs://``, ``file://``) as written, a plain path made absolute."""
+    if _URI.match(location):
+        return location
+    return str(Path(location).resolve())
+
+
+def _local(checkpoint: str) -> Path | None:
+    # Remote checkpoints: the ledger takes offsets from progress instead.
+    path = local_path(checkpoint)
+    return Path(path) if path is not None else None
+
+
+def read_offset_log(checkpoint: str, batch_id: int, spec: PipelineSpec) -> OffsetLogEntry | None:
+    root = _local(checkpoint)
+    if root is None or batch_id < 0:
+        return None
+    try:
+        lines = (root / "offsets" / str(batch_id)).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None  # purged (Spark keeps the last minBatchesToRetain) or not local
+    if len(lines) < 2:
+        return None
+    metadata = json.loads(lines[1])
+    by_topic = {s.topic: s.name for s in spec.sources}
+    offsets: dict[str, Any] = {}
+    for i, line in enumerate(lines[2:]):
+        if line.strip() in ("", "-"):
+            continue
+        value = json.loads(line)
+        # "_data_loss" (flow_jobs.io.kafka_source) rides beside the topic: kept, not a topic.
+        topics = [t for t in value if not t.startswith("_")] if isinstance(value, dict) else []
+        name = by_topic.get(topics[0]) if len(topics) == 1 else None
+        offsets[name or f"source{i}"] = value
+    mark = metadata.get("batchWatermarkMs")
+    watermark = datetime.fromtimestamp(mark / 1000, tz=UTC) if mark else None
+    return OffsetLogEntry(offsets, watermark)
+
+
+def describe_batch_in_flight(checkpoint: str, spec: PipelineSpec) -> str | None:
+    """The newest micro-batch that has offsets but no commit (the one a failure stopped),
+    as ``micro-batch N (source: topic[partition] first..last, ...)``; None if unknown."""
+    root = _local(checkpoint)
+    if root is None:
+        return None
+    try:
+        planned = [int(p.name) for p in (root / "offsets").iterdir() if p.name.isdigit()]
+    except OSError:
+        return None
+    if not planned:
+        return None
+    batch = max(planned)
+    if (root / "commits" / str(batch)).exists():
+        return None
+    end = read_offset_log(checkpoint, batch, spec)
+    if end is None:
+        return None
+    start = read_offset_log(checkpoint, batch - 1, spec)
+    ranges = []
+    for source, by_topic in end.offsets.items():
+        before = (start.offsets.get(source) or {}) if start else {}
+        for topic, by_partition in (by_topic or {}).items():
+            if not isinstance(by_partition, dict) or topic.startswith("_"):
+                continue
+            for partition, stop in sorted(by_partition.items(), key=lambda kv: int(kv[0])):
+                first = (before.get(topic) or {}).get(partition)
+                if first is not None and int(first) >= int(stop):
+                    continue  # nothing read from this partition
+                span = f"{first}..{int(stop) - 1}" if first is not None else f"..{int(stop) - 1}"
+                ranges.append(f"{source}: {topic}[{partition}] offsets {span}")
+    return f"micro-batch {batch} ({'; '.join(ranges) or 'no new offsets'})"
+
+
+def retire_checkpoint(checkpoint: str, state_version: int) -> str | None:
+    """Move a local checkpoint aside as ``<location>.v<N>-<UTC time>``; kept, not deleted."""
+    if "://" in checkpoint and not checkpoint.startswith("file://"):
+        raise ValueError(
+            f"checkpoint {checkpoint} is not on the local filesystem: move it aside yourself, "
+            "then run reset again"
+        )
+    path = Path(checkpoint.removeprefix("file://")).resolve()
+    if not path.exists():
+        return None
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    retired = path.with_name(f"{path.name}.v{state_version}-{stamp}")
+    shutil.move(str(path), str(retired))
+    log.info("checkpoint %s kept as %s", path, retired)
+    return str(retired)

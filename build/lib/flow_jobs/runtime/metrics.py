@@ -1,0 +1,149 @@
+"""Prometheus metrics from Spark's own progress events (a ``StreamingQueryListener``).
+
+Seed 000's five metrics, renamed ``flow_…`` and labelled by pipeline:
+
+* ``flow_windows_active``: state rows of the window operator after the last batch —
+  one per open (window, group): the windows still waiting for the watermark;
+* ``flow_windows_emitted_total``: rows written to the target (counted by the batch sink:
+  Spark reports no output rows for ``foreachBatch``; a skipped replay counts nothing);
+* ``flow_late_rows_total{source=…}``: rows behind the watermark, counted row by row at
+  each source (``flow_jobs.plan.late_rows``), dropped or dead-lettered; ``source=
+  "_operator"`` holds what Spark's operators dropped themselves (a join's late rows);
+* ``flow_state_groups_total``: state rows over every stateful operator (a join's
+  buffered rows included);
+* ``flow_watermark_seconds``: per source (its highest event time minus lateness, from
+  the observable metrics each source view reports) and ``source="_global"`` (Spark's
+  watermark).
+
+The listener runs in the driver (PySpark calls it from the JVM); ``serve`` starts the
+HTTP endpoint once per process.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import datetime
+from typing import Any
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, start_http_server
+from pyspark.sql.streaming import StreamingQueryListener
+
+from flow_jobs.io.state_store import source_watermark_ms
+from flow_jobs.runtime.reports import (
+    as_dict,
+    late_rows_by_source,
+    max_event_times,
+    state_rows,
+    watermark,
+    window_state_rows,
+)
+
+log = logging.getLogger(__name__)
+
+
+class FlowMetrics:
+    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
+        labels = ["pipeline"]
+        self.windows_active = Gauge(
+            "flow_windows_active", "open (window, group) state rows", labels, registry=registry
+        )
+        self.windows_emitted = Counter(
+            "flow_windows_emitted", "rows emitted to the target", labels, registry=registry
+        )
+        self.late_rows = Counter(
+            "flow_late_rows",
+            "rows behind the watermark, per source (dropped or dead-lettered)",
+            ["pipeline", "source"],
+            registry=registry,
+        )
+        self.state_groups = Gauge(
+            "flow_state_groups_total", "state rows over all operators", labels, registry=registry
+        )
+        self.watermark = Gauge(
+            "flow_watermark_seconds",
+            "event-time watermark, epoch seconds",
+            ["pipeline", "source"],
+            registry=registry,
+        )
+
+
+_metrics: FlowMetrics | None = None
+_served: set[int] = set()
+_lock = threading.Lock()
+
+
+def metrics() -> FlowMetrics:
+    global _metrics
+    with _lock:
+        if _metrics is None:
+            _metrics = FlowMetrics()
+        return _metrics
+
+
+def serve(port: int) -> None:
+    """Expose the default registry on ``port`` (once per process)."""
+    with _lock:
+        if port in _served:
+            return
+        start_http_server(port)
+        _served.add(port)
+    log.info("Prometheus metrics on http://0.0.0.0:%s/metrics", port)
+
+
+class MetricsListener(StreamingQueryListener):
+    """Feeds ``FlowMetrics`` from the progress of the named queries (pipelines)."""
+
+    def __init__(self, lateness_ms: dict[str, dict[str, int]]) -> None:
+        self.lateness_ms = lateness_ms  # pipeline -> source -> lateness
+        self.metrics = metrics()
+        self._source_marks: dict[tuple[str, str], int] = {}  # epoch ms
+        self._terminated: dict[str, threading.Event] = {}
+        self._terminated_lock = threading.Lock()
+
+    def _termination(self, query_id: str) -> threading.Event:
+        with self._terminated_lock:
+            return self._terminated.setdefault(query_id, threading.Event())
+
+    def delivered_termination(self, query_id: str, timeout_s: float) -> bool:
+        """Wait until Spark's listener bus has called ``onQueryTerminated`` for the query:
+        only then may the listener be removed and Python exit without the bus calling
+        into a Python side that is gone (a py4j trace on stderr at exit)."""
+        return self._termination(query_id).wait(timeout_s)
+
+    def onQueryStarted(self, event: Any) -> None:
+        pass
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        self._termination(str(event.id)).set()
+
+    def onQueryProgress(self, event: Any) -> None:
+        try:
+            self.record(as_dict(event.progress))
+        except Exception:  # a metrics bug must never fail the query
+            log.exception("metrics: cannot record progress")
+
+    def record(self, p: dict[str, Any]) -> None:
+        pipeline = p.get("name")
+        if pipeline not in self.lateness_ms:
+            return
+        m = self.metrics
+        m.windows_active.labels(pipeline).set(window_state_rows(p))
+        m.state_groups.labels(pipeline).set(state_rows(p))
+        for source, late in late_rows_by_source(p).items():
+            m.late_rows.labels(pipeline, source).inc(late)
+        mark = watermark(p)
+        if mark:
+            seconds = datetime.fromisoformat(mark.replace("Z", "+00:00")).timestamp()
+            m.watermark.labels(pipeline, "_global").set(seconds)
+        for source, latest in max_event_times(p).items():
+            key = (pipeline, source)
+            lateness = self.lateness_ms[pipeline].get(source, 0)
+            mark_ms = source_watermark_ms(self._source_marks.get(key), latest, lateness)
+            if mark_ms is None:
+                continue
+            self._source_marks[key] = mark_ms
+            m.watermark.labels(pipeline, source).set(mark_ms / 1000)

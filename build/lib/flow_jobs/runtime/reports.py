@@ -1,0 +1,82 @@
+"""Reading Spark's streaming progress reports: the one place that knows their fields.
+
+The progress tracker (logs, run summary, ledger), the metrics listener and the state
+cap all read the same report; these functions are what they read.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from flow_jobs.plan.sources import OBSERVED_PREFIX
+
+Progress = dict[str, Any]
+
+#: Spark's name for a stream-stream join's state operator; every other one is a window's.
+JOIN_OPERATOR = "symmetricHashJoin"
+
+
+def as_dict(report: Any) -> Progress:
+    """A ``StreamingQueryProgress`` (or an already-parsed report) as a dict."""
+    return json.loads(report.json) if hasattr(report, "json") else dict(report)
+
+
+#: Where Spark's operators dropped rows themselves (``numRowsDroppedByWatermark``: a
+#: join's, or a window's whose event time is computed in [transform].sql), the figure is
+#: theirs, under this name; it counts partial aggregates, not rows.
+OPERATOR_LATE = "_operator"
+
+
+def late_rows_by_source(progress: Progress) -> dict[str, int]:
+    """Late rows of the batch per source, row by row (counted at the sources, see
+    ``flow_jobs.plan.late_rows``), plus what Spark's operators dropped themselves."""
+    late = {
+        source: int(metrics.get("late_rows") or 0)
+        for source, metrics in source_metrics(progress).items()
+    }
+    dropped = sum(
+        int(op.get("numRowsDroppedByWatermark", 0)) for op in progress.get("stateOperators", [])
+    )
+    if dropped:
+        late[OPERATOR_LATE] = dropped
+    return late
+
+
+def late_rows(progress: Progress) -> int:
+    return sum(late_rows_by_source(progress).values())
+
+
+def state_rows(progress: Progress) -> int:
+    """State rows over every stateful operator (a join's buffered rows included)."""
+    return sum(int(op.get("numRowsTotal", 0)) for op in progress.get("stateOperators", []))
+
+
+def window_state_rows(progress: Progress) -> int:
+    """State rows of the window operators: one per open (window, group)."""
+    return sum(
+        int(op.get("numRowsTotal", 0))
+        for op in progress.get("stateOperators", [])
+        if op.get("operatorName") != JOIN_OPERATOR
+    )
+
+
+def watermark(progress: Progress) -> str | None:
+    return progress.get("eventTime", {}).get("watermark")
+
+
+def max_event_times(progress: Progress) -> dict[str, int | None]:
+    """Each source's highest event time in this batch, epoch ms (observed in its scan)."""
+    return {
+        source: metrics.get("max_event_time_ms")
+        for source, metrics in source_metrics(progress).items()
+    }
+
+
+def source_metrics(progress: Progress) -> dict[str, dict[str, Any]]:
+    """Each source view's observed metrics (``flow_jobs.plan.sources``), by source name."""
+    return {
+        name.removeprefix(OBSERVED_PREFIX): metrics or {}
+        for name, metrics in (progress.get("observedMetrics") or {}).items()
+        if name.startswith(OBSERVED_PREFIX)
+    }

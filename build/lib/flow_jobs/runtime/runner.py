@@ -1,0 +1,319 @@
+"""Run one pipeline as a managed streaming query: start, watch, stop gracefully."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import SparkSession
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.streaming import StreamingQuery
+
+from flow_jobs.io.dead_letters import DeadLetterTable, DeadLetterTopic
+from flow_jobs.io.delta import DeltaMergeTable, Supersede
+from flow_jobs.io.state_store import StateStore
+from flow_jobs.io.targets import (
+    BatchTarget,
+    DeltaBatchTarget,
+    KafkaBatchTarget,
+    PostgresBatchTarget,
+)
+from flow_jobs.plan.compile import CompiledPipeline, compile_pipeline
+from flow_jobs.plan.sizing import GB, estimate_state
+from flow_jobs.runtime.caps import GroupCap, WindowStateCapHit
+from flow_jobs.runtime.checkpoint import checkpoint_location, describe_batch_in_flight
+from flow_jobs.runtime.idleness import IdleSources, replay_targets
+from flow_jobs.runtime.metrics import MetricsListener, serve
+from flow_jobs.runtime.progress import ProgressTracker, RunSummary
+from flow_jobs.runtime.session import pipeline_session, refuse_unshared_paths, session_for
+from flow_jobs.runtime.sink import StopRequested, WindowBatchSink, last_progress
+from flow_jobs.secrets import redact
+from flow_jobs.spec.models import PipelineSpec, revealed
+
+log = logging.getLogger(__name__)
+
+_PYTHON_ERROR = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception): ")
+_STREAM_FAILED = re.compile(r"^\[STREAM_FAILED\] Query \[[^]]*\] terminated with exception: ")
+
+
+class PipelineFailed(RuntimeError):
+    """The streaming query terminated with an error."""
+
+
+class PipelineRunner:
+    """One spec, one streaming query, one checkpoint."""
+
+    def __init__(
+        self,
+        spec: PipelineSpec,
+        spark: SparkSession | None = None,
+        stop_event: threading.Event | None = None,
+    ) -> None:
+        self.spec = spec
+        self.spark = pipeline_session(spark or session_for(spec.spark), spec.spark)
+        refuse_unshared_paths(spec, self.spark.sparkContext.master)
+        self.stop_event = stop_event or threading.Event()
+        self.checkpoint = checkpoint_location(spec.checkpoint_location())
+        self.dead_letters = DeadLetterTable(
+            spec.dead_letter_path(),
+            spec.name,
+            late_topic=DeadLetterTopic.of(spec),
+            storage_options=spec.dead_letter_storage_options(),
+        )
+        self.compiled: CompiledPipeline = compile_pipeline(
+            self.spark, spec, self.dead_letters, self.checkpoint
+        )
+        self.output_schema = to_arrow_schema(self.compiled.frame.schema, timezone="UTC")
+        self.ledger: StateStore | None = None  # opened by run(): validate needs none
+        self.sink: WindowBatchSink | None = None
+        self.progress: ProgressTracker | None = None  # live while run() runs
+
+    def _target(self, ledger: StateStore) -> BatchTarget:
+        target = self._open_target(ledger)
+        if self.spec.supersedes_sessions:
+            w = self.spec.window
+            target.supersede = Supersede(
+                tuple(w.group_by), w.window_start_column, w.window_end_column
+            )
+        return target
+
+    def _open_target(self, ledger: StateStore) -> BatchTarget:
+        target, compiled = self.spec.target, self.compiled
+        if target.kind == "postgres":
+            return PostgresBatchTarget(
+                target, self.output_schema, compiled.natural_key, compiled.nullable_key, ledger
+            )
+        if target.kind == "kafka":
+            return KafkaBatchTarget(target, compiled.natural_key)
+        table = DeltaMergeTable(
+            target.path,
+            self.output_schema,
+            compiled.natural_key,
+            nullable_key=compiled.nullable_key,
+            storage_options=revealed(target.storage_options),
+        )
+        return DeltaBatchTarget(target, table)
+
+    def run(self, available_now: bool = False) -> RunSummary:
+        """Process until the input is drained (``available_now``) or a stop is requested.
+        One run per pipeline: refused (``PipelineBusy``) while another run or a reset
+        holds the pipeline's lock; this run holds it until it returns."""
+        ledger = self.ledger = StateStore.for_spec(self.spec)
+        with ledger.run_lock(self.spec.name, "run"):
+            return self._run(ledger, available_now)
+
+    def _run(self, ledger: StateStore, available_now: bool) -> RunSummary:
+        # Refuses a checkpoint whose spec changed incompatibly (IncompatibleSpec).
+        state = ledger.open_pipeline(self.spec)
+        ledger.record_natural_key(self.spec.name, self.compiled.natural_key)
+        if self.spec.dead_letter.kind == "state_store":
+            self.dead_letters.store = ledger
+        target = self._target(ledger)
+        target.ensure()
+        self.dead_letters.ensure()
+        sink = self.sink = WindowBatchSink(
+            self.spec, target, self.dead_letters, ledger, self.checkpoint, state.state_version
+        )
+        estimate = estimate_state(self.spec.window) if self.spec.has_window else None
+        if estimate is not None and estimate.total > GB:
+            log.warning(
+                "%s: window state may reach %s (seed 000's upper bound; lower "
+                "max_groups_per_window, lateness_ms or hll_precision to reduce it)",
+                self.spec.name,
+                estimate.describe(),
+            )
+        for warning in self.spec.warnings():
+            log.warning("%s: %s", self.spec.name, warning)
+        caps = GroupCap(self.spark, self.spec, self.checkpoint)
+        for choice in self.compiled.operators:
+            log.debug("%s: %s -> %s", self.spec.name, choice.feature, choice.operator)
+        writer = (
+            self.compiled.frame.writeStream.queryName(self.spec.name)
+            .outputMode(self.compiled.output_mode)
+            .option("checkpointLocation", self.checkpoint)
+            .foreachBatch(sink)
+        )
+        if available_now:
+            # Our source pins its end offsets (SupportsTriggerAvailableNow), and Spark
+            # then runs the no-data batch that emits the windows the last watermark
+            # closed before it terminates.
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(
+                processingTime=f"{self.spec.runtime.trigger_interval_ms} milliseconds"
+            )
+
+        idle = self._idle_sources(available_now)
+        tracker = self.progress = ProgressTracker(
+            self.spec, sink.outcomes, ledger, state.state_version, idle
+        )
+        port = self.spec.runtime.metrics_port or int(os.environ.get("FLOW_METRICS_PORT") or 0)
+        if port:
+            try:
+                serve(port)
+            except OSError as e:  # metrics are an aid: never the reason a run fails
+                log.warning("%s: metrics not served on port %s: %s", self.spec.name, port, e)
+        listener = MetricsListener({self.spec.name: tracker.lateness_ms})
+        self.spark.streams.addListener(listener)
+        try:
+            query = writer.start()
+        except BaseException as e:
+            self._shut_down(e, [("close the target", target.close)])
+            self.spark.streams.removeListener(listener)
+            raise
+        tracker.query_id = str(query.id)
+        log.info(
+            "%s: started query %s (run %s), checkpoint %s, %s",
+            self.spec.name,
+            query.id,
+            query.runId,
+            self.checkpoint,
+            "available-now" if available_now else "continuous",
+        )
+        failure: BaseException | None = None
+        try:
+            sink.bind(query, caps.check)
+            ended_by = self._await(query, tracker, sink, available_now, idle)
+            caps.check(last_progress(query))  # the last batch has no next one to check it
+        except WindowStateCapHit as e:
+            failure = PipelineFailed(f"pipeline {self.spec.name} failed: {e}")
+            raise failure from e
+        except BaseException as e:
+            failure = e
+            raise
+        finally:
+            self._shut_down(
+                failure,
+                [
+                    ("stop the query", lambda: _stop(query)),
+                    ("read the last progress", lambda: tracker.poll(query)),
+                    ("close the target", target.close),
+                    ("release the progress listener", lambda: self._release(listener, query)),
+                ],
+            )
+        summary = tracker.summary(query.id, target.version(), ended_by)
+        log.info("%s", summary.describe())
+        return summary
+
+    def _shut_down(
+        self, failure: BaseException | None, steps: list[tuple[str, Callable[[], object]]]
+    ) -> None:
+        """Run every clean-up step. With a failure in flight, a step's own error is
+        logged and never replaces the original; otherwise the first one is raised."""
+        first: Exception | None = None
+        for what, step in steps:
+            try:
+                step()
+            except Exception as e:
+                if failure is None and first is None:
+                    first = e
+                else:
+                    log.warning("%s: could not %s: %s", self.spec.name, what, e)
+        if first is not None:
+            raise first
+
+    def _idle_sources(self, available_now: bool) -> IdleSources | None:
+        """Runs over several sources track idleness (runtime.idleness): by the clock in
+        continuous runs, by what each source has to read in a replay."""
+        path, window = self.compiled.idle_file, self.spec.transform.window
+        if path is None or window is None:
+            return None
+        names = [s.name for s in self.spec.sources]
+        if not available_now:
+            return IdleSources(path, names, window.watermark_delay_ms, window.source_idleness_ms)
+        idle = IdleSources(path, names, window.watermark_delay_ms, window.source_idleness_ms)
+        idle.publish_replay(replay_targets(self.spec, self.checkpoint))
+        return None  # nothing more to publish while it runs
+
+    def _release(self, listener: MetricsListener, query: StreamingQuery) -> None:
+        # Spark delivers listener events on its own thread: wait for this query's last
+        # one before removing the listener, so none reaches Python after it has gone.
+        if not listener.delivered_termination(str(query.id), _LISTENER_DRAIN_S):
+            log.debug("%s: no termination event within %ss", self.spec.name, _LISTENER_DRAIN_S)
+        self.spark.streams.removeListener(listener)
+
+    def _await(
+        self,
+        query: StreamingQuery,
+        tracker: ProgressTracker,
+        sink: WindowBatchSink,
+        available_now: bool,
+        idle: IdleSources | None = None,
+    ) -> str:
+        try:
+            while not query.awaitTermination(0.5):
+                tracker.poll(query)
+                if idle is not None:  # after the poll: it fed idle the new reports
+                    idle.publish()
+                # Between micro-batches on the driver: Spark plans a batch (cached lookups
+                # included) before its foreachBatch runs, so refreshes run on their own clock.
+                for lookup in self.compiled.lookups:
+                    lookup.refresh_if_due(self.spark)
+                if self.stop_event.is_set():
+                    log.info("%s: stop requested; finishing the batch in flight", self.spec.name)
+                    with _quiet_expected_stop(self.spark):
+                        sink.request_stop()
+                        query.stop()
+                    return "stopped on request"
+        except StreamingQueryException as e:
+            if self.stop_event.is_set() and StopRequested.__name__ in str(e):
+                return "stopped on request"
+            where = describe_batch_in_flight(self.checkpoint, self.spec)
+            at = f" in {where}" if where else ""
+            raise PipelineFailed(f"pipeline {self.spec.name} failed{at}: {_one_line(e)}") from e
+        return "input drained" if available_now else "query ended"
+
+
+#: How long a finished run waits for Spark to deliver the query's termination event.
+_LISTENER_DRAIN_S = 10.0
+
+
+@contextmanager
+def _quiet_expected_stop(spark: SparkSession) -> Iterator[None]:
+    """A batch that starts between the stop request and ``query.stop()`` is refused by
+    the sink (``StopRequested``, so its offsets are not committed); Spark would log that
+    expected end as "terminated with error" with a Python traceback. The run still sees
+    the exception (``_watch`` tells it from a real failure); only that log line goes,
+    while the query stops."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    name = "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution"
+    configurator = jvm.org.apache.logging.log4j.core.config.Configurator
+    before = jvm.org.apache.logging.log4j.LogManager.getLogger(name).getLevel()
+    configurator.setLevel(name, jvm.org.apache.logging.log4j.Level.OFF)
+    try:
+        yield
+    finally:
+        configurator.setLevel(name, before)
+
+
+def _stop(query: StreamingQuery) -> None:
+    if query.isActive:
+        query.stop()
+
+
+def _root_message(error: StreamingQueryException) -> str:
+    """The line a user needs: our own raised message, or the innermost Python error,
+    without Spark's wrapping (query ids, "An exception was raised by the Python Proxy")."""
+    text = error.getMessage() if hasattr(error, "getMessage") else str(error)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for line in lines:
+        if "[USER_RAISED_EXCEPTION]" in line or "cap hit:" in line:
+            return _unwrap(line)
+    python_errors = [line for line in lines if _PYTHON_ERROR.match(line)]
+    if python_errors:
+        return python_errors[-1]
+    return _unwrap(lines[0]) if lines else repr(error)
+
+
+def _one_line(error: StreamingQueryException) -> str:
+    return redact(_root_message(error))
+
+
+def _unwrap(line: str) -> str:
+    return _STREAM_FAILED.sub("", line)

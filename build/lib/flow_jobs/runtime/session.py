@@ -1,0 +1,212 @@
+"""SparkSession set-up: one shared session per process, one child session per pipeline."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import sys
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from pyspark import SparkContext
+from pyspark.sql import SparkSession
+
+from flow_jobs.io.kafka_source import KafkaDataSource
+from flow_jobs.io.lookup_sources import DeltaTableSource, PostgresTableSource
+from flow_jobs.plan.errors import PlanError
+from flow_jobs.runtime.pack import ARCHIVE_ALIAS, PYTHON_NAME
+from flow_jobs.spec.models import PipelineSpec, SparkSpec
+
+DATA_SOURCES = (KafkaDataSource, DeltaTableSource, PostgresTableSource)
+
+log = logging.getLogger(__name__)
+
+# py4j logs every JVM command with its arguments at DEBUG, Kafka client secrets passed as
+# reader options included: never below INFO, whatever the root logger's level (Dagster
+# can capture Python logs at DEBUG).
+logging.getLogger("py4j").setLevel(logging.INFO)
+
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+DEFAULT_CONF: dict[str, str] = {
+    # Timestamps are UTC instants everywhere: window bounds, Delta columns, logs.
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+}
+
+
+def register_sources(spark: SparkSession) -> None:
+    """Register flow-jobs' Python data sources with this session.
+
+    Seen with PySpark 4.2: ``newSession().dataSource.register`` answers "already exists"
+    (it reaches the parent's registration) while the child session's own manager does
+    not know the source, so we register with the session's manager directly.
+    """
+    from pyspark.sql.udf import _wrap_function
+
+    manager = spark._jsparkSession.sessionState().dataSourceManager()
+    sc = spark.sparkContext
+    jvm = sc._jvm
+    assert jvm is not None
+    for source in DATA_SOURCES:
+        if manager.dataSourceExists(source.name()):
+            continue
+        python_source = jvm.org.apache.spark.sql.execution.datasources.v2.python
+        builder = python_source.UserDefinedPythonDataSource(_wrap_function(sc, source))
+        manager.registerDataSource(source.name(), builder)
+
+
+#: An executor's PATH with an archive: its own ``bin`` first (relative: each executor
+#: unpacks the archive in its working directory), then the usual system folders.
+EXECUTOR_PATH = (
+    f"./{ARCHIVE_ALIAS}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+)
+
+
+def archive_conf(archive: str) -> dict[str, str]:
+    """The settings that ship ``flow-jobs pack``'s archive to executors and run their
+    Python workers from it.
+
+    PySpark's recipe sets ``PYSPARK_PYTHON=./environment/bin/python``; but the driver
+    starts Python workers too (to plan our Kafka data source, and to pre-initialize a
+    state-API processor), with the same executable, and would look for that relative
+    path in its own folder. So the executable is a name, ``flow-jobs-python``, which
+    Spark's JVMs resolve through their PATH: an executor's PATH starts with the unpacked
+    archive's ``bin`` (where ``flow-jobs pack`` put that name), the driver's with a
+    folder where it names this interpreter (``_driver_python_on_path``)."""
+    path = Path(archive).expanduser().resolve()
+    if not path.is_file():
+        raise PlanError(
+            "spark.archive", f"{archive!r}: no such file; build it with `flow-jobs pack`"
+        )
+    return {
+        "spark.archives": f"{path.as_uri()}#{ARCHIVE_ALIAS}",
+        "spark.executorEnv.PATH": EXECUTOR_PATH,
+    }
+
+
+def _driver_python_on_path() -> None:
+    """Name this interpreter ``flow-jobs-python`` on the PATH the driver's JVM starts
+    with, and make it the Python of Spark's workers (``PYSPARK_PYTHON``)."""
+    digest = hashlib.sha256(sys.executable.encode()).hexdigest()[:12]
+    folder = Path(tempfile.gettempdir()) / f"flow-jobs-{os.getuid()}" / digest
+    link = folder / PYTHON_NAME
+    # A script, not a symlink: Python finds its virtual environment (pyvenv.cfg) from
+    # the path it is started by, which must be the environment's own.
+    script = f'#!/bin/sh\nexec "{sys.executable}" "$@"\n'
+    if link.is_symlink() or not link.is_file() or link.read_text() != script:
+        folder.mkdir(parents=True, exist_ok=True)
+        staged = folder / f".{PYTHON_NAME}.{os.getpid()}"
+        staged.write_text(script)
+        staged.chmod(0o755)
+        os.replace(staged, link)  # atomic: a concurrent driver sees one or the other
+    path = os.environ.get("PATH", "")
+    if str(folder) not in path.split(os.pathsep):
+        os.environ["PATH"] = f"{folder}{os.pathsep}{path}"
+    os.environ["PYSPARK_PYTHON"] = PYTHON_NAME
+
+
+def build_spark_session(
+    master: str | None = None,
+    conf: Mapping[str, str] | None = None,
+    app_name: str = "flow-jobs",
+    archive: str | None = None,
+) -> SparkSession:
+    """The process's SparkSession (``getOrCreate``), with flow-jobs' defaults; with
+    ``archive`` (or ``FLOW_JOBS_SPARK_ARCHIVE``), executors run the packed environment."""
+    archive = archive or os.environ.get("FLOW_JOBS_SPARK_ARCHIVE") or None
+    if archive and SparkContext._active_spark_context is None:
+        _driver_python_on_path()
+    # Spark's Python workers run `python3` from PATH unless told otherwise; they need
+    # this interpreter's packages (pyarrow, confluent-kafka, flow_jobs).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app_name).master(
+        master or os.environ.get("FLOW_JOBS_SPARK_MASTER", "local[*]")
+    )
+    settings = {
+        **DEFAULT_CONF,
+        # Stateful queries fix their partition count in the checkpoint; a small
+        # default suits a few cores (set [spark] shuffle_partitions on a cluster).
+        "spark.sql.shuffle.partitions": str(max(2, os.cpu_count() or 2)),
+        **(archive_conf(archive) if archive else {}),
+        **(conf or {}),
+    }
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("FLOW_JOBS_SPARK_LOG_LEVEL", "WARN"))
+    register_sources(spark)
+    return spark
+
+
+#: SQL settings of every pipeline session, before the spec's [spark] conf. ANSI mode
+#: (Spark 4's default) turns one bad value in [transform].sql (a string that does not
+#: parse as a timestamp, a cast that does not fit) into a failed query, and the same
+#: offsets fail again on every restart: a poison pill. Without it the value is NULL,
+#: and a NULL event time is a dead letter (aggregates use try_sum / try_avg either way).
+PIPELINE_SQL_CONF: dict[str, str] = {
+    "spark.sql.ansi.enabled": "false",
+    # Plans (explain, the UI, errors) show data source options; every librdkafka client
+    # option (sasl.jaas.config, ssl.key.password, ...) is masked there, like URLs.
+    "spark.sql.redaction.options.regex": r"(?i)url|^kafka\.",
+}
+
+
+def pipeline_session(spark: SparkSession, spark_spec: SparkSpec) -> SparkSession:
+    """A child session: its own temp views and SQL conf, the shared SparkContext."""
+    session = spark.newSession()
+    register_sources(session)
+    conf = {**PIPELINE_SQL_CONF, **spark_spec.conf}
+    if spark_spec.shuffle_partitions:
+        conf["spark.sql.shuffle.partitions"] = str(spark_spec.shuffle_partitions)
+    for key, value in conf.items():
+        if session.conf.isModifiable(key):
+            session.conf.set(key, value)
+        elif spark.sparkContext.getConf().get(key) != value:
+            log.warning(
+                "[spark.conf] %s is a static setting and the SparkSession already runs; "
+                "it applies only when flow-jobs starts the session itself",
+                key,
+            )
+    return session
+
+
+def session_for(spark_spec: SparkSpec) -> SparkSession:
+    """The session the CLI uses: built from the spec's [spark] table."""
+    conf = dict(spark_spec.conf)
+    if spark_spec.shuffle_partitions:
+        conf["spark.sql.shuffle.partitions"] = str(spark_spec.shuffle_partitions)
+    return build_spark_session(spark_spec.master, conf, archive=spark_spec.archive)
+
+
+def refuse_unshared_paths(spec: PipelineSpec, master: str) -> None:
+    """On a cluster, refuse a spec whose executors would write or read a plain path.
+
+    Executors write the query's state under the checkpoint and read ``[[lookups]]``
+    Delta tables; a plain path there means each node's own disk, where state would
+    scatter and a restarted task would not find it. As a URI (``file:///`` for a mount
+    every node shares, ``hdfs://``, ``s3a://``) the spec says the storage is shared.
+    The target and the dead-letter table are written by the driver (dead letters reach
+    it with the micro-batch): any path works for them."""
+    if master.startswith("local"):
+        return
+    plain = [("checkpoint.location", spec.checkpoint_location())] + [
+        (f"transform.lookups.{lookup.name}.path", lookup.path)
+        for lookup in spec.transform.lookups
+        if lookup.path is not None
+    ]
+    for key, location in plain:
+        if "://" not in location:
+            raise PlanError(
+                key,
+                f"{location!r} is a plain path, and on a cluster (master {master}) "
+                "executors use it from their own machines; name storage every node "
+                "shares as a URI: file:///mnt/shared/... for a shared mount, hdfs://..., "
+                "s3a://...",
+            )

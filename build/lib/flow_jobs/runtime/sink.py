@@ -1,0 +1,183 @@
+"""The ``foreachBatch`` sink: run the micro-batch, commit its dead letters, write its rows
+and its ledger row (exactly once per batch: see ``flow_jobs.io.targets``)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pyspark.sql import DataFrame
+
+from flow_jobs.io.dead_letters import DeadLetterTable
+from flow_jobs.io.state_store import BatchEntry, StateStore
+from flow_jobs.io.targets import BatchTarget, WriteResult
+from flow_jobs.runtime.checkpoint import read_offset_log
+from flow_jobs.runtime.metrics import metrics
+from flow_jobs.runtime.reports import as_dict
+from flow_jobs.spec.models import PipelineSpec
+
+log = logging.getLogger(__name__)
+
+
+class StopRequested(RuntimeError):
+    """Raised into Spark when a batch starts after a graceful stop was requested.
+
+    The batch's offsets are in the offset log but not in the commit log, so the next
+    run replays it; nothing of it has been written.
+    """
+
+
+@dataclass(frozen=True)
+class BatchOutcome:
+    batch_id: int
+    output_rows: int
+    merge: WriteResult | None  # None: nothing to write
+    dead_lettered: int
+    seconds: float  # the whole call: running the micro-batch, then writing it
+    write_seconds: float  # of which writing: the target, the ledger and the dead letters
+
+
+class WindowBatchSink:
+    """Called by Spark for every micro-batch, on the driver."""
+
+    def __init__(
+        self,
+        spec: PipelineSpec,
+        target: BatchTarget,
+        dead_letters: DeadLetterTable,
+        ledger: StateStore,
+        checkpoint: str,
+        state_version: int,
+    ) -> None:
+        self.spec = spec
+        self.pipeline = spec.name
+        self.target = target
+        self.dead_letters = dead_letters
+        self.ledger = ledger
+        self.checkpoint = checkpoint
+        self.state_version = state_version
+        self.outcomes: dict[int, BatchOutcome] = {}
+        self._query_id: str | None = None
+        self._query: Any = None
+        self._before_batch: Callable[[dict[str, Any] | None], None] | None = None
+        self._bound = threading.Event()
+        self._writing = threading.Lock()
+        self._stopping = False
+
+    def bind(
+        self, query: Any, before_batch: Callable[[dict[str, Any] | None], None] | None = None
+    ) -> None:
+        """Attach the running query: its persistent id (new for each fresh checkpoint)
+        names the writer and keys the ledger; ``before_batch`` runs on the driver before
+        each batch, with the previous batch's progress (the state cap check), and fails
+        the batch by raising."""
+        try:
+            self._bind(query, before_batch)
+        finally:
+            self._bound.set()  # a batch waiting for it must not wait forever
+
+    def _bind(
+        self, query: Any, before_batch: Callable[[dict[str, Any] | None], None] | None
+    ) -> None:
+        self._query = query
+        self._before_batch = before_batch
+        if self.spec.has_window:
+            # A fresh checkpoint lineage (after a reset, or a lost checkpoint) may start
+            # where an earlier one's input is gone (retention, starting_offsets): the
+            # windows that lineage completed are never overwritten with partial ones.
+            until = self.ledger.earlier_lineages_watermark(self.pipeline, str(query.id))
+            if until is not None:
+                self.target.protect_closed_windows(self.spec.window.window_end_column, until)
+                log.info(
+                    "%s: a new checkpoint lineage; windows ending at or before %s (an "
+                    "earlier lineage's watermark) are inserted if absent, never updated",
+                    self.pipeline,
+                    until.isoformat(),
+                )
+        self._query_id = str(query.id)  # last: a batch runs only once all is set
+
+    @property
+    def query_id(self) -> str | None:
+        return self._query_id
+
+    def request_stop(self) -> None:
+        """Refuse new batches and wait until the one being written, if any, is done."""
+        self._stopping = True
+        with self._writing:
+            pass
+
+    def __call__(self, frame: DataFrame, batch_id: int) -> None:
+        if self._stopping:
+            raise StopRequested(f"batch {batch_id} not started: stop requested")
+        self._bound.wait()
+        if self._query_id is None:
+            raise RuntimeError(f"batch {batch_id} not started: the run failed to start")
+        with self._writing:
+            if self._stopping:
+                raise StopRequested(f"batch {batch_id} not started: stop requested")
+            if self._before_batch is not None:
+                self._before_batch(last_progress(self._query))
+            entry = BatchEntry(
+                pipeline=self.pipeline,
+                query_id=self._query_id,
+                batch_id=batch_id,
+                state_version=self.state_version,
+                started_at=datetime.now(UTC),
+                target_kind=self.target.kind,
+                target=self.target.description,
+            )
+            started = time.monotonic()
+            self.dead_letters.begin_batch()
+            # One action runs the whole micro-batch: the state store commits its new
+            # version and the dead-letter tap hands bad rows to the driver. It must run
+            # even when the batch was already written, or the next batch finds no state
+            # version.
+            rows = frame.toArrow()
+            computed = time.monotonic()
+            end = read_offset_log(self.checkpoint, batch_id, self.spec)
+            start = read_offset_log(self.checkpoint, batch_id - 1, self.spec)
+            if end is not None:
+                entry.end_offsets, entry.global_watermark = end.offsets, end.watermark
+                for source, offsets in end.offsets.items():
+                    if isinstance(offsets, dict) and offsets.get("_data_loss"):
+                        # Kept in the ledger row's end_offsets, with where reading resumed.
+                        log.warning(
+                            "%s: batch %s of source %s skipped lost offsets: %s",
+                            self.pipeline,
+                            batch_id,
+                            source,
+                            offsets["_data_loss"],
+                        )
+            if start is not None:
+                entry.start_offsets = start.offsets
+            # Dead letters first: their count goes into the ledger row.
+            dead = self.dead_letters.commit(batch_id)
+            entry.output_rows, entry.dead_lettered_rows = rows.num_rows, dead
+            entry.compute_ms = (computed - started) * 1000
+            written = self.target.write(rows, entry, self.ledger)
+            if not written.skipped:
+                try:
+                    metrics().windows_emitted.labels(self.pipeline).inc(rows.num_rows)
+                except Exception:  # a metrics bug never fails a batch already written
+                    log.exception("metrics: cannot count the windows emitted")
+            done = time.monotonic()
+            self.outcomes[batch_id] = BatchOutcome(
+                batch_id,
+                rows.num_rows,
+                written if rows.num_rows else None,
+                dead,
+                done - started,
+                done - computed,
+            )
+
+
+def last_progress(query: Any) -> dict[str, Any] | None:
+    report = query.lastProgress
+    if report is None:
+        return None
+    return as_dict(report)

@@ -1,0 +1,113 @@
+"""Spec fingerprints: which spec changes a checkpoint can resume under.
+
+Spark's checkpoint holds operator state laid out by the spec (window bounds, grouping
+columns, aggregation buffers, join keys) and offsets named by the sources. Resuming it
+under a spec that changes any of that either fails deep inside Spark or, worse, runs and
+writes wrong windows. The fingerprint covers every spec key that can do that; the state
+store keeps it per checkpoint generation and refuses a start whose fingerprint differs,
+naming the changed keys.
+
+It is a deny-list of *safe* keys, not an allow-list of dangerous ones: a key added to
+the spec later is fingerprinted until someone decides it is safe. Safe to change, and
+resumed under:
+
+* where things are written or read from: ``target``, ``dead_letter``, ``state_store``,
+  ``checkpoint``, sources' ``bootstrap_servers`` and ``client_config`` (same topic on
+  another address, credentials);
+* throughput and runtime knobs: ``spark``, ``runtime``, sources'
+  ``max_offsets_per_trigger``, ``fail_on_data_loss``, ``retries``, ``retry_backoff_ms``,
+  ``decoder`` (Arrow or ``from_json``: the same rows either way, proven by
+  ``tests/test_json_decode.py``);
+* ``starting_offsets``: only read by a fresh checkpoint;
+* caps and guards that fail or divert, never reshape state:
+  ``max_groups_per_window``, ``on_state_cap``, ``max_event_time_skew_ms``;
+* ``[[transform.lookups]]``: static tables are refreshable by design.
+
+A key added to the spec after checkpoints exist, whose default keeps what those
+checkpoints ran (``ADDED_KEYS``), is fingerprinted only when set to something else:
+upgrading flow-jobs must not refuse every existing checkpoint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from flow_jobs.spec.models import PipelineSpec
+
+SAFE_SOURCE_KEYS = frozenset(
+    {
+        "bootstrap_servers",
+        "client_config",
+        "max_offsets_per_trigger",
+        "fail_on_data_loss",
+        "retries",
+        "retry_backoff_ms",
+        "starting_offsets",
+        "decoder",
+    }
+)
+SAFE_OPERATOR_KEYS = frozenset({"max_groups_per_window", "on_state_cap", "max_event_time_skew_ms"})
+#: Keys added after checkpoints existed, with the default that changes nothing for them.
+ADDED_KEYS: dict[str, Any] = {
+    "transform.window.dead_letter_topic": None,
+    "transform.join.dead_letter_topic": None,
+    "transform.window.revision_column": "revision",
+    "transform.window.state_api": None,
+}
+
+
+def fingerprint_fields(spec: PipelineSpec) -> dict[str, Any]:
+    """The spec keys a checkpoint depends on, flattened to dotted names (defaults included,
+    so writing a default out explicitly is no change)."""
+    fields: dict[str, Any] = {}
+    for source in spec.sources:
+        dumped = source.model_dump(by_alias=True, mode="json")
+        for key, value in dumped.items():
+            if key not in SAFE_SOURCE_KEYS:
+                fields[f"sources.{source.name}.{key}"] = value
+    transform = spec.transform
+    fields["transform.sql"] = transform.sql
+    fields["transform.chain"] = transform.chain
+    for part in ("window", "join"):
+        model = getattr(transform, part)
+        if model is None:
+            fields[f"transform.{part}"] = None
+            continue
+        for key, value in model.model_dump(by_alias=True, mode="json").items():
+            if key in SAFE_OPERATOR_KEYS:
+                continue
+            if key == "aggregations":
+                for agg in value:
+                    for k, v in agg.items():
+                        fields[f"transform.window.aggregations.{agg['as']}.{k}"] = v
+            else:
+                fields[f"transform.{part}.{key}"] = value
+    window = transform.window
+    # Not a spec key: where the window's state lives. A tumbling, hopping or session
+    # window with an exact count_distinct moved from Spark's aggregation to the state
+    # API (its cap is checked while open); a checkpoint of the former cannot resume there.
+    moved = (
+        window is not None
+        and window.kind in ("tumbling", "hopping", "session")
+        and window.engine == "state"
+        and not window.reopens
+    )
+    fields["transform.window.state_api"] = True if moved else None
+    return {k: v for k, v in fields.items() if k not in ADDED_KEYS or ADDED_KEYS[k] != v}
+
+
+def fingerprint_of(fields: dict[str, Any]) -> str:
+    canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def changed_fields(stored: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """``key: old -> new`` for each key that differs (added and removed keys included)."""
+    changes = []
+    for key in sorted(stored.keys() | current.keys()):
+        old, new = stored.get(key, "<absent>"), current.get(key, "<absent>")
+        if old != new:
+            changes.append(f"{key}: {json.dumps(old)} -> {json.dumps(new)}")
+    return changes
