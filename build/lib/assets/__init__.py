@@ -1,1 +1,0 @@
-"""Dagster assets built from pipeline specs (thin: they call flow_jobs)."""

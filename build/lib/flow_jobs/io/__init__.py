@@ -1,1 +1,0 @@
-"""Sources and sinks: the Kafka streaming source, the Delta MERGE writer, dead letters."""

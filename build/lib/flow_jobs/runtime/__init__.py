@@ -1,1 +1,0 @@
-"""Run a compiled pipeline as a managed StreamingQuery."""
