@@ -56,7 +56,8 @@ class Supersede:
 _UPSERT = "flow_upsert"
 
 
-def _quoted(column: str) -> str:
+def quoted(column: str) -> str:
+    """A column name as a DataFusion identifier."""
     # DataFusion folds unquoted identifiers to lower case; quote to keep "userId".
     return '"' + column.replace('"', '""') + '"'
 
@@ -102,9 +103,9 @@ class DeltaMergeTable:
 
     def _equal(self, columns: Sequence[str]) -> str:
         return " AND ".join(
-            f"(t.{_quoted(c)} IS NOT DISTINCT FROM s.{_quoted(c)})"
+            f"(t.{quoted(c)} IS NOT DISTINCT FROM s.{quoted(c)})"
             if c in self.nullable_key
-            else f"(t.{_quoted(c)} = s.{_quoted(c)})"
+            else f"(t.{quoted(c)} = s.{quoted(c)})"
             for c in columns
         )
 
@@ -195,7 +196,7 @@ class DeltaMergeTable:
             low, high = _timestamp_range(source.column(name))
             if low is None:
                 continue
-            bounds.append(f"t.{_quoted(name)} >= '{low}' AND t.{_quoted(name)} <= '{high}'")
+            bounds.append(f"t.{quoted(name)} >= '{low}' AND t.{quoted(name)} <= '{high}'")
         return _all(*bounds) if bounds else None
 
     def _supersede(
@@ -207,7 +208,7 @@ class DeltaMergeTable:
         update_if: str | None,
         delete_if: str | None,
     ) -> MergeResult:
-        start, end = _quoted(supersede.start), _quoted(supersede.end)
+        start, end = quoted(supersede.start), quoted(supersede.end)
         same = f"(t.{start} = s.{start} AND t.{end} = s.{end})"
         overlaps = f"(t.{start} < s.{end} AND t.{end} > s.{start})"
         group = self._equal(supersede.group)
@@ -227,7 +228,7 @@ class DeltaMergeTable:
                 source.append_column(_UPSERT, pa.array([False] * n)),
             ]
         )
-        columns = {_quoted(c): f"s.{_quoted(c)}" for c in self.schema.names}
+        columns = {quoted(c): f"s.{quoted(c)}" for c in self.schema.names}
         metrics = (
             table.merge(
                 doubled,
@@ -298,11 +299,6 @@ def query_delta(path: str, sql: str, storage_options: dict[str, str] | None = No
     (DataFusion), for an aggregate: only its result leaves delta-rs."""
     table = DeltaTable(path, storage_options=storage_options)
     return pa.table(QueryBuilder().register("t", table).execute(sql).read_all())
-
-
-def quoted(column: str) -> str:
-    """A column name as a DataFusion identifier."""
-    return _quoted(column)
 
 
 def _describe(schema: pa.Schema) -> str:
