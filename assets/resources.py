@@ -102,10 +102,18 @@ class PostgresStateStoreResource(ConfigurableResource):
     schema_name: str | None = None
 
     def store_for(self, spec: PipelineSpec) -> StateStore:
+        """The spec's store, migrated the first time this process asks for it (sensor
+        ticks and check runs do not re-run the migration each time)."""
         url = self.url or state_store_url(spec)
         store = StateStore(url, self.schema_name or state_store_schema(spec))
-        store.migrate()
+        if (url, store.schema) not in _MIGRATED:
+            store.migrate()
+            _MIGRATED.add((url, store.schema))
         return store
+
+
+#: (url, schema) of the stores this process has migrated.
+_MIGRATED: set[tuple[str, str]] = set()
 
 
 class DeltaTargetResource(ConfigurableResource):

@@ -40,7 +40,7 @@ def main() -> int:
     args = json.loads(sys.argv[1])
     from dagster import materialize
 
-    from assets.pipelines import pipeline_asset
+    from assets.asset import pipeline_asset
     from assets.resources import (
         DeltaTargetResource,
         KafkaResource,
@@ -48,12 +48,13 @@ def main() -> int:
         SparkResource,
     )
     from flow_jobs.runtime.session import build_spark_session
+    from flow_jobs.spec import load_spec
 
     conf = {"spark.executor.memory": "512m", "spark.executor.cores": "1"}
     spark = build_spark_session(args["master"], conf, archive=args["archive"])
     seen = executors_python(spark)
     result = materialize(
-        [pipeline_asset(Path(p)) for p in args["specs"]],
+        [pipeline_asset(load_spec(Path(p)), Path(p)) for p in args["specs"]],
         resources={
             "spark": SparkResource(
                 master=args["master"], archive=args["archive"], spark_config=conf

@@ -4,16 +4,54 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from assets.pipelines import asset_name
+from dagster import AssetKey
+
+from assets.naming import asset_name, code_version, dead_letter_key, topic_key
 from flow_jobs.spec import load_spec
+from flow_jobs.spec.models import PipelineSpec
 
 
 def test_definitions_has_one_asset_per_spec() -> None:
     import definitions
 
-    specs = sorted(Path(definitions.PIPELINES_DIR).glob("*.toml"))
-    keys = {k.to_user_string() for k in definitions.defs.resolve_asset_graph().get_all_asset_keys()}
-    assert keys == {asset_name(load_spec(p)) for p in specs}
+    specs = [load_spec(p) for p in sorted(Path(definitions.PIPELINES_DIR).glob("*.toml"))]
+    graph = definitions.defs.resolve_asset_graph()
+    topics = {topic_key(s) for spec in specs for s in spec.sources}
+    targets = {AssetKey(asset_name(spec)) for spec in specs}
+    dead = {dead_letter_key(spec) for spec in specs}
+    assert set(graph.get_all_asset_keys()) == topics | targets | dead
+    # The topics are external (nothing here materializes them), shared by the pipelines
+    # reading them (four read `clicks`), upstream of the target and its dead letters.
+    assert len(topics) < sum(len(spec.sources) for spec in specs)
+    for key in topics:
+        assert not graph.get(key).is_materializable
+    for spec in specs:
+        upstream = {topic_key(s) for s in spec.sources}
+        for key in (AssetKey(asset_name(spec)), dead_letter_key(spec)):
+            node = graph.get(key)
+            assert node.parent_keys == upstream
+            assert node.code_version == code_version(spec)
+        checks = {k.name for k in graph.get(AssetKey(asset_name(spec))).check_keys}
+        assert checks == {
+            "window_config_valid",
+            "watermark_lag",
+            "late_row_rate",
+            "natural_key_unique",
+            "target_fresh",
+        }
+
+
+def test_a_spec_change_changes_the_code_version(tmp_path: Path) -> None:
+    """The code version is the spec's fingerprint: a change the checkpoint depends on (a
+    window's length) shows in the UI; a knob it does not (a trigger's size) does not."""
+    shipped = Path(__file__).parent.parent / "pipelines" / "clicks_per_minute.toml"
+    spec = load_spec(shipped)
+    longer = spec.to_document()
+    longer["transform"]["window"]["duration_ms"] *= 2
+    knob = spec.to_document()
+    knob["sources"][0]["max_offsets_per_trigger"] = 7
+    assert code_version(PipelineSpec.model_validate(longer)) != code_version(spec)
+    assert code_version(PipelineSpec.model_validate(knob)) == code_version(spec)
 
 
 def test_the_deployment_variable_picks_the_resource_set() -> None:

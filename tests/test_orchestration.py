@@ -10,8 +10,10 @@ from typing import Any
 
 import pyarrow as pa
 from dagster import (
+    AssetChecksDefinition,
     AssetCheckSeverity,
     AssetKey,
+    AssetsDefinition,
     AssetSelection,
     DagsterEventType,
     DagsterInstance,
@@ -19,31 +21,32 @@ from dagster import (
     DagsterRunStatus,
     RunRequest,
     SkipReason,
+    build_schedule_context,
     build_sensor_context,
+    instance_for_test,
     materialize,
 )
 from deltalake import write_deltalake
 from pyspark.sql import SparkSession
 
-from assets.pipelines import (
-    PIPELINE_TAG,
-    asset_name,
+from assets.asset import pipeline_asset
+from assets.check_rules import (
     check_late_row_rate,
     check_natural_key_unique,
     check_target_fresh,
     check_watermark_lag,
     check_window_config,
-    pipeline_asset,
-    pipeline_checks,
-    pipeline_schedule,
-    pipeline_sensor,
 )
+from assets.checks import pipeline_checks
+from assets.naming import PIPELINE_TAG, asset_name, dead_letter_key
 from assets.resources import (
     DeltaTargetResource,
     KafkaResource,
     PostgresStateStoreResource,
     SparkResource,
 )
+from assets.schedules import MONITOR_TAG, monitoring_schedule, pipeline_schedule
+from assets.sensors import pipeline_sensor
 from flow_jobs.embedded.broker import EmbeddedBroker
 from flow_jobs.embedded.producer import Record
 from flow_jobs.io.delta import read_delta
@@ -84,6 +87,14 @@ def _resources() -> dict[str, Any]:
     }
 
 
+def _asset(spec_path: Path) -> AssetsDefinition:
+    return pipeline_asset(load_spec(spec_path), spec_path)
+
+
+def _checks(spec_path: Path) -> list[AssetChecksDefinition]:
+    return pipeline_checks(load_spec(spec_path), spec_path)
+
+
 def _ledger() -> StateStore:
     return StateStore(os.environ["FLOW_STATE_STORE_URL"], os.environ["FLOW_STATE_STORE_SCHEMA"])
 
@@ -98,13 +109,14 @@ def test_materialize_runs_the_pipeline_and_evaluates_its_checks(
         workdir, broker, topic, checks={"watermark_lag_max_s": 10**10, "target_fresh_max_s": 600}
     )
     spec = load_spec(spec_path)
-    result = materialize(
-        [pipeline_asset(spec_path), *pipeline_checks(spec_path)], resources=_resources()
-    )
+    result = materialize([_asset(spec_path), *_checks(spec_path)], resources=_resources())
     assert result.success
 
-    (materialization,) = result.asset_materializations_for_node(asset_name(spec))
-    meta = {k: v.value for k, v in materialization.metadata.items()}
+    by_key = {m.asset_key: m for m in result.asset_materializations_for_node(asset_name(spec))}
+    assert set(by_key) == {AssetKey(asset_name(spec)), dead_letter_key(spec)}
+    dead = {k: v.value for k, v in by_key[dead_letter_key(spec)].metadata.items()}
+    assert dead["dead_lettered_rows"] == 0
+    meta = {k: v.value for k, v in by_key[AssetKey(asset_name(spec))].metadata.items()}
     windows = read_delta(spec.target.path).num_rows
     assert meta["input_rows"] == len(events)
     assert meta["windows_emitted"] == windows > 0
@@ -132,11 +144,11 @@ def test_checks_fail_when_they_should(
     events = random_clicks(random.Random(9), 300, step_ms=200)
     send(broker.bootstrap_servers, topic, to_records(events))
     spec_path = _write_spec(workdir, broker, topic, checks={"late_row_rate_max": 0.0})
-    assert materialize([pipeline_asset(spec_path)], resources=_resources()).success
+    assert materialize([_asset(spec_path)], resources=_resources()).success
     # Then a row far behind the watermark that run left: dropped by the next run.
     late = {**events[0], "ts": events[0]["ts"] - 120_000}
     send(broker.bootstrap_servers, topic, [Record(to_records([late])[0].value, 0, b"x", 1)])
-    assert materialize([pipeline_asset(spec_path)], resources=_resources()).success
+    assert materialize([_asset(spec_path)], resources=_resources()).success
     spec, ledger = load_spec(spec_path), _ledger()
 
     # A stalled watermark (2023 data, default 15 min limit) fails watermark_lag.
@@ -175,7 +187,7 @@ def test_the_sensor_requests_one_run_per_set_of_new_offsets(
     events = random_clicks(random.Random(12), 200, step_ms=200)
     send(broker.bootstrap_servers, topic, to_records(events[:100]))
     spec_path = _write_spec(workdir, broker, topic)
-    sensor = pipeline_sensor(spec_path)
+    sensor = pipeline_sensor(load_spec(spec_path))
     resources = _resources()
     instance = DagsterInstance.ephemeral()
 
@@ -190,7 +202,7 @@ def test_the_sensor_requests_one_run_per_set_of_new_offsets(
     again, same = tick(cursor)  # the same offsets again: no second run
     assert isinstance(again, SkipReason) and same == cursor
 
-    assert materialize([pipeline_asset(spec_path)], resources=resources).success
+    assert materialize([_asset(spec_path)], resources=resources).success
     idle, idle_cursor = tick(cursor)  # the ledger has caught up: skip
     assert isinstance(idle, SkipReason) and "no offsets beyond" in (idle.skip_message or "")
     assert idle_cursor == cursor
@@ -213,7 +225,7 @@ def test_the_sensor_requests_no_run_while_one_is_in_progress(
     spec_path = _write_spec(workdir, broker, topic)
     spec = load_spec(spec_path)
     key = AssetKey(asset_name(spec))
-    sensor, resources = pipeline_sensor(spec_path), _resources()
+    sensor, resources = pipeline_sensor(load_spec(spec_path)), _resources()
     instance = DagsterInstance.ephemeral()
 
     def tick() -> RunRequest | SkipReason:
@@ -252,9 +264,7 @@ def test_a_run_of_a_busy_pipeline_fails_with_the_reason(
     spec_path = _write_spec(workdir, broker, topic)
     spec = load_spec(spec_path)
     with _ledger().run_lock(spec.name):  # as a run elsewhere holds it
-        result = materialize(
-            [pipeline_asset(spec_path)], resources=_resources(), raise_on_error=False
-        )
+        result = materialize([_asset(spec_path)], resources=_resources(), raise_on_error=False)
     assert not result.success
     (failure,) = [e for e in result.all_events if e.event_type == DagsterEventType.STEP_FAILURE]
     assert failure.step_failure_data is not None
@@ -270,11 +280,66 @@ def test_a_spec_schedule_becomes_a_dagster_schedule(tmp_path: Path) -> None:
     doc["orchestration"] = {"schedule": "*/5 * * * *", "sensor": False}
     path = tmp_path / "scheduled.toml"
     path.write_text(PipelineSpec.model_validate(doc).to_toml())
-    schedule = pipeline_schedule(path)
+    schedule = pipeline_schedule(load_spec(path))
     assert schedule is not None
     assert schedule.cron_schedule == "*/5 * * * *"
     assert schedule.execution_timezone == "UTC"
-    assert pipeline_schedule(_write_spec_plain(tmp_path)) is None
+    assert pipeline_schedule(load_spec(_write_spec_plain(tmp_path))) is None
+
+
+def test_the_monitoring_schedule_runs_its_checks_while_a_continuous_run_is_open(
+    tmp_path: Path,
+) -> None:
+    """A continuous run never materializes, so watermark_lag and target_fresh would never
+    run: the monitoring schedule requests a check-only run while one is open, else skips.
+    An available-now run of the pipeline, or a continuous one not started yet, or
+    another pipeline's, is no reason to."""
+    spec = load_spec(_write_spec_plain(tmp_path))
+    schedule = monitoring_schedule(spec)
+    assert schedule is not None and schedule.cron_schedule == "*/5 * * * *"
+    assert schedule.job.name == f"{asset_name(spec)}_monitor_job"
+    with instance_for_test() as instance:
+        _monitoring_ticks(spec, schedule, instance)
+    off = spec.model_copy(
+        update={"orchestration": spec.orchestration.model_copy(update={"monitor": False})}
+    )
+    assert monitoring_schedule(off) is None
+
+
+def _monitoring_ticks(spec: PipelineSpec, schedule: Any, instance: DagsterInstance) -> None:
+    name, key = asset_name(spec), AssetKey(asset_name(spec))
+
+    def add_run(status: DagsterRunStatus, mode: str | None, **fields: Any) -> str:
+        config = {"ops": {name: {"config": {"mode": mode}}}} if mode else {}
+        run = DagsterRun(job_name="__ASSET_JOB", status=status, run_config=config, **fields)
+        return instance.add_run(run).run_id
+
+    add_run(DagsterRunStatus.STARTED, "available_now", asset_selection=frozenset({key}))
+    add_run(DagsterRunStatus.STARTED, None, asset_selection=frozenset({key}))  # the default
+    add_run(DagsterRunStatus.NOT_STARTED, "continuous", asset_selection=frozenset({key}))
+    add_run(DagsterRunStatus.SUCCESS, "continuous", asset_selection=frozenset({key}))
+    other = frozenset({AssetKey("another")})
+    add_run(DagsterRunStatus.STARTED, "continuous", asset_selection=other)
+    assert isinstance(schedule(build_schedule_context(instance=instance)), SkipReason)
+
+    open_run = add_run(DagsterRunStatus.STARTED, "continuous", asset_selection=frozenset({key}))
+    request = schedule(build_schedule_context(instance=instance))
+    assert isinstance(request, RunRequest)
+    assert request.tags[MONITOR_TAG] == spec.name and request.tags["flow-jobs/run"] == open_run
+    assert PIPELINE_TAG not in request.tags  # it must not hold back the new-offsets sensor
+    selected = schedule.job.selection.resolve_checks(  # type: ignore[union-attr]
+        pipeline_definitions_graph(spec)
+    )
+    assert {c.name for c in selected} == {"watermark_lag", "target_fresh"}
+
+
+def pipeline_definitions_graph(spec: PipelineSpec) -> Any:
+    from dagster import Definitions
+
+    path, unset = Path("unused.toml"), {"spark": SparkResource(), "kafka": KafkaResource()}
+    unset.update(state_store=PostgresStateStoreResource(), delta=DeltaTargetResource())
+    assets, checks = [pipeline_asset(spec, path)], pipeline_checks(spec, path)
+    return Definitions(assets=assets, asset_checks=checks, resources=unset).resolve_asset_graph()
 
 
 def _write_spec_plain(tmp_path: Path) -> Path:
@@ -289,7 +354,7 @@ def test_checks_run_alone_without_materializing(
 ) -> None:
     send(broker.bootstrap_servers, topic, to_records(random_clicks(random.Random(2), 100)))
     spec_path = _write_spec(workdir, broker, topic)
-    asset, checks = pipeline_asset(spec_path), pipeline_checks(spec_path)
+    asset, checks = _asset(spec_path), _checks(spec_path)
     # Before any run: no ledger rows, so the ledger-based checks fail, and say why.
     result = materialize(
         [asset, *checks], resources=_resources(), selection=AssetSelection.all_asset_checks()

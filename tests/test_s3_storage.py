@@ -22,7 +22,8 @@ from dagster import EnvVar, asset, materialize
 from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import SparkSession
 
-from assets.pipelines import check_natural_key_unique, preview_rows
+from assets.check_rules import check_natural_key_unique
+from assets.metadata import preview_rows
 from assets.resources import (
     DeltaTargetResource,
     KafkaResource,

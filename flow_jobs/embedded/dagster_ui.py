@@ -60,7 +60,8 @@ def wait_for_repository(
 
 
 def launch_asset_run(port: int, repository: dict[str, Any], asset: str, mode: str) -> str:
-    """Materialize one asset (its checks included) in a run mode; the run id."""
+    """Materialize a pipeline's assets (its target ``asset`` and its dead letters, which
+    one step writes; its checks included) in a run mode; the run id."""
     launched = graphql(
         port,
         LAUNCH,
@@ -69,7 +70,7 @@ def launch_asset_run(port: int, repository: dict[str, Any], asset: str, mode: st
                 "repositoryLocationName": repository["location"]["name"],
                 "repositoryName": repository["name"],
                 "jobName": "__ASSET_JOB",
-                "assetSelection": [{"path": [asset]}],
+                "assetSelection": [{"path": [asset]}, {"path": [f"{asset}_dead_letters"]}],
             },
             "runConfigData": {"ops": {asset: {"config": {"mode": mode}}}},
             "mode": "default",

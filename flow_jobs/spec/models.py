@@ -23,6 +23,7 @@ from pydantic import (
     ConfigDict,
     Field,
     SecretStr,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -851,12 +852,17 @@ class OrchestrationSpec(SpecModel):
     #: a sensor that requests an available-now run when Kafka has new offsets.
     sensor: bool = True
     sensor_interval_s: Annotated[int, Field(ge=5)] = 30
+    #: a schedule that runs watermark_lag and target_fresh while a continuous run is open.
+    monitor: bool = True
+    monitor_schedule: str = "*/5 * * * *"
 
-    @field_validator("schedule")
+    @field_validator("schedule", "monitor_schedule")
     @classmethod
-    def _cron(cls, v: str | None) -> str | None:
+    def _cron(cls, v: str | None, info: ValidationInfo) -> str | None:
         if v is not None and not _is_cron(v):
-            raise ValueError(f"schedule = {v!r} is not a cron expression (e.g. '*/5 * * * *')")
+            raise ValueError(
+                f"{info.field_name} = {v!r} is not a cron expression (e.g. '*/5 * * * *')"
+            )
         return v
 
 

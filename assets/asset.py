@@ -1,0 +1,107 @@
+"""A pipeline as Dagster assets: its target and its dead-letter table, written by one
+step (the pipeline's run), downstream of its Kafka topics (external assets).
+
+The target's code version is the spec's fingerprint, so the UI shows a pipeline whose
+spec changed since its last materialization. Each asset is in a concurrency pool of its
+own (``flow-jobs/<name>``): an instance with ``concurrency: pools: default_limit: 1``
+queues a second run's step instead of starting it.
+"""
+
+from collections.abc import Iterator
+from pathlib import Path
+
+from dagster import (
+    AssetExecutionContext,
+    AssetKey,
+    AssetsDefinition,
+    AssetSpec,
+    MaterializeResult,
+    multi_asset,
+)
+
+from assets.metadata import run_metadata
+from assets.naming import (
+    asset_name,
+    code_version,
+    dead_letter_key,
+    pipeline_pool,
+    target_key,
+    topic_key,
+)
+from assets.resources import (
+    DeltaTargetResource,
+    KafkaResource,
+    PostgresStateStoreResource,
+    SparkResource,
+    apply_resources,
+)
+from assets.run import PipelineRunConfig, run_pipeline
+from flow_jobs.spec.models import PipelineSpec
+
+
+def topic_spec(key: AssetKey, readers: list[str]) -> AssetSpec:
+    """A Kafka topic as an external asset: Kafka holds it, nothing here writes it."""
+    return AssetSpec(
+        key,
+        description=f"Kafka topic {key.path[-1]}, read by {', '.join(readers)}",
+        group_name="kafka",
+        kinds={"kafka"},
+    )
+
+
+def pipeline_asset(spec: PipelineSpec, spec_path: Path) -> AssetsDefinition:
+    join = spec.transform.join
+    operator = f"{join.how} join" if join else f"{spec.window.kind} window"
+    topics = [topic_key(s) for s in spec.sources]
+    version = code_version(spec)
+    meta = {"spec": str(spec_path), "pipeline": spec.name, "fingerprint": version}
+    dead_kind = "delta" if spec.dead_letter.kind == "delta" else "postgres"
+    target, dead = target_key(spec), dead_letter_key(spec)
+
+    @multi_asset(
+        name=asset_name(spec),
+        specs=[
+            AssetSpec(
+                target,
+                deps=topics,
+                group_name="pipelines",
+                description=f"{spec.name}: {operator} over "
+                f"{', '.join(s.topic for s in spec.sources)} -> {spec.target.kind} "
+                f"{spec.target.describe()} ({spec_path.name})",
+                kinds={"spark", spec.target.kind},
+                metadata=meta,
+                code_version=version,
+            ),
+            AssetSpec(
+                dead,
+                deps=topics,
+                group_name="pipelines",
+                description=f"{spec.name}: the records it could not decode, with their "
+                f"bytes, reason and position ({spec.dead_letter.kind})",
+                kinds={dead_kind},
+                metadata=meta,
+                code_version=version,
+            ),
+        ],
+        pool=pipeline_pool(spec),
+    )
+    def _pipeline(
+        context: AssetExecutionContext,
+        config: PipelineRunConfig,
+        spark: SparkResource,
+        kafka: KafkaResource,
+        state_store: PostgresStateStoreResource,
+        delta: DeltaTargetResource,
+    ) -> Iterator[MaterializeResult]:
+        resolved = apply_resources(spec, kafka, state_store, delta)
+        runner, summary = run_pipeline(context, resolved, config.mode, spark.spark_session)
+        yield MaterializeResult(asset_key=target, metadata=run_metadata(runner, resolved, summary))
+        where = (
+            resolved.dead_letter_path() if resolved.dead_letter.kind == "delta" else "state store"
+        )
+        yield MaterializeResult(
+            asset_key=dead,
+            metadata={"dead_lettered_rows": summary.dead_lettered, "table": where},
+        )
+
+    return _pipeline

@@ -1,0 +1,145 @@
+"""The checks' rules: functions of the spec, the ledger and the target, each returning
+an ``AssetCheckResult``. ``checks.py`` turns them into Dagster checks; the target is
+read with bounded queries only (an aggregate in delta-rs's engine or in Postgres)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from dagster import AssetCheckResult, AssetCheckSeverity
+
+from flow_jobs.io.state_store import StateStore
+from flow_jobs.spec.models import PipelineSpec, revealed
+
+
+def check_window_config(spec_path: Path) -> AssetCheckResult:
+    from flow_jobs.plan.sizing import estimate_state
+    from flow_jobs.spec import SpecError, load_spec
+
+    try:
+        spec = load_spec(spec_path)
+    except SpecError as e:
+        return AssetCheckResult(passed=False, description=str(e))
+    if not spec.has_window:
+        return AssetCheckResult(passed=True, description="valid (a join: no window state)")
+    estimate = estimate_state(spec.window)
+    budget = spec.checks.state_budget_bytes
+    return AssetCheckResult(
+        passed=estimate.total <= budget,
+        description=f"valid; state upper bound {estimate.describe()}, budget {budget:,} bytes",
+        metadata={"state_bytes_upper_bound": estimate.total, "budget_bytes": budget},
+    )
+
+
+def check_watermark_lag(spec: PipelineSpec, ledger: StateStore) -> AssetCheckResult:
+    rows = ledger.recent_batches(spec.name, 1)
+    limit = spec.checks.watermark_lag_max_s
+    if not rows or rows[-1]["global_watermark"] is None:
+        return AssetCheckResult(passed=False, description="no watermark in the ledger yet")
+    last = rows[-1]
+    lag = (datetime.now(UTC) - last["global_watermark"]).total_seconds()
+    return AssetCheckResult(
+        passed=lag <= limit,
+        description=f"now - global watermark = {lag:,.0f} s (limit {limit:,.0f} s)",
+        metadata={
+            "watermark_lag_s": lag,
+            "limit_s": limit,
+            "global_watermark": last["global_watermark"].isoformat(),
+            "batch_id": last["batch_id"],
+        },
+    )
+
+
+def check_late_row_rate(spec: PipelineSpec, ledger: StateStore) -> AssetCheckResult:
+    totals = ledger.totals(spec.name, spec.checks.late_row_rate_batches)
+    input_rows, late = int(totals.get("input_rows") or 0), int(totals.get("late_rows") or 0)
+    rate = late / input_rows if input_rows else 0.0
+    limit = spec.checks.late_row_rate_max
+    return AssetCheckResult(
+        passed=rate <= limit,
+        severity=AssetCheckSeverity.WARN,
+        description=f"{late} late of {input_rows} input rows = {rate:.4f} (limit {limit})",
+        metadata={"late_rows": late, "input_rows": input_rows, "rate": rate, "limit": limit},
+    )
+
+
+def check_natural_key_unique(spec: PipelineSpec, ledger: StateStore) -> AssetCheckResult:
+    if spec.target.kind == "kafka":
+        return AssetCheckResult(passed=True, description="kafka target: append-only, n/a")
+    key = ledger.natural_key(spec.name)
+    if key is None:
+        return AssetCheckResult(passed=True, description="no run recorded yet: nothing written")
+    if spec.target.kind == "postgres":
+        from psycopg import sql
+
+        with ledger.connect() as conn:
+            row = conn.execute(
+                sql.SQL(
+                    "SELECT count(*), coalesce(sum(n - 1), 0) FROM (SELECT count(*) AS n FROM "
+                    "{} GROUP BY {} HAVING count(*) > 1) d"
+                ).format(
+                    sql.Identifier(spec.target.schema_name, spec.target.table),
+                    sql.SQL(", ").join(map(sql.Identifier, key)),
+                )
+            ).fetchone()
+        keys, extra = (int(row[0]), int(row[1])) if row else (0, 0)
+    else:
+        from flow_jobs.io.delta import query_delta, quoted
+
+        # One aggregate in delta-rs's engine: no row of the target comes into Python.
+        groups = ", ".join(map(quoted, key))
+        query = (
+            "SELECT count(*) AS keys, coalesce(sum(n - 1), 0) AS extra FROM "
+            f"(SELECT count(*) AS n FROM t GROUP BY {groups} HAVING count(*) > 1) d"
+        )
+        try:
+            found = query_delta(spec.target.path, query, revealed(spec.target.storage_options))
+        except Exception as e:
+            return AssetCheckResult(passed=False, description=f"cannot read the target: {e}")
+        keys, extra = int(found["keys"][0].as_py()), int(found["extra"][0].as_py())
+    return AssetCheckResult(
+        passed=keys == 0,
+        description=f"{keys} natural keys ({', '.join(key)}) repeated, {extra} extra rows",
+        metadata={"duplicate_keys": keys, "extra_rows": extra},
+    )
+
+
+def check_target_fresh(spec: PipelineSpec, ledger: StateStore) -> AssetCheckResult:
+    totals = ledger.totals(spec.name, 1)
+    last = totals.get("last_commit")
+    limit = spec.checks.target_fresh_max_s
+    if last is None:
+        return AssetCheckResult(passed=False, description="no batch committed yet")
+    age = (totals["now"] - last).total_seconds()
+    return AssetCheckResult(
+        passed=age <= limit,
+        description=f"last batch committed {age:,.0f} s ago (limit {limit:,.0f} s)",
+        metadata={"age_s": age, "limit_s": limit, "last_commit": last.isoformat()},
+    )
+
+
+#: The checks that read the ledger (and target): name -> (description, function).
+LEDGER_CHECKS: dict[str, tuple[str, Callable[[PipelineSpec, StateStore], AssetCheckResult]]] = {
+    "watermark_lag": (
+        "now - the global watermark in the ledger <= [checks] watermark_lag_max_s",
+        check_watermark_lag,
+    ),
+    "late_row_rate": (
+        "late / input rows over recent batches <= [checks] late_row_rate_max (a warning)",
+        check_late_row_rate,
+    ),
+    "natural_key_unique": (
+        "no natural key appears twice in the target",
+        check_natural_key_unique,
+    ),
+    "target_fresh": (
+        "the last batch committed within [checks] target_fresh_max_s",
+        check_target_fresh,
+    ),
+}
+
+#: The checks that watch a running pipeline: the monitoring schedule runs them while a
+#: continuous run is open (an available-now run evaluates all of them as it ends).
+MONITORING_CHECKS = ("watermark_lag", "target_fresh")

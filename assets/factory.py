@@ -1,0 +1,65 @@
+"""Specs to Dagster definitions: each spec parsed once into its own ``Definitions``
+(its target and dead-letter assets, checks, sensor, schedules), a folder's merged with
+``Definitions.merge``. The Kafka topics they read are declared once for the whole code
+location (``with_topics``): several pipelines, from several components, read one topic,
+and Dagster refuses two definitions of one asset that differ (a component adds its own
+file to each one's metadata)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dagster import AssetKey, AssetSelection, Definitions, define_asset_job
+
+from assets.asset import pipeline_asset, topic_spec
+from assets.checks import pipeline_checks
+from assets.naming import TOPIC_PREFIX
+from assets.schedules import monitoring_schedule, pipeline_schedule
+from assets.sensors import pipeline_sensor
+from flow_jobs.spec import load_spec
+
+CHECKS_JOB = "flow_jobs_checks"
+
+
+def pipeline_definitions(spec_path: Path) -> Definitions:
+    """One spec's definitions. An invalid spec fails loading the code location, loudly,
+    naming the file and the key."""
+    spec = load_spec(spec_path)
+    schedules = [s for s in (pipeline_schedule(spec), monitoring_schedule(spec)) if s]
+    return Definitions(
+        assets=[pipeline_asset(spec, spec_path)],
+        asset_checks=pipeline_checks(spec, spec_path),
+        # Listed, so that dg's component loader (which rewrites definitions' metadata)
+        # keeps one job per schedule rather than a copy per user of it.
+        jobs=[s.job for s in schedules],
+        sensors=[pipeline_sensor(spec)] if spec.orchestration.sensor else [],
+        schedules=schedules,
+    )
+
+
+def spec_files(folder: Path) -> list[Path]:
+    return sorted(Path(folder).glob("*.toml"))
+
+
+def folder_definitions(folder: Path) -> Definitions:
+    """Every ``*.toml`` spec in ``folder``."""
+    return Definitions.merge(Definitions(), *(pipeline_definitions(p) for p in spec_files(folder)))
+
+
+def with_topics(defs: Definitions) -> Definitions:
+    """``defs`` and an external asset for each Kafka topic its pipelines read."""
+    readers: dict[AssetKey, set[str]] = {}
+    for assets in defs.assets or ():
+        for spec in getattr(assets, "specs", ()):
+            for dep in spec.deps:
+                if dep.asset_key.path[0] == TOPIC_PREFIX:
+                    readers.setdefault(dep.asset_key, set()).add(spec.key.to_user_string())
+    topics = [topic_spec(key, sorted(names)) for key, names in sorted(readers.items())]
+    return Definitions.merge(defs, Definitions(assets=topics))
+
+
+def checks_job() -> Any:
+    """Every check of the code location alone, without materializing:
+    ``dagster job execute -j flow_jobs_checks``."""
+    return define_asset_job(CHECKS_JOB, selection=AssetSelection.all_asset_checks())
