@@ -28,13 +28,7 @@ from assets.naming import (
     target_key,
     topic_key,
 )
-from assets.resources import (
-    DeltaTargetResource,
-    KafkaResource,
-    PostgresStateStoreResource,
-    SparkResource,
-    apply_resources,
-)
+from assets.resources import SPEC_RESOURCES, resolve
 from assets.run import PipelineRunConfig, run_pipeline
 from flow_jobs.spec.models import PipelineSpec
 
@@ -84,17 +78,14 @@ def pipeline_asset(spec: PipelineSpec, spec_path: Path) -> AssetsDefinition:
             ),
         ],
         pool=pipeline_pool(spec),
+        required_resource_keys={"spark", *SPEC_RESOURCES},
     )
     def _pipeline(
-        context: AssetExecutionContext,
-        config: PipelineRunConfig,
-        spark: SparkResource,
-        kafka: KafkaResource,
-        state_store: PostgresStateStoreResource,
-        delta: DeltaTargetResource,
+        context: AssetExecutionContext, config: PipelineRunConfig
     ) -> Iterator[MaterializeResult]:
-        resolved = apply_resources(spec, kafka, state_store, delta)
-        runner, summary = run_pipeline(context, resolved, config.mode, spark.spark_session)
+        resolved = resolve(spec, context.resources)
+        spark = context.resources.spark.spark_session
+        runner, summary = run_pipeline(context, resolved, config.mode, spark)
         yield MaterializeResult(asset_key=target, metadata=run_metadata(runner, resolved, summary))
         where = (
             resolved.dead_letter_path() if resolved.dead_letter.kind == "delta" else "state store"

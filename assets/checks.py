@@ -18,12 +18,7 @@ from dagster import (
 
 from assets.check_rules import LEDGER_CHECKS, check_window_config
 from assets.naming import target_key
-from assets.resources import (
-    DeltaTargetResource,
-    KafkaResource,
-    PostgresStateStoreResource,
-    apply_resources,
-)
+from assets.resources import SPEC_RESOURCES, resolve
 from flow_jobs.spec.models import PipelineSpec
 
 
@@ -46,15 +41,11 @@ def pipeline_checks(spec: PipelineSpec, spec_path: Path) -> list[AssetChecksDefi
             for name, (description, _rule) in LEDGER_CHECKS.items()
         ],
         can_subset=True,
+        required_resource_keys=set(SPEC_RESOURCES),
     )
-    def ledger_checks(
-        context: AssetCheckExecutionContext,
-        kafka: KafkaResource,
-        state_store: PostgresStateStoreResource,
-        delta: DeltaTargetResource,
-    ) -> Iterator[AssetCheckResult]:
-        resolved = apply_resources(spec, kafka, state_store, delta)
-        ledger = state_store.store_for(resolved)
+    def ledger_checks(context: AssetCheckExecutionContext) -> Iterator[AssetCheckResult]:
+        resolved = resolve(spec, context.resources)
+        ledger = context.resources.state_store.store_for(resolved)
         for selected in sorted(context.selected_asset_check_keys, key=lambda k: k.name):
             result = LEDGER_CHECKS[selected.name][1](resolved, ledger)
             yield AssetCheckResult(

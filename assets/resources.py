@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from dagster import ConfigurableResource
 from pydantic import Field
@@ -172,3 +173,12 @@ def apply_resources(
                     **delta.storage_options,
                 }
     return PipelineSpec.model_validate(doc)
+
+
+#: The resources a spec is resolved with (``resolve``), asked for by key.
+SPEC_RESOURCES = frozenset({"kafka", "state_store", "delta"})
+
+
+def resolve(spec: PipelineSpec, resources: Any) -> PipelineSpec:
+    """``apply_resources`` with a Dagster context's resources (``SPEC_RESOURCES``)."""
+    return apply_resources(spec, resources.kafka, resources.state_store, resources.delta)
