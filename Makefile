@@ -23,7 +23,7 @@ $(QUIX_STAMP): tests/quix/requirements.txt
 
 ## demo: start an embedded broker, produce sample clicks, run pipelines/clicks_per_minute.toml, print the windows (UI=1: then serve the Dagster UI on :3000)
 demo: $(STAMP)
-	$(PY) -m flow_jobs.demo $(if $(UI),--ui,)
+	$(PY) -m flow_jobs_dev.demo $(if $(UI),--ui,)
 
 ## test: the whole suite (real Kafka-protocol broker, Spark, Delta)
 test: $(STAMP) $(QUIX_STAMP)
@@ -54,8 +54,8 @@ pack: $(STAMP)
 
 ## lint: ruff check and ruff format --check (part of make ci)
 lint: $(STAMP)
-	$(VENV)/bin/ruff check flow_jobs assets tests bench definitions.py
-	$(VENV)/bin/ruff format --check flow_jobs assets tests bench definitions.py
+	$(VENV)/bin/ruff check flow_jobs flow_jobs_dev assets tests bench definitions.py
+	$(VENV)/bin/ruff format --check flow_jobs flow_jobs_dev assets tests bench definitions.py
 
 validate: $(STAMP)
 	for f in pipelines/*.toml; do $(VENV)/bin/flow-jobs validate $$f || exit 1; done

@@ -20,8 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from flow_jobs.embedded.broker import free_port  # noqa: E402
-from flow_jobs.embedded.dagster_ui import await_run, launch_asset_run, wait_for_repository  # noqa: E402
+from flow_jobs_dev.dagster_ui import await_run, launch_asset_run, wait_for_repository  # noqa: E402
+from flow_jobs_dev.service import free_port  # noqa: E402
 
 PAGES = {
     "asset-graph.png": "/asset-groups/pipelines",
@@ -60,7 +60,7 @@ def chromium_screenshot(url: str, out: Path) -> None:
 def main() -> int:
     port = free_port()
     demo = subprocess.Popen(
-        [sys.executable, "-m", "flow_jobs.demo", "--data-dir", ".demo-ui", "--ui",
+        [sys.executable, "-m", "flow_jobs_dev.demo", "--data-dir", ".demo-ui", "--ui",
          "--ui-port", str(port)],
         cwd=ROOT,
         start_new_session=True,

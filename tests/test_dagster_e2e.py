@@ -12,17 +12,18 @@ import sys
 import time
 from pathlib import Path
 
-from flow_jobs.embedded.broker import EmbeddedBroker, free_port
-from flow_jobs.embedded.dagster_ui import (
+from flow_jobs.io.delta import read_delta
+from flow_jobs.io.state_store import StateStore
+from flow_jobs.spec.models import PipelineSpec
+from flow_jobs_dev.broker import EmbeddedBroker
+from flow_jobs_dev.dagster_ui import (
     await_run,
     graphql,
     launch_asset_run,
     wait_for_repository,
 )
-from flow_jobs.embedded.producer import Record
-from flow_jobs.io.delta import read_delta
-from flow_jobs.io.state_store import StateStore
-from flow_jobs.spec.models import PipelineSpec
+from flow_jobs_dev.producer import Record
+from flow_jobs_dev.service import free_port
 from tests.support import make_spec, random_clicks, send, to_records
 
 ROOT = Path(__file__).parent.parent

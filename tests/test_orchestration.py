@@ -44,12 +44,12 @@ from assets.resources import (
     PostgresStateStoreResource,
     SparkResource,
 )
-from flow_jobs.embedded.broker import EmbeddedBroker
-from flow_jobs.embedded.producer import Record
 from flow_jobs.io.delta import read_delta
 from flow_jobs.io.state_store import StateStore
 from flow_jobs.spec import load_spec
 from flow_jobs.spec.models import PipelineSpec
+from flow_jobs_dev.broker import EmbeddedBroker
+from flow_jobs_dev.producer import Record
 from tests.support import make_spec, random_clicks, send, to_records
 
 WINDOW: dict[str, Any] = {
