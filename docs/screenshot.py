@@ -20,7 +20,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from flow_jobs_dev.dagster_ui import await_run, launch_asset_run, wait_for_repository  # noqa: E402
+from flow_jobs_dev.dagster_ui import (  # noqa: E402
+    await_run,
+    dagster_client,
+    launch_asset_run,
+    wait_for_repository,
+)
 from flow_jobs_dev.service import free_port  # noqa: E402
 
 PAGES = {
@@ -66,9 +71,10 @@ def main() -> int:
         start_new_session=True,
     )  # fmt: skip
     try:
-        repository = wait_for_repository(port, demo, timeout_s=300)
-        run_id = launch_asset_run(port, repository, "clicks_per_minute", "available_now")
-        print(f"run {run_id}: {await_run(port, run_id)}")
+        client = dagster_client(port)
+        repository = wait_for_repository(client, demo, timeout_s=300)
+        run_id = launch_asset_run(client, repository, "clicks_per_minute", "available_now")
+        print(f"run {run_id}: {await_run(client, run_id)}")
         for name, path in PAGES.items():
             chromium_screenshot(f"http://127.0.0.1:{port}{path}", ROOT / "docs" / name)
             print(f"docs/{name} <- {path}")
