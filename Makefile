@@ -6,14 +6,26 @@ STAMP := $(VENV)/.installed-stamp
 # Quix Streams, for tests/test_quix_compare.py only: its pins conflict with the project's.
 QUIX_VENV := .venv-quix
 QUIX_STAMP := $(QUIX_VENV)/.stamp
+# pip-tools, for `make lock` only: not one of the project's dependencies.
+LOCK_VENV := .venv-lock
+LOCK_STAMP := $(LOCK_VENV)/.stamp
+PIP_TOOLS := pip-tools==7.6.2
 
-.PHONY: demo test ci soak bench bench-compare bench-state pack lint validate clean
+.PHONY: demo test ci soak bench bench-compare bench-state pack lint validate lock clean
 
+# Every dependency (the extras dev and demo included) at the version and hashes of
+# requirements.lock, then this project, editable, without resolving anything again.
 $(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c requirements.lock -e '.[dev]'
+	$(PY) -m pip install --quiet --require-hashes -r requirements.lock
+	$(PY) -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
+
+$(LOCK_STAMP):
+	$(PYTHON) -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/python -m pip install --quiet '$(PIP_TOOLS)'
+	touch $(LOCK_STAMP)
 
 $(QUIX_STAMP): tests/quix/requirements.txt
 	$(PYTHON) -m venv $(QUIX_VENV)
@@ -23,7 +35,16 @@ $(QUIX_STAMP): tests/quix/requirements.txt
 
 ## demo: start an embedded broker, produce sample clicks, run pipelines/clicks_per_minute.toml, print the windows (UI=1: then serve the Dagster UI on :3000)
 demo: $(STAMP)
-	$(PY) -m flow_jobs.demo $(if $(UI),--ui,)
+	$(PY) -m flow_jobs_dev.demo $(if $(UI),--ui,)
+
+## lock: regenerate requirements.lock (hashed) from pyproject.toml's ranges, keeping the versions it holds (UPGRADE=name moves one package)
+# (flow-jobs itself appears at its end as a commented "not pinned" warning: the dev
+# extra names flow-jobs[demo]; make installs the project apart, with --no-deps.)
+lock: $(LOCK_STAMP)
+	$(LOCK_VENV)/bin/pip-compile --quiet --generate-hashes --strip-extras \
+		--no-emit-index-url --no-emit-find-links --unsafe-package flow-jobs \
+		--extra dev --extra demo $(if $(UPGRADE),--upgrade-package $(UPGRADE),) \
+		-o requirements.lock pyproject.toml
 
 ## test: the whole suite (real Kafka-protocol broker, Spark, Delta)
 test: $(STAMP) $(QUIX_STAMP)
@@ -54,11 +75,11 @@ pack: $(STAMP)
 
 ## lint: ruff check and ruff format --check (part of make ci)
 lint: $(STAMP)
-	$(VENV)/bin/ruff check flow_jobs assets tests bench definitions.py
-	$(VENV)/bin/ruff format --check flow_jobs assets tests bench definitions.py
+	$(VENV)/bin/ruff check flow_jobs flow_jobs_dev assets tests bench definitions.py
+	$(VENV)/bin/ruff format --check flow_jobs flow_jobs_dev assets tests bench definitions.py
 
 validate: $(STAMP)
 	for f in pipelines/*.toml; do $(VENV)/bin/flow-jobs validate $$f || exit 1; done
 
 clean:
-	rm -rf $(VENV) $(QUIX_VENV) .demo .pytest_cache spark-warehouse dist
+	rm -rf $(VENV) $(QUIX_VENV) $(LOCK_VENV) .demo .pytest_cache spark-warehouse dist

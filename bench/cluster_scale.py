@@ -2,7 +2,7 @@
 item 6), run by ``make bench`` after its local runs.
 
 Each cluster is a master and workers from the PySpark wheel on this machine
-(``flow_jobs.embedded.spark_cluster``), each worker pinned to 1 core; executors run
+(``flow_jobs_dev.spark_cluster``), each worker pinned to 1 core; executors run
 the archive ``flow-jobs pack`` builds. A driver process of its own (a JVM holds one
 SparkContext) runs the pipeline twice on fresh checkpoints, a warm-up then the timed
 run, and prints the figures: ``python -m bench.cluster_scale '<json>'``.
@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 
 from bench.run import Result, _spec
-from flow_jobs.embedded.spark_cluster import StandaloneCluster
 from flow_jobs.runtime.pack import pack
 from flow_jobs.spec.models import PipelineSpec
+from flow_jobs_dev.spark_cluster import StandaloneCluster
 
 ROOT = Path(__file__).resolve().parent.parent
 

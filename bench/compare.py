@@ -45,10 +45,10 @@ from bench.run import (
     hand_written_join,
     spark_run,
 )
-from flow_jobs.embedded.broker import EmbeddedBroker
-from flow_jobs.embedded.producer import produce
-from flow_jobs.embedded.sample_events import sample_clicks, sample_orders, sample_payments
 from flow_jobs.spec.models import PipelineSpec
+from flow_jobs_dev.broker import EmbeddedBroker
+from flow_jobs_dev.producer import produce
+from flow_jobs_dev.sample_events import sample_clicks, sample_orders, sample_payments
 
 ROOT = Path(__file__).resolve().parent.parent
 QUIX_PYTHON = ROOT / ".venv-quix" / "bin" / "python"

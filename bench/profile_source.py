@@ -12,10 +12,10 @@ import io
 import pstats
 import time
 
-from flow_jobs.embedded.broker import EmbeddedBroker
-from flow_jobs.embedded.producer import produce
-from flow_jobs.embedded.sample_events import sample_clicks
 from flow_jobs.io.kafka_source import KafkaRange, KafkaSourceOptions, read_range
+from flow_jobs_dev.broker import EmbeddedBroker
+from flow_jobs_dev.producer import produce
+from flow_jobs_dev.sample_events import sample_clicks
 
 
 def main() -> int:

@@ -76,11 +76,11 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="flow-startup-"))
     started = time.perf_counter()
     timed("import flow_jobs (pyspark, deltalake, psycopg, ...)", _imports)
-    from flow_jobs.embedded.broker import EmbeddedBroker
     from flow_jobs.io.state_store import StateStore
     from flow_jobs.runtime.runner import PipelineRunner
     from flow_jobs.runtime.session import session_for
     from flow_jobs.spec import parse_spec
+    from flow_jobs_dev.broker import EmbeddedBroker
 
     with EmbeddedBroker() as broker:  # not part of a user's run: not timed
         broker.create_topic("empty", partitions=2)

@@ -33,10 +33,10 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from flow_jobs.embedded.broker import EmbeddedBroker
-from flow_jobs.embedded.producer import produce
-from flow_jobs.embedded.sample_events import sample_clicks, sample_orders, sample_payments
 from flow_jobs.spec.models import PipelineSpec
+from flow_jobs_dev.broker import EmbeddedBroker
+from flow_jobs_dev.producer import produce
+from flow_jobs_dev.sample_events import sample_clicks, sample_orders, sample_payments
 
 TOPIC = "bench-clicks"
 SCHEMA = "user_id STRING, page STRING, amount DOUBLE, ts BIGINT"

@@ -32,10 +32,10 @@ from pathlib import Path
 
 from bench.compare import AGGREGATIONS
 from bench.run import SCHEMA
-from flow_jobs.embedded.broker import EmbeddedBroker
-from flow_jobs.embedded.producer import produce
-from flow_jobs.embedded.sample_events import sample_clicks
 from flow_jobs.spec.models import PipelineSpec
+from flow_jobs_dev.broker import EmbeddedBroker
+from flow_jobs_dev.producer import produce
+from flow_jobs_dev.sample_events import sample_clicks
 
 DAY_MS = 86_400_000
 

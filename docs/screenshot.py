@@ -20,8 +20,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from flow_jobs.embedded.broker import free_port  # noqa: E402
-from flow_jobs.embedded.dagster_ui import await_run, launch_asset_run, wait_for_repository  # noqa: E402
+from flow_jobs_dev.dagster_ui import (  # noqa: E402
+    await_run,
+    dagster_client,
+    launch_asset_run,
+    wait_for_repository,
+)
+from flow_jobs_dev.service import free_port  # noqa: E402
 
 PAGES = {
     "asset-graph.png": "/asset-groups/pipelines",
@@ -60,15 +65,16 @@ def chromium_screenshot(url: str, out: Path) -> None:
 def main() -> int:
     port = free_port()
     demo = subprocess.Popen(
-        [sys.executable, "-m", "flow_jobs.demo", "--data-dir", ".demo-ui", "--ui",
+        [sys.executable, "-m", "flow_jobs_dev.demo", "--data-dir", ".demo-ui", "--ui",
          "--ui-port", str(port)],
         cwd=ROOT,
         start_new_session=True,
     )  # fmt: skip
     try:
-        repository = wait_for_repository(port, demo, timeout_s=300)
-        run_id = launch_asset_run(port, repository, "clicks_per_minute", "available_now")
-        print(f"run {run_id}: {await_run(port, run_id)}")
+        client = dagster_client(port)
+        repository = wait_for_repository(client, demo, timeout_s=300)
+        run_id = launch_asset_run(client, repository, "clicks_per_minute", "available_now")
+        print(f"run {run_id}: {await_run(client, run_id)}")
         for name, path in PAGES.items():
             chromium_screenshot(f"http://127.0.0.1:{port}{path}", ROOT / "docs" / name)
             print(f"docs/{name} <- {path}")

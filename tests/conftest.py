@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from flow_jobs.embedded.broker import EmbeddedBroker, free_port
 from flow_jobs.runtime.session import build_spark_session
+from flow_jobs_dev.broker import EmbeddedBroker
+from flow_jobs_dev.service import free_port
 
 
 @pytest.fixture(scope="session")

@@ -10,9 +10,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from flow_jobs.embedded.producer import Record, produce
 from flow_jobs.io.delta import read_delta
 from flow_jobs.spec.models import PipelineSpec
+from flow_jobs_dev.producer import Record, produce
 
 CLICK_SCHEMA = "user_id STRING, page STRING, amount DOUBLE, qty BIGINT, ts BIGINT, at TIMESTAMP"
 BASE_MS = 1_700_000_000_000  # 2023-11-14T22:13:20Z, in the past: no skew rejections

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from flow_jobs.embedded.broker import EmbeddedBroker
-from flow_jobs.embedded.producer import Record
 from flow_jobs.plan.sizing import GB, estimate_state
 from flow_jobs.runtime.runner import PipelineFailed, PipelineRunner
 from flow_jobs.spec.models import WindowSpec
+from flow_jobs_dev.broker import EmbeddedBroker
+from flow_jobs_dev.producer import Record
 from tests.support import BASE_MS, make_spec, send
 
 MINUTE = BASE_MS - BASE_MS % 60_000  # 2023-11-14T22:13:00Z

@@ -16,8 +16,8 @@ import tomli_w
 from pyspark.sql import SparkSession
 
 from flow_jobs.cli import main
-from flow_jobs.embedded.broker import EmbeddedBroker
 from flow_jobs.io.delta import read_delta
+from flow_jobs_dev.broker import EmbeddedBroker
 from tests.support import CLICK_SCHEMA, random_clicks, send, to_records
 
 

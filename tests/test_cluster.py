@@ -1,7 +1,7 @@
 """The same specs on a Spark standalone cluster and on ``local[*]`` (issue 14).
 
 The cluster is a master and two workers from the PySpark wheel, each its own JVM with
-its own work dir (``flow_jobs.embedded.spark_cluster``). Its workers start without the
+its own work dir (``flow_jobs_dev.spark_cluster``). Its workers start without the
 driver's virtual environment: their Python has neither flow-jobs nor pyarrow, so
 executors run only what ``flow-jobs pack`` shipped. A driver process (``tests.cluster_run``)
 materializes three pipelines through Dagster with the Spark resource pointed at the
@@ -29,14 +29,14 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from flow_jobs.embedded.broker import EmbeddedBroker
-from flow_jobs.embedded.producer import Record
-from flow_jobs.embedded.spark_cluster import StandaloneCluster
 from flow_jobs.io.delta import read_delta
 from flow_jobs.io.state_store import StateStore
 from flow_jobs.runtime.pack import pack
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec.models import PipelineSpec
+from flow_jobs_dev.broker import EmbeddedBroker
+from flow_jobs_dev.producer import Record
+from flow_jobs_dev.spark_cluster import StandaloneCluster
 from tests.support import (
     BASE_MS,
     CLICK_SCHEMA,

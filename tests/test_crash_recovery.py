@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from flow_jobs.embedded.broker import EmbeddedBroker
 from flow_jobs.io.state_store import StateStore
 from flow_jobs.spec.models import PipelineSpec
+from flow_jobs_dev.broker import EmbeddedBroker
 from tests.reference import reference_windows
 from tests.support import assert_same_windows, make_spec, random_clicks, read_windows, send
 from tests.support import to_records as records_of

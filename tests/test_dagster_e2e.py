@@ -12,28 +12,22 @@ import sys
 import time
 from pathlib import Path
 
-from flow_jobs.embedded.broker import EmbeddedBroker, free_port
-from flow_jobs.embedded.dagster_ui import (
-    await_run,
-    graphql,
-    launch_asset_run,
-    wait_for_repository,
-)
-from flow_jobs.embedded.producer import Record
 from flow_jobs.io.delta import read_delta
 from flow_jobs.io.state_store import StateStore
 from flow_jobs.spec.models import PipelineSpec
+from flow_jobs_dev.broker import EmbeddedBroker
+from flow_jobs_dev.dagster_ui import (
+    await_run,
+    dagster_client,
+    launch_asset_run,
+    query,
+    wait_for_repository,
+)
+from flow_jobs_dev.producer import Record
+from flow_jobs_dev.service import free_port
 from tests.support import make_spec, random_clicks, send, to_records
 
 ROOT = Path(__file__).parent.parent
-TERMINATE = """
-mutation Terminate($id: String!) {
-  terminateRun(runId: $id) {
-    __typename
-    ... on TerminateRunFailure { message }
-    ... on PythonError { message }
-  }
-}"""
 ASSET = """
 query Asset($key: AssetKeyInput!) {
   assetNodes(assetKeys: [$key]) {
@@ -92,13 +86,14 @@ def test_a_run_launched_through_dagster_graphql_succeeds_with_its_checks(
         start_new_session=True,
     )
     try:
-        repository = wait_for_repository(port, server)
-        run_id = launch_asset_run(port, repository, "target", "available_now")
-        status = await_run(port, run_id)
+        client = dagster_client(port)
+        repository = wait_for_repository(client, server)
+        run_id = launch_asset_run(client, repository, "target", "available_now")
+        status = await_run(client, run_id)
         assert status == "SUCCESS", (workdir / "dagster.log").read_text()[-5000:]
 
         key = {"path": ["target"]}
-        (node,) = graphql(port, ASSET, key=key)["assetNodes"]
+        (node,) = query(client, ASSET, key=key)["assetNodes"]
         (materialization,) = node["assetMaterializations"]
         assert materialization["runId"] == run_id
         values = {m["label"]: m.get("intValue") for m in materialization["metadataEntries"]}
@@ -129,14 +124,13 @@ def test_a_run_launched_through_dagster_graphql_succeeds_with_its_checks(
             Record(r.value, (i + len(events)) % 2, r.key, r.timestamp_ms)
             for i, r in enumerate(to_records(more))
         ])  # fmt: skip
-        continuous = launch_asset_run(port, repository, "target", "continuous")
+        continuous = launch_asset_run(client, repository, "target", "continuous")
         deadline = time.monotonic() + 300
         while len(ledger.recent_batches("graphql-e2e", 100)) <= before:
             assert time.monotonic() < deadline, "the continuous run wrote no batch"
             time.sleep(0.5)
-        terminated = graphql(port, TERMINATE, id=continuous)["terminateRun"]
-        assert terminated["__typename"] == "TerminateRunSuccess", terminated
-        assert await_run(port, continuous) == "CANCELED"
+        client.terminate_run(continuous)  # raises unless TerminateRunSuccess
+        assert await_run(client, continuous) == "CANCELED"
         batches = ledger.recent_batches("graphql-e2e", 100)
         assert [b["batch_id"] for b in batches] == list(range(len(batches)))
         commits = workdir / "checkpoint" / "commits"

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from flow_jobs.embedded.broker import EmbeddedBroker
 from flow_jobs.runtime.runner import PipelineRunner
+from flow_jobs_dev.broker import EmbeddedBroker
 from tests.reference import reference_windows
 from tests.support import (
     aggregation_specs,

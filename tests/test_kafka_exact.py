@@ -19,7 +19,6 @@ from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-from flow_jobs.embedded.broker import EmbeddedBroker
 from flow_jobs.io.kafka_source import (
     DATA_LOSS_KEY,
     DataLoss,
@@ -33,6 +32,7 @@ from flow_jobs.io.kafka_source import (
 )
 from flow_jobs.io.state_store import StateStore
 from flow_jobs.runtime.runner import PipelineRunner
+from flow_jobs_dev.broker import EmbeddedBroker
 from tests.reference import reference_windows
 from tests.support import assert_same_windows, make_spec, random_clicks, read_windows, send
 from tests.support import to_records as click_records

@@ -9,8 +9,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from flow_jobs.embedded.broker import EmbeddedBroker
-from flow_jobs.embedded.producer import Record
 from flow_jobs.io.kafka_source import (
     KafkaDataLossError,
     KafkaRange,
@@ -19,6 +17,8 @@ from flow_jobs.io.kafka_source import (
     cap_offsets,
     read_range,
 )
+from flow_jobs_dev.broker import EmbeddedBroker
+from flow_jobs_dev.producer import Record
 from tests.support import send
 
 

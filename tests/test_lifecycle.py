@@ -19,9 +19,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from flow_jobs.cli import main
-from flow_jobs.embedded.broker import EmbeddedBroker
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec.models import PipelineSpec
+from flow_jobs_dev.broker import EmbeddedBroker
 from tests.support import make_spec, random_clicks, send, to_records
 
 WINDOW: dict[str, Any] = {

@@ -11,10 +11,11 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from flow_jobs.embedded.broker import EmbeddedBroker, free_port
-from flow_jobs.embedded.producer import Record
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec.models import PipelineSpec
+from flow_jobs_dev.broker import EmbeddedBroker
+from flow_jobs_dev.producer import Record
+from flow_jobs_dev.service import free_port
 from tests.support import make_spec, random_clicks, send, to_records
 
 

@@ -16,7 +16,6 @@ import pytest
 from pyspark.sql import SparkSession
 
 from flow_jobs.cli import EXIT_BUSY, main
-from flow_jobs.embedded.broker import EmbeddedBroker
 from flow_jobs.io.state_store import (
     CHECKPOINT_MARKER,
     IncompatibleSpec,
@@ -25,6 +24,7 @@ from flow_jobs.io.state_store import (
 )
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec.models import PipelineSpec
+from flow_jobs_dev.broker import EmbeddedBroker
 from tests.support import make_spec, random_clicks, send, to_records
 
 WINDOW = {

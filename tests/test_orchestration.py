@@ -47,12 +47,12 @@ from assets.resources import (
 )
 from assets.schedules import MONITOR_TAG, monitoring_schedule, pipeline_schedule
 from assets.sensors import pipeline_sensor
-from flow_jobs.embedded.broker import EmbeddedBroker
-from flow_jobs.embedded.producer import Record
 from flow_jobs.io.delta import read_delta
 from flow_jobs.io.state_store import StateStore
 from flow_jobs.spec import load_spec
 from flow_jobs.spec.models import PipelineSpec
+from flow_jobs_dev.broker import EmbeddedBroker
+from flow_jobs_dev.producer import Record
 from tests.support import make_spec, random_clicks, send, to_records
 
 WINDOW: dict[str, Any] = {

@@ -18,11 +18,11 @@ import pytest
 from pyspark.sql import SparkSession
 
 from flow_jobs.cli import main
-from flow_jobs.embedded.broker import EmbeddedBroker
-from flow_jobs.embedded.producer import Record
 from flow_jobs.io.delta import read_delta
 from flow_jobs.plan.errors import PlanError
 from flow_jobs.runtime.runner import PipelineRunner
+from flow_jobs_dev.broker import EmbeddedBroker
+from flow_jobs_dev.producer import Record
 from tests.reference import reference_windows
 from tests.support import assert_same_windows, make_spec, random_clicks, read_windows, send
 

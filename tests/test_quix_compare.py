@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from flow_jobs.embedded.broker import EmbeddedBroker
-from flow_jobs.embedded.producer import Record
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec.models import PipelineSpec
+from flow_jobs_dev.broker import EmbeddedBroker
+from flow_jobs_dev.producer import Record
 from tests.support import BASE_MS, make_spec, read_windows, send
 
 ROOT = Path(__file__).resolve().parent.parent

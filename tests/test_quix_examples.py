@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from flow_jobs.embedded.broker import EmbeddedBroker
-from flow_jobs.embedded.producer import Record
 from flow_jobs.runtime.runner import PipelineRunner
+from flow_jobs_dev.broker import EmbeddedBroker
+from flow_jobs_dev.producer import Record
 from tests.support import make_spec, read_windows, send
 
 SLIDING_INPUT = [

@@ -21,13 +21,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
-from flow_jobs.embedded.broker import EmbeddedBroker
-from flow_jobs.embedded.producer import Record
 from flow_jobs.io.state_store import StateStore
 from flow_jobs.operators import reopen
 from flow_jobs.operators.frame import EventFrame, Values
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec.models import PipelineSpec
+from flow_jobs_dev.broker import EmbeddedBroker
+from flow_jobs_dev.producer import Record
 from tests.reference import reference_windows, window_starts
 from tests.support import assert_same_windows, make_spec, read_windows, send
 

@@ -30,14 +30,14 @@ from assets.resources import (
     PostgresStateStoreResource,
     apply_resources,
 )
-from flow_jobs.embedded.broker import EmbeddedBroker
-from flow_jobs.embedded.producer import Record
 from flow_jobs.io.dead_letters import DeadLetterTable
 from flow_jobs.io.delta import DeltaMergeTable, read_delta
 from flow_jobs.io.state_store import StateStore
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec import SpecError, parse_spec
 from flow_jobs.spec.models import PipelineSpec, revealed
+from flow_jobs_dev.broker import EmbeddedBroker
+from flow_jobs_dev.producer import Record
 from tests.conftest import S3Bucket
 from tests.reference import reference_windows
 from tests.support import (

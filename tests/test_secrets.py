@@ -13,9 +13,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from flow_jobs.cli import main
-from flow_jobs.embedded.broker import free_port
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.secrets import redact
+from flow_jobs_dev.service import free_port
 from tests.support import make_spec
 
 SECRET = "S3cr3t-pw-4711"

@@ -9,11 +9,11 @@ import pytest
 from pyspark.sql import SparkSession
 
 from flow_jobs.cli import main
-from flow_jobs.embedded.broker import EmbeddedBroker
-from flow_jobs.embedded.producer import produce
-from flow_jobs.embedded.sample_events import sample_clicks
 from flow_jobs.io.delta import read_delta
 from flow_jobs.spec import load_spec
+from flow_jobs_dev.broker import EmbeddedBroker
+from flow_jobs_dev.producer import produce
+from flow_jobs_dev.sample_events import sample_clicks
 
 SPECS = [  # the join spec reads orders and payments: tests/test_joins.py runs it
     p

@@ -10,9 +10,9 @@ from pathlib import Path
 from datasketches import hll_sketch, hll_union, tgt_hll_type
 from pyspark.sql import SparkSession
 
-from flow_jobs.embedded.broker import EmbeddedBroker
-from flow_jobs.embedded.producer import Record
 from flow_jobs.runtime.runner import PipelineRunner
+from flow_jobs_dev.broker import EmbeddedBroker
+from flow_jobs_dev.producer import Record
 from tests.support import BASE_MS, make_spec, read_windows, send
 
 PRECISION = 12  # standard error 1.04 / sqrt(2^12) = 1.6%

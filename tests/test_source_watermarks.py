@@ -23,12 +23,12 @@ import pytest
 from pyspark.sql import SparkSession
 
 from flow_jobs.cli import format_batches
-from flow_jobs.embedded.broker import EmbeddedBroker
-from flow_jobs.embedded.producer import Record
 from flow_jobs.io.kafka_source import IDLE_FOR_THE_RUN_MS
 from flow_jobs.runtime.idleness import IdleSources, replay_targets
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec.models import PipelineSpec
+from flow_jobs_dev.broker import EmbeddedBroker
+from flow_jobs_dev.producer import Record
 from tests.reference import reference_windows
 from tests.support import (
     BASE_MS,

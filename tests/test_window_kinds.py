@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from flow_jobs.embedded.broker import EmbeddedBroker
-from flow_jobs.embedded.producer import Record
 from flow_jobs.runtime.runner import PipelineRunner
+from flow_jobs_dev.broker import EmbeddedBroker
+from flow_jobs_dev.producer import Record
 from tests import reduce_fns
 from tests.reference import reference_windows
 from tests.support import (

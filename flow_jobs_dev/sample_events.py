@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 
-from flow_jobs.embedded.producer import Record
+from flow_jobs_dev.producer import Record
 
 PAGES = ("/home", "/search", "/product", "/cart", "/checkout")
 
@@ -30,14 +30,14 @@ def sample_clicks(
         user = rng.randrange(users)
         ts = start_ms + i * step_ms
         if malformed_every and i % malformed_every == malformed_every - 1:
-            value = b'{"user_id": "u%d", "page": ' % user  # truncated: not JSON
+            value = f'{{"user_id": "u{user}", "page": '  # truncated: not JSON
         else:
             page = PAGES[rng.randrange(len(PAGES))]
             amount = rng.uniform(0.5, 120.0)
             value = (
                 f'{{"user_id": "u{user}", "page": "{page}", "amount": {amount:.2f}, "ts": {ts}}}'
-            ).encode()
-        yield Record(value, partition=user % partitions, key=b"u%d" % user, timestamp_ms=ts)
+            )
+        yield _record(value, f"u{user}", user % partitions, ts)
 
 
 def sample_orders(
@@ -49,8 +49,8 @@ def sample_orders(
         value = (
             f'{{"order_id": "o{i}", "customer": "c{i % customers}", '
             f'"amount": {(i % 500) + 0.5}, "ts": {ts}}}'
-        ).encode()
-        yield Record(value, partition=i % partitions, key=b"o%d" % i, timestamp_ms=ts)
+        )
+        yield _record(value, f"o{i}", i % partitions, ts)
 
 
 def sample_payments(
@@ -70,4 +70,8 @@ def sample_payments(
         value = (
             f'{{"payment_id": "p{i}", "order_id": "o{i}", "paid": {(i % 500) + 0.5}, "ts": {ts}}}'
         )
-        yield Record(value.encode(), partition=i % partitions, key=b"o%d" % i, timestamp_ms=ts)
+        yield _record(value, f"o{i}", i % partitions, ts)
+
+
+def _record(value: str, key: str, partition: int, timestamp_ms: int) -> Record:
+    return Record(value.encode(), partition, key.encode(), timestamp_ms)

@@ -6,22 +6,16 @@ in memory, started and stopped by the caller.
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import time
 from pathlib import Path
-from types import TracebackType
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from flow_jobs_dev.service import Service, free_port
 
 
-class EmbeddedBroker:
+class EmbeddedBroker(Service):
     """``with EmbeddedBroker() as broker: broker.bootstrap_servers``"""
 
     def __init__(self, port: int | None = None, log_path: str | Path | None = None) -> None:
@@ -85,14 +79,3 @@ class EmbeddedBroker:
         topic = NewTopic(name, partitions, 1, config=config or {})
         for future in admin.create_topics([topic]).values():
             future.result(timeout=30)
-
-    def __enter__(self) -> EmbeddedBroker:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

@@ -18,9 +18,8 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from types import TracebackType
 
-from flow_jobs.embedded.broker import free_port
+from flow_jobs_dev.service import Service, free_port
 
 
 def spark_home() -> Path:
@@ -50,7 +49,7 @@ def worker_environment() -> dict[str, str]:
     return env
 
 
-class StandaloneCluster:
+class StandaloneCluster(Service):
     """``with StandaloneCluster(workers=2) as cluster: cluster.master_url``"""
 
     def __init__(
@@ -172,14 +171,3 @@ class StandaloneCluster:
 
     def remove(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
-
-    def __enter__(self) -> StandaloneCluster:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

@@ -1,9 +1,12 @@
-"""``make demo``: the main job on embedded defaults, end to end, then its result.
+"""``make demo`` (``python -m flow_jobs_dev.demo``): the main job on embedded defaults,
+end to end, then its result.
 
 Starts the embedded broker, produces a few thousand click events (a few of them
 malformed on purpose), runs ``pipelines/clicks_per_minute.toml`` with
 ``--available-now`` semantics, prints the windows it landed in Delta and the dead
-letters, and stops the broker.
+letters, and stops the broker. The spec is this package's ``clicks_per_minute.toml``, a
+symbolic link to the one in ``pipelines/`` (a wheel holds the file it points to), so
+the demo runs from any directory once ``flow-jobs[demo]`` is installed.
 """
 
 from __future__ import annotations
@@ -17,14 +20,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from flow_jobs.embedded.broker import EmbeddedBroker
-from flow_jobs.embedded.producer import produce
-from flow_jobs.embedded.sample_events import sample_clicks
 from flow_jobs.io.delta import read_delta
 from flow_jobs.spec import load_spec
 from flow_jobs.spec.models import revealed
+from flow_jobs_dev.broker import EmbeddedBroker
+from flow_jobs_dev.producer import produce
+from flow_jobs_dev.sample_events import sample_clicks
 
-SPEC = Path(__file__).resolve().parent.parent / "pipelines" / "clicks_per_minute.toml"
+SPEC = Path(__file__).with_name("clicks_per_minute.toml")
 
 
 def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
@@ -75,8 +78,9 @@ def show(spec: Any, runner: Any, summary: Any, ledger: list[dict[str, Any]], row
 
 
 def serve_ui(bootstrap: str, data_dir: Path, port: int) -> None:
-    """``dagster dev`` on the demo's broker, data folder and embedded state store, until
-    Ctrl-C (the broker stays up meanwhile)."""
+    """``dagster dev`` on the checkout in the current directory (its ``workspace.yaml``),
+    the demo's broker, data folder and embedded state store, until Ctrl-C (the broker
+    stays up meanwhile)."""
     import subprocess
     import sys
 
@@ -93,9 +97,8 @@ def serve_ui(bootstrap: str, data_dir: Path, port: int) -> None:
     print()
     print(f"Dagster UI: http://127.0.0.1:{port} (every spec in pipelines/ is an asset; the")
     print("demo's clicks are in the broker: materialize clicks_per_minute). Ctrl-C stops it.")
-    root = Path(__file__).resolve().parent.parent
     command = [sys.executable, "-m", "dagster", "dev", "-w", "workspace.yaml", "-p", str(port)]
-    ui = subprocess.Popen(command, cwd=root, env=env)
+    ui = subprocess.Popen(command, env=env)
     try:
         ui.wait()
     except KeyboardInterrupt:
@@ -107,9 +110,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=5_000)
     parser.add_argument("--data-dir", default=".demo", help="wiped at start")
     parser.add_argument("--rows", type=int, default=30, help="windows to print")
-    parser.add_argument("--ui", action="store_true", help="then serve the Dagster UI")
+    parser.add_argument(
+        "--ui",
+        action="store_true",
+        help="then serve the Dagster UI (run in a checkout: it serves its workspace.yaml)",
+    )
     parser.add_argument("--ui-port", type=int, default=3000)
     args = parser.parse_args(argv)
+    if args.ui and not Path("workspace.yaml").is_file():
+        parser.error("--ui serves the checkout's workspace.yaml: run it from the repository")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
     logging.getLogger("pgserver").setLevel(logging.WARNING)  # its every pg_ctl call

@@ -1,1 +1,0 @@
-"""Embedded defaults for the demo, tests and benchmark: a broker and sample data."""
