@@ -135,10 +135,11 @@ def parse_groups(items: list[str], spec: PipelineSpec) -> dict[str, str]:
 
 
 def _console_options() -> dict[str, Any]:
-    """Colour on a terminal; plain text, wide enough for a table, when piped."""
+    """Colour on a terminal; plain text when piped, one line per row (``$COLUMNS`` wide
+    if set) so that logs and grep see whole rows."""
     if sys.stdout.isatty():
         return {}
-    return {"no_color": True, "width": int(os.environ.get("COLUMNS", 200)), "highlight": False}
+    return {"no_color": True, "width": int(os.environ.get("COLUMNS", 1000)), "highlight": False}
 
 
 def render(report: StateReport, spec: PipelineSpec, console: Console) -> None:
