@@ -1,4 +1,5 @@
-"""``flow-jobs validate|run|reset|state show|pack``: the command-line contract (MISSION.md)."""
+"""``flow-jobs validate|run|inspect|reset|state show|pack``: the command-line contract
+(MISSION.md)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 
 import psycopg
 
+from flow_jobs.cli_inspect import InspectUsageError, add_inspect_command
 from flow_jobs.io.state_store import (
     DEFAULT_SCHEMA,
     IncompatibleSpec,
@@ -240,6 +242,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.set_defaults(handler=_run)
 
+    add_inspect_command(commands)
+
     def store_options(command: argparse.ArgumentParser) -> None:
         command.add_argument("pipeline", help="the pipeline's name, or its spec file")
         command.add_argument("--spec", help="the spec file (its [state_store] and checkpoint)")
@@ -301,7 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("pgserver").setLevel(logging.WARNING)  # its every pg_ctl call
     try:
         return int(args.handler(args))
-    except UsageError as e:
+    except (UsageError, InspectUsageError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except (SpecError, PlanError) as e:

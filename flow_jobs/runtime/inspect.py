@@ -1,0 +1,686 @@
+"""``flow-jobs inspect``: what a pipeline's state holds, and why its windows are open.
+
+Read from the checkpoint with Spark's state data source (``format("statestore")``,
+``format("state-metadata")``), at the latest committed micro-batch, whether or not the
+query runs: the open windows with their partial aggregates, a join's buffered rows,
+the watermark that batch ran under (Spark's offset log) and each source's watermark
+(the ledger), so each window says what closes it and which source it waits for.
+
+Where the partial aggregates come from:
+
+* native windows (tumbling, hopping, session on Spark's aggregation): the state value
+  is Spark's aggregation buffers, in the order of the spec's aggregations (``_BUFFERS``
+  names the fields each one keeps: ``avg`` keeps sum and count, ``first`` / ``last``
+  the least / greatest ``struct(event time, lane, position, value)``, an approximate
+  ``count_distinct`` its DataSketches HLL sketch). When the buffers are not laid out as
+  expected, every aggregate says "n/a" rather than guess; so do ``collect`` and
+  ``reduce``, whose buffers are Spark's own serialization;
+* state-API windows (sliding, count-based, reopening, current sessions, exact distinct
+  counts): the value is flow-jobs' own (``flow_jobs.operators.processor``): the
+  group's buffered events, from which each open window's aggregates are computed here
+  (``reduce``: "n/a", it would run the user's function on the driver).
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from flow_jobs.io.kafka_source import local_path
+from flow_jobs.operators import count_based, reopen, session, sliding
+from flow_jobs.operators.aggregators import Ranges
+from flow_jobs.operators.frame import EventFrame, to_python
+from flow_jobs.operators.processor import STATE_VARIABLE
+from flow_jobs.runtime.checkpoint import checkpoint_location, read_offset_log
+from flow_jobs.runtime.reports import JOIN_OPERATOR
+from flow_jobs.spec.models import Aggregation, PipelineSpec, WindowSpec
+
+if TYPE_CHECKING:
+    from flow_jobs.io.state_store import StateStore
+
+#: What an aggregate shows when its partial value cannot be read from the state.
+NOT_DECODED = "n/a"
+
+#: Spark's aggregation buffer fields per aggregator of a native window, in order.
+_BUFFERS: dict[str, tuple[str, ...]] = {
+    "count": ("count",),
+    "sum": ("sum",),  # DECIMAL: ("sum", "isEmpty")
+    "avg": ("sum", "count"),
+    "min": ("min",),
+    "max": ("max",),
+    "first": ("min",),
+    "last": ("max",),
+    "count_distinct": ("buf",),
+    "collect": ("buf",),
+    "reduce": ("buf",),
+}
+
+NO_STATE = "no state yet: the pipeline has not run"
+
+#: State-API windows: up to this many groups, every group is decoded (an exact count of
+#: open windows, the first ``limit`` by end); past it, groups in the order their open
+#: windows start until ``limit`` windows are found.
+DECODE_ALL_GROUPS = 10_000
+
+
+@dataclass(frozen=True)
+class OpenWindow:
+    start: datetime | None
+    end: datetime | None
+    group: dict[str, Any]
+    aggregates: dict[str, Any]  # by the spec's ``as``
+    closes_when: str  # the rule and where the watermark stands
+    waiting_for: tuple[str, ...]  # the sources whose watermark is still below it
+    index: int | None = None  # count windows
+    revision: int | None = None  # reopening windows: the revision last emitted (0: none)
+
+
+@dataclass(frozen=True)
+class BufferedJoinRow:
+    side: str  # left | right
+    key: dict[str, Any]
+    event_time: datetime | None
+    evicted_when: str
+    row: dict[str, Any]
+
+
+@dataclass
+class StateReport:
+    pipeline: str
+    checkpoint: str
+    batch_id: int | None = None  # the committed micro-batch the state is read at
+    watermark: datetime | None = None  # the one that batch ran under
+    source_watermarks: dict[str, datetime | None] = field(default_factory=dict)
+    held_back_by: tuple[str, ...] = ()
+    windows: list[OpenWindow] = field(default_factory=list)
+    #: matching the filter, before the limit (None: a state-API window's state too big
+    #: to decode every group of, see ``DECODE_ALL_GROUPS``)
+    open_windows: int | None = 0
+    join_rows: list[BufferedJoinRow] = field(default_factory=list)
+    buffered_join_rows: int = 0  # matching the filter, before the limit
+    note: str | None = None  # NO_STATE, or why aggregates show "n/a"
+
+    @property
+    def has_state(self) -> bool:
+        return self.batch_id is not None
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON types: times as ISO 8601 UTC strings."""
+        return _jsonable(asdict(self))
+
+
+def inspect_state(
+    spark: SparkSession,
+    spec: PipelineSpec,
+    *,
+    store: StateStore | None = None,
+    groups: Mapping[str, str] | None = None,
+    limit: int = 20,
+) -> StateReport:
+    """The pipeline's state at its latest committed micro-batch. ``store``: the ledger,
+    for each source's watermark (without it, only the global one is known);
+    ``groups``: keep windows (or join rows) whose group (join key) columns equal these
+    values, compared as strings; ``limit``: at most this many windows and join rows,
+    those that close first."""
+    checkpoint = checkpoint_location(spec.checkpoint_location())
+    report = StateReport(spec.name, checkpoint)
+    batch = _committed_batch(spark, checkpoint)
+    if batch is None:
+        report.note = NO_STATE
+        return report
+    report.batch_id = batch
+    entry = read_offset_log(checkpoint, batch, spec)
+    report.watermark = entry.watermark if entry else None
+    if store is not None:
+        ledger_mark, report.source_watermarks = _ledger_watermarks(store, spec, checkpoint)
+        report.watermark = report.watermark or ledger_mark
+    report.held_back_by = _held_back_by(report.source_watermarks)
+    context = _Context(spec, report, dict(groups or {}), limit)
+    # Reading RocksDB state asks the driver's StateStoreCoordinator, which Spark creates
+    # with the session's streaming query manager: in a process that never started a
+    # query (the CLI), touching the manager creates it (else: "Cannot find endpoint:
+    # StateStoreCoordinator", measured on Spark 4.2).
+    spark.streams.active  # noqa: B018
+    operators = spark.read.format("state-metadata").load(checkpoint).collect()
+    join = [r for r in operators if r["operatorName"] == JOIN_OPERATOR]
+    windows = [r for r in operators if r["operatorName"] != JOIN_OPERATOR]
+    reader = spark.read.format("statestore").option("batchId", batch)
+    if join and spec.transform.join is not None:
+        report.join_rows, report.buffered_join_rows = _join_rows(
+            reader.option("operatorId", join[0]["operatorId"]), context
+        )
+    if windows and spec.has_window:
+        reader = reader.option("operatorId", max(r["operatorId"] for r in windows))
+        if spec.window.engine == "native":
+            report.windows, report.open_windows = _native_windows(reader, context)
+        else:
+            report.windows, report.open_windows = _state_windows(reader, context)
+    return report
+
+
+# -- where the state is --------------------------------------------------------------
+
+
+def state_absent(location: str) -> bool:
+    """True when a local checkpoint has no committed micro-batch (or does not exist):
+    known without Spark. Remote checkpoints: False (Spark reads them)."""
+    path = local_path(checkpoint_location(location))
+    return path is not None and _local_commit(Path(path)) is None
+
+
+def _local_commit(root: Path) -> int | None:
+    try:
+        done = [int(p.name) for p in (root / "commits").iterdir() if p.name.isdigit()]
+    except OSError:
+        return None
+    return max(done) if done else None
+
+
+def _committed_batch(spark: SparkSession, checkpoint: str) -> int | None:
+    """The latest committed micro-batch (``commits/<id>``), None before the first."""
+    path = local_path(checkpoint)
+    if path is not None:
+        return _local_commit(Path(path))
+    try:  # remote storage: Spark's metadata says which batches have state
+        rows = spark.read.format("state-metadata").load(checkpoint).collect()
+    except Exception:  # no checkpoint there (yet)
+        return None
+    return max((int(r["maxBatchId"]) for r in rows), default=None)
+
+
+def _ledger_watermarks(
+    store: StateStore, spec: PipelineSpec, checkpoint: str
+) -> tuple[datetime | None, dict[str, datetime | None]]:
+    """The newest ledger row of this checkpoint's query: its global watermark and each
+    source's (its highest event time so far minus its lateness)."""
+    query_id = _query_id(checkpoint)
+    rows = [
+        r
+        for r in store.recent_batches(spec.name, 50)
+        if query_id is None or r["query_id"] == query_id
+    ]
+    marked = [r for r in rows if r.get("source_watermarks")]
+    if not marked:
+        return (rows[-1]["global_watermark"] if rows else None), {}
+    last = marked[-1]
+    marks = {
+        s.name: _parse_iso((last["source_watermarks"] or {}).get(s.name)) for s in spec.sources
+    }
+    return last["global_watermark"], marks
+
+
+def _query_id(checkpoint: str) -> str | None:
+    path = local_path(checkpoint)
+    if path is None:
+        return None
+    try:
+        return str(json.loads((Path(path) / "metadata").read_text(encoding="utf-8"))["id"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _held_back_by(marks: Mapping[str, datetime | None]) -> tuple[str, ...]:
+    """The sources at the minimum (a source without an event time yet holds it too)."""
+    if not marks:
+        return ()
+    silent = tuple(s for s, m in marks.items() if m is None)
+    if silent:
+        return silent
+    low = min(m for m in marks.values() if m is not None)
+    return tuple(s for s, m in marks.items() if m == low)
+
+
+# -- what closes a window ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Context:
+    spec: PipelineSpec
+    report: StateReport
+    groups: dict[str, str]
+    limit: int
+
+    @property
+    def window(self) -> WindowSpec:
+        return self.spec.window
+
+    @property
+    def window_groups(self) -> dict[str, str]:
+        """The filter on the window's group columns (others filter a join's keys)."""
+        return {k: v for k, v in self.groups.items() if k in self.window.group_by}
+
+    def waiting_for(self, needed_ms: int | None) -> tuple[str, ...]:
+        """The sources whose watermark is below ``needed_ms`` (the held-back ones when
+        the ledger has no per-source watermark)."""
+        marks = self.report.source_watermarks
+        if needed_ms is None or not marks:
+            return self.report.held_back_by
+        return tuple(s for s, m in marks.items() if m is None or _ms(m) < needed_ms)
+
+    def because(self, rule: str, needed_ms: int | None) -> tuple[str, tuple[str, ...]]:
+        """The rule, and the sources still short of it: a watermark ``needed_ms`` needs
+        an event time ``needed_ms + lateness_ms`` from each of them."""
+        sources = self.waiting_for(needed_ms)
+        join = self.spec.transform.join
+        lateness = (
+            self.window.lateness_ms if self.spec.has_window else join.lateness_ms if join else 0
+        )
+        if sources and needed_ms is not None:
+            rule += (
+                f"; waiting for {', '.join(sources)} to reach event time "
+                f"{self.clock(needed_ms + lateness)}"
+            )
+        return rule, sources
+
+    def clock(self, ms: int) -> str:
+        """A time in a rule: without its date when it is the watermark's."""
+        w = self.report.watermark
+        text = _clock(ms)
+        if w is not None and _clock(_ms(w))[:10] == text[:10]:
+            return text[11:]
+        return text
+
+    def watermark_text(self) -> str:
+        w = self.report.watermark
+        return f"watermark {self.clock(_ms(w))}" if w is not None else "no watermark yet"
+
+
+def _time_rule(c: _Context, end_ms: int, revision: int | None = None) -> tuple[str, ...]:
+    """A time window: emitted once the watermark reaches its end (``allowed_lateness_ms``
+    earlier when it reopens, and then kept until the watermark reaches its end)."""
+    wm = c.watermark_text()
+    allowed = (c.window.allowed_lateness_ms or 0) if c.window.reopens else 0
+    if revision:  # emitted already: held for late rows
+        return c.because(
+            f"emitted (revision {revision}); takes late rows until {wm} >= end {c.clock(end_ms)}",
+            end_ms,
+        )
+    if allowed:
+        return c.because(
+            f"emits when {wm} + allowed lateness {_span(allowed)} >= end {c.clock(end_ms)}",
+            end_ms - allowed,
+        )
+    return c.because(f"closes when {wm} >= end {c.clock(end_ms)}", end_ms)
+
+
+# -- native windows ------------------------------------------------------------------
+
+
+def _native_windows(reader: Any, c: _Context) -> tuple[list[OpenWindow], int | None]:
+    state = reader.load(c.report.checkpoint)
+    w = c.window
+    session_kind = "session_window" in state.schema["value"].dataType.fieldNames()
+    bounds = "value.session_window" if session_kind else "key.window"
+    group_cols = {g: F.col(f"key.{g}") for g in w.group_by}
+    state = _filter(state, group_cols, c.window_groups)
+    total = state.count()
+    rows = (
+        state.select(
+            F.unix_millis(F.col(f"{bounds}.start")).alias("start"),
+            F.unix_millis(F.col(f"{bounds}.end")).alias("end"),
+            *(col.alias(f"g{i}") for i, col in enumerate(group_cols.values())),
+            F.col("value"),
+        )
+        .orderBy("end", "start", *(f"g{i}" for i in range(len(group_cols))))
+        .limit(c.limit)
+        .collect()
+    )
+    skip = {"session_window", *w.group_by} if session_kind else set()
+    layout = _buffer_layout(
+        w.aggregations,
+        [f.name for f in state.schema["value"].dataType.fields if f.name not in skip],
+    )
+    if layout is None:
+        c.report.note = (
+            "the state's aggregation buffers are not laid out as expected: aggregates n/a"
+        )
+    windows = []
+    for r in rows:
+        buffers = [v for f, v in zip(r["value"].__fields__, r["value"], strict=True)
+                   if f not in skip]  # fmt: skip
+        rule, sources = _time_rule(c, r["end"])
+        windows.append(
+            OpenWindow(
+                _datetime(r["start"]),
+                _datetime(r["end"]),
+                {g: _plain(r[f"g{i}"]) for i, g in enumerate(w.group_by)},
+                _native_aggregates(w.aggregations, layout, buffers),
+                rule,
+                sources,
+            )
+        )
+    return windows, total
+
+
+def _buffer_layout(aggs: Iterable[Aggregation], names: list[str]) -> list[slice] | None:
+    """Each aggregation's slice of the buffer fields; None when they do not match."""
+    layout, at = [], 0
+    for a in aggs:
+        expected = _BUFFERS.get(a.agg)
+        if expected is None:
+            return None
+        width = len(expected)
+        if a.agg == "sum" and names[at + 1 : at + 2] == ["isEmpty"]:
+            width = 2
+        if tuple(names[at : at + len(expected)]) != expected:
+            return None
+        layout.append(slice(at, at + width))
+        at += width
+    return layout if at == len(names) else None
+
+
+def _native_aggregates(
+    aggs: list[Aggregation], layout: list[slice] | None, buffers: list[Any]
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for i, a in enumerate(aggs):
+        value: Any = NOT_DECODED
+        if layout is not None:
+            part = buffers[layout[i]]
+            if a.agg in ("count", "min", "max"):
+                value = _plain(part[0])
+            elif a.agg == "sum":
+                value = None if len(part) > 1 and part[1] else _plain(part[0])
+            elif a.agg == "avg":
+                total, n = part
+                value = None if not n or total is None else _plain(total) / n
+            elif a.agg in ("first", "last"):
+                value = None if part[0] is None else _plain(part[0]["v"])
+            elif a.agg == "count_distinct":
+                value = _hll_estimate(part[0])
+        out[a.as_] = value
+    return out
+
+
+def _hll_estimate(buffer: bytes | None) -> Any:
+    """``hll_sketch_estimate`` of the partial sketch (a DataSketches HLL image)."""
+    if buffer is None:
+        return 0
+    try:
+        from datasketches import hll_sketch
+
+        return round(hll_sketch.deserialize(bytes(buffer)).get_estimate())
+    except Exception:  # not a sketch image after all: say so, do not guess
+        return NOT_DECODED
+
+
+# -- state-API windows ---------------------------------------------------------------
+
+
+def _state_windows(reader: Any, c: _Context) -> tuple[list[OpenWindow], int | None]:
+    """Each group's value holds its open windows: decoded here, ``limit`` groups at a
+    time in the order their windows start, until ``limit`` windows are found."""
+    w = c.window
+    state = reader.option("stateVarName", STATE_VARIABLE).load(c.report.checkpoint)
+    group_cols = {g: F.col(f"key.{g}") for g in w.group_by}
+    state = _filter(state, group_cols, c.window_groups).where(F.col("value.blob").isNotNull())
+    ordered = state.select(
+        *(col.alias(f"g{i}") for i, col in enumerate(group_cols.values())),
+        F.col("value.blob").alias("blob"),
+        F.col("value.span_start").alias("span_start"),
+    ).orderBy("span_start", *(f"g{i}" for i in range(len(group_cols))))
+    every = state.count() <= DECODE_ALL_GROUPS
+    windows: list[OpenWindow] = []
+    for r in ordered.toLocalIterator():
+        group = {g: _plain(r[f"g{i}"]) for i, g in enumerate(w.group_by)}
+        windows.extend(_group_windows(pickle.loads(r["blob"])["state"], group, c))
+        if not every and len(windows) >= c.limit:
+            break
+    windows.sort(key=lambda x: (_ms(x.end) if x.end else 0, _ms(x.start) if x.start else 0))
+    return windows[: c.limit], (len(windows) if every else None)
+
+
+def _group_windows(state: Any, group: dict[str, Any], c: _Context) -> list[OpenWindow]:
+    w = c.window
+    if isinstance(state, sliding.SlidingState):
+        ends = state.pending
+        starts = sliding.window_starts(ends, w.duration_ms or 0)
+        ranges = sliding.ranges(state.frame, ends, w.duration_ms or 0)
+        rules = [
+            c.because(f"closes when {c.watermark_text()} > end {c.clock(int(e))}", int(e) + 1)
+            for e in ends
+        ]
+        return _windows(state.frame, ranges, starts, ends, group, rules, c)
+    if isinstance(state, reopen.ReopenState):
+        duration = w.duration_ms or 0
+        bounds = reopen.Bounds(duration, w.hop_ms or duration, 0)
+        ranges = reopen.ranges(state.frame, state.starts, bounds)
+        ends = state.starts + duration
+        revisions = [int(r) for r in state.revisions]
+        rules = [
+            _time_rule(c, int(e), r if w.reopens else None)
+            for e, r in zip(ends, revisions, strict=True)
+        ]
+        found = _windows(state.frame, ranges, state.starts, ends, group, rules, c)
+        if not w.reopens:
+            return found
+        return [_with(x, revision=r) for x, r in zip(found, revisions, strict=True)]
+    if isinstance(state, session.SessionState):
+        gap = w.gap_ms or 0
+        ranges = session.sessions(state.frame.t, gap)
+        starts, ends = session.bounds(state.frame, ranges, gap)
+        rules = [_time_rule(c, int(e)) for e in ends]
+        return _windows(state.frame, ranges, starts, ends, group, rules, c)
+    if isinstance(state, count_based.CountState):
+        return _count_windows(state, group, c)
+    return []
+
+
+def _count_windows(
+    state: count_based.CountState, group: dict[str, Any], c: _Context
+) -> list[OpenWindow]:
+    w = c.window
+    count, stride = w.count or 0, w.stride or 1
+    ranges = count_based.open_windows(state, count, stride)
+    t = state.frame.t
+    numbered = state.numbered - state.first_index  # frame rows numbered so far
+    rules = []
+    for lo, hi in zip(ranges.lo, ranges.hi, strict=True):
+        held = int(hi - lo + 1)
+        waiting = max(0, int(hi) + 1 - numbered)  # held, but not numbered yet
+        rule = f"holds {held} of {count} events; closes when its {count}th event is numbered"
+        if waiting:
+            rule += f" ({waiting} wait for the watermark to pass them, {c.watermark_text()})"
+        needed = int(t[hi]) + 1 if waiting else None
+        rules.append(c.because(rule, needed) if needed else (rule, ()))
+    found = _windows(state.frame, ranges, t[ranges.lo], t[ranges.hi], group, rules, c)
+    first_k = state.first_index // stride
+    return [_with(x, index=first_k + i) for i, x in enumerate(found)]
+
+
+def _windows(
+    frame: EventFrame,
+    ranges: Ranges,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    group: dict[str, Any],
+    rules: list[tuple[str, tuple[str, ...]]],
+    c: _Context,
+) -> list[OpenWindow]:
+    return [
+        OpenWindow(
+            _datetime(int(s)),
+            _datetime(int(e)),
+            group,
+            _event_aggregates(c.window.aggregations, frame, int(lo), int(hi)),
+            rule,
+            sources,
+        )
+        for s, e, lo, hi, (rule, sources) in zip(
+            starts, ends, ranges.lo, ranges.hi, rules, strict=True
+        )
+    ]
+
+
+def _event_aggregates(aggs: list[Aggregation], frame: EventFrame, lo: int, hi: int) -> dict:
+    """The aggregates over a time-ordered frame's rows ``lo..hi``, SQL's NULL rules."""
+    out: dict[str, Any] = {}
+    rows = np.arange(lo, hi + 1) if hi >= lo else np.empty(0, np.int64)
+    for a in aggs:
+        if a.agg == "count" and a.column is None:
+            out[a.as_] = len(rows)
+            continue
+        values = frame.columns.get(a.column or "")
+        if values is None or a.agg == "reduce":
+            out[a.as_] = NOT_DECODED
+            continue
+        kept = rows[values.valid[rows]]
+        items = [_plain(to_python(values, _kind(values), int(i))) for i in kept]
+        out[a.as_] = _fold(a.agg, items)
+    return out
+
+
+def _fold(agg: str, items: list[Any]) -> Any:
+    if agg == "count":
+        return len(items)
+    if agg == "count_distinct":
+        return len({json.dumps(_jsonable(i), sort_keys=True) for i in items})
+    if agg == "collect":
+        return items
+    if not items:
+        return None
+    return {
+        "sum": lambda: sum(items),
+        "avg": lambda: sum(items) / len(items),
+        "min": lambda: min(items),
+        "max": lambda: max(items),
+        "first": lambda: items[0],
+        "last": lambda: items[-1],
+    }.get(agg, lambda: NOT_DECODED)()
+
+
+def _kind(values: Any) -> str:
+    # The frame's own column kinds are the plan's; the dtype tells them apart here,
+    # except timestamps (epoch µs, int64): shown as numbers, which is what they hold.
+    return "object" if values.data.dtype == object else "number"
+
+
+# -- join buffers --------------------------------------------------------------------
+
+
+def _join_rows(reader: Any, c: _Context) -> tuple[list[BufferedJoinRow], int]:
+    join = c.spec.transform.join
+    assert join is not None
+    lower, upper = join.bounds
+    out: list[BufferedJoinRow] = []
+    total = 0
+    for side, keys, offset in (("left", join.left_keys, upper), ("right", join.right_keys, -lower)):
+        state = reader.option("joinSide", side).load(c.report.checkpoint)
+        key_fields = state.schema["key"].dataType.fieldNames()
+        key_cols = {k: F.col(f"key.{f}") for k, f in zip(keys, key_fields, strict=False)}
+        value_fields = state.schema["value"].dataType.fieldNames()
+        # the watermarked event time of the side (flow_jobs.plan.joins), else _event_ts
+        time_field = next(
+            (f for f in value_fields if f == f"__flow_{side}_time"),
+            "_event_ts" if "_event_ts" in value_fields else None,
+        )
+        time_col = F.unix_millis(F.col(f"value.{time_field}")) if time_field else F.lit(None)
+        state = _filter(state, key_cols, {k: v for k, v in c.groups.items() if k in key_cols})
+        total += state.count()
+        rows = (
+            state.select(
+                *(col.alias(f"k{i}") for i, col in enumerate(key_cols.values())),
+                time_col.alias("t"),
+                F.col("value"),
+            )
+            .orderBy("t")
+            .limit(c.limit)
+            .collect()
+        )
+        for r in rows:
+            t = r["t"]
+            rule, _ = c.because(
+                f"evicted once {c.watermark_text()} passes event time "
+                f"{'+' if offset >= 0 else '-'} {_span(abs(offset))}"
+                + (f" = {c.clock(t + offset)}" if t is not None else ""),
+                None,
+            )
+            row = {k: _plain(v) for k, v in r["value"].asDict().items() if not k.startswith("_")}
+            out.append(
+                BufferedJoinRow(
+                    side,
+                    {k: _plain(r[f"k{i}"]) for i, k in enumerate(key_cols)},
+                    _datetime(t),
+                    rule,
+                    row,
+                )
+            )
+    out.sort(key=lambda x: _ms(x.event_time) if x.event_time else 0)
+    return out[: c.limit], total
+
+
+# -- small conversions ---------------------------------------------------------------
+
+
+def _filter(
+    state: DataFrame, columns: Mapping[str, Column], wanted: Mapping[str, str]
+) -> DataFrame:
+    for name, value in wanted.items():
+        state = state.where(columns[name].cast("string") == F.lit(value))
+    return state
+
+
+def _with(window: OpenWindow, **changes: Any) -> OpenWindow:
+    from dataclasses import replace
+
+    return replace(window, **changes)
+
+
+def _datetime(ms: int | None) -> datetime | None:
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+def _ms(value: datetime) -> int:
+    if value.tzinfo is None:
+        value = value.astimezone(UTC)  # Spark hands out naive local times
+    return round(value.timestamp() * 1000)
+
+
+def _parse_iso(value: str | None) -> datetime | None:
+    return None if value is None else datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def _clock(ms: int) -> str:
+    """``2026-11-01 10:04:58`` (``.250`` when the milliseconds are not 0), UTC."""
+    t = datetime.fromtimestamp(ms / 1000, tz=UTC)
+    text = t.strftime("%Y-%m-%d %H:%M:%S")
+    return text + (f".{t.microsecond // 1000:03d}" if t.microsecond else "")
+
+
+def _span(ms: int) -> str:
+    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
+
+
+def _plain(value: Any) -> Any:
+    """Python values as JSON and a table show them (numpy scalars unwrapped, naive
+    Spark timestamps made UTC)."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, datetime) and value.tzinfo is None:
+        return value.astimezone(UTC)
+    return value
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    if isinstance(value, bytes | bytearray):
+        return value.hex()
+    if isinstance(value, np.generic):
+        return value.item()
+    if hasattr(value, "asDict"):
+        return _jsonable(value.asDict())
+    return value

@@ -1,0 +1,187 @@
+"""``flow-jobs inspect``: the open windows in a pipeline's state, with their partial
+aggregates, equal a reference computed from the events and the documented close rules
+(docs/spec-reference.md, Windows: a tumbling window closes when the watermark reaches
+its end, a sliding window [t - duration, t] when the watermark passes t; the watermark
+is the highest event time minus ``lateness_ms``)."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections import defaultdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomli_w
+from pyspark.sql import SparkSession
+
+from flow_jobs.cli import main
+from flow_jobs.embedded.broker import EmbeddedBroker
+from flow_jobs.io.state_store import StateStore
+from flow_jobs.runtime.inspect import NO_STATE, inspect_state
+from flow_jobs.runtime.runner import PipelineRunner
+from flow_jobs.spec import load_spec
+from flow_jobs.spec.models import PipelineSpec
+from tests.support import make_spec, random_clicks, send, to_records
+
+AGGREGATIONS = [{"agg": "count", "as": "n"}, {"agg": "sum", "column": "amount", "as": "spent"}]
+LATENESS = 12_000
+
+
+def _spec_file(spec: PipelineSpec, workdir: Path) -> Path:
+    path = workdir / f"{spec.name}.toml"
+    path.write_text(tomli_w.dumps(spec.to_document()))
+    return path
+
+
+def _run(
+    broker: EmbeddedBroker, spark: SparkSession, workdir: Path, window: dict[str, Any]
+) -> tuple[Path, list[dict[str, Any]]]:
+    """Events of two users over three partitions, run with --available-now semantics."""
+    topic = f"inspect-{window['kind']}-{random.randrange(10**9)}"
+    broker.create_topic(topic, partitions=3)
+    events = random_clicks(
+        random.Random(window["kind"]), 240, keys=("a", "b"), step_ms=250, disorder_ms=1_000
+    )
+    send(broker.bootstrap_servers, topic, to_records(events, partitions=3))
+    spec = make_spec(
+        workdir,
+        broker.bootstrap_servers,
+        topic,
+        {
+            **window,
+            "event_time_column": "ts",
+            "lateness_ms": LATENESS,
+            "group_by": ["user_id"],
+            "aggregations": AGGREGATIONS,
+        },
+        name=f"inspect-{window['kind']}",
+        source={"max_offsets_per_trigger": 100},
+    )
+    path = _spec_file(spec, workdir)
+    summary = PipelineRunner(load_spec(path), spark).run(available_now=True)
+    assert summary.late_rows == 0 and summary.input_rows == len(events)
+    return path, events
+
+
+def _partials(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    amounts = [r["amount"] for r in rows if r["amount"] is not None]
+    return {"n": len(rows), "spent": sum(amounts) if amounts else None}
+
+
+def _ms(value: datetime | str) -> int:
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return round(value.timestamp() * 1000)
+
+
+def _assert_same(actual: dict[tuple, dict], expected: dict[tuple, dict]) -> None:
+    assert expected, "no open window in the reference: the test would prove nothing"
+    assert actual.keys() == expected.keys()
+    for key, want in expected.items():
+        got = actual[key]
+        assert got["n"] == want["n"], key
+        assert (got["spent"] is None) == (want["spent"] is None), key
+        if want["spent"] is not None:
+            assert math.isclose(got["spent"], want["spent"], rel_tol=1e-9), key
+
+
+def test_open_tumbling_windows_and_partials_equal_the_reference(
+    spark: SparkSession, broker: EmbeddedBroker, workdir: Path, capsys: pytest.CaptureFixture
+) -> None:
+    duration = 10_000
+    path, events = _run(broker, spark, workdir, {"kind": "tumbling", "duration_ms": duration})
+    watermark = max(e["ts"] for e in events) - LATENESS
+    windows: dict[tuple, list] = defaultdict(list)
+    for e in events:
+        start = e["ts"] - e["ts"] % duration
+        if start + duration > watermark:  # closes when watermark >= end: still open
+            windows[(start, start + duration, e["user_id"])].append(e)
+    expected = {k: _partials(rows) for k, rows in windows.items()}
+    assert len({k[0] for k in expected}) >= 2, "want several open windows per group"
+
+    spec = load_spec(path)
+    report = inspect_state(spark, spec, store=StateStore.for_spec(spec), limit=100)
+
+    assert _ms(report.watermark) == watermark
+    assert report.held_back_by == ("clicks",)
+    assert report.open_windows == len(expected)
+    actual = {(_ms(w.start), _ms(w.end), w.group["user_id"]): w.aggregates for w in report.windows}
+    _assert_same(actual, expected)
+    ends = [_ms(w.end) for w in report.windows]
+    assert ends == sorted(ends), "the windows that close first come first"
+    assert all(w.waiting_for == ("clicks",) for w in report.windows)
+
+    # The CLI: --json, --group, --limit
+    assert main(["inspect", str(path), "--json", "--group", "user_id=a", "--limit", "2"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) >= {"pipeline", "batch_id", "watermark", "source_watermarks",
+                        "held_back_by", "windows", "open_windows"}  # fmt: skip
+    assert out["pipeline"] == spec.name and _ms(out["watermark"]) == watermark
+    assert out["open_windows"] == sum(1 for k in expected if k[2] == "a")
+    assert len(out["windows"]) == 2
+    for w in out["windows"]:
+        assert set(w) >= {"start", "end", "group", "aggregates", "closes_when", "waiting_for"}
+        key = (_ms(w["start"]), _ms(w["end"]), "a")
+        assert w["group"] == {"user_id": "a"} and key in expected
+        _assert_same({key: w["aggregates"]}, {key: expected[key]})
+
+    # The table: group column, the aggregates by their names, why each is open.
+    assert main(["inspect", str(path)]) == 0
+    table = capsys.readouterr().out
+    assert "window start" in table and "user_id" in table and "spent" in table
+    first = min(expected)
+    end = datetime.fromtimestamp(first[1] / 1000, tz=UTC).strftime("%H:%M:%S")
+    assert f">= end {end}; waiting for clicks" in table
+    assert f"open windows: {len(expected)}" in table
+    assert "\x1b[" not in table, "plain text when stdout is not a terminal"
+
+
+def test_open_sliding_windows_are_decoded_from_the_state_api(
+    spark: SparkSession, broker: EmbeddedBroker, workdir: Path
+) -> None:
+    duration = 3_000
+    path, events = _run(broker, spark, workdir, {"kind": "sliding", "duration_ms": duration})
+    watermark = max(e["ts"] for e in events) - LATENESS
+    by_group: dict[str, list] = defaultdict(list)
+    for e in events:
+        by_group[e["user_id"]].append(e)
+    expected = {}
+    for user, rows in by_group.items():
+        for t in {r["ts"] for r in rows if r["ts"] >= watermark}:  # closes when watermark > t
+            inside = [r for r in rows if t - duration <= r["ts"] <= t]
+            expected[(t - duration, t, user)] = _partials(inside)
+
+    spec = load_spec(path)
+    report = inspect_state(spark, spec, store=StateStore.for_spec(spec), limit=1_000)
+
+    assert _ms(report.watermark) == watermark
+    assert report.open_windows == len(expected)
+    actual = {(_ms(w.start), _ms(w.end), w.group["user_id"]): w.aggregates for w in report.windows}
+    _assert_same(actual, expected)
+    assert all("> end" in w.closes_when for w in report.windows)
+
+
+def test_a_pipeline_that_has_not_run_has_no_state_yet(
+    workdir: Path, capsys: pytest.CaptureFixture
+) -> None:
+    window = {"kind": "tumbling", "duration_ms": 1_000, "aggregations": AGGREGATIONS[:1]}
+    path = _spec_file(make_spec(workdir, "127.0.0.1:9", "never", window), workdir)
+
+    assert main(["inspect", str(path)]) == 0
+    assert NO_STATE in capsys.readouterr().out
+    assert main(["inspect", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["note"] == NO_STATE and out["windows"] == [] and out["batch_id"] is None
+
+
+def test_group_must_name_a_group_by_column(workdir: Path, capsys: pytest.CaptureFixture) -> None:
+    window = {"kind": "tumbling", "duration_ms": 1_000, "group_by": ["user_id"],
+              "aggregations": AGGREGATIONS[:1]}  # fmt: skip
+    path = _spec_file(make_spec(workdir, "127.0.0.1:9", "never", window), workdir)
+
+    assert main(["inspect", str(path), "--group", "page=/home"]) == 2
+    assert "--group page=/home" in capsys.readouterr().err
