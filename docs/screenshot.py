@@ -1,10 +1,10 @@
-"""Regenerate docs/asset-graph.png: the demo's Dagster UI, seen by headless Chromium.
+"""Regenerate docs/asset-*.png: the demo's Dagster UI, seen by headless Chromium.
 
     .venv/bin/python docs/screenshot.py      # needs Debian's chromium (apt-get install chromium)
 
 Runs ``make demo``'s job with ``--ui`` (embedded broker, sample clicks, Dagster on a
 free port), materializes ``clicks_per_minute`` through the GraphQL API so its checks are
-evaluated, then renders the asset graph and the asset's checks page to PNG.
+evaluated, then renders the asset graph, the asset's checks and its overview to PNG.
 """
 
 from __future__ import annotations
@@ -29,8 +29,11 @@ from flow_jobs_dev.dagster_ui import (  # noqa: E402
 from flow_jobs_dev.service import free_port  # noqa: E402
 
 PAGES = {
-    "asset-graph.png": "/asset-groups/pipelines",
+    # the `clicks` topic (an external asset) and the targets and dead letters it feeds
+    "asset-graph.png": "/assets/kafka/clicks?view=lineage&lineageScope=downstream",
     "asset-checks.png": "/assets/clicks_per_minute?view=checks",
+    # the asset's page: its code version (the spec's fingerprint), metadata, preview
+    "asset-overview.png": "/assets/clicks_per_minute",
 }
 
 
@@ -51,7 +54,7 @@ def chromium_screenshot(url: str, out: Path) -> None:
                 "--no-first-run",
                 f"--user-data-dir={profile}",
                 "--hide-scrollbars",
-                "--window-size=1500,1500",
+                "--window-size=1500,1300",
                 "--virtual-time-budget=20000",  # let the React app fetch and lay out
                 f"--screenshot={out}",
                 url,
