@@ -29,7 +29,7 @@ from typing import Any
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, start_http_server
 from pyspark.sql.streaming import StreamingQueryListener
 
-from flow_jobs.io.state_store import source_watermark_ms
+from flow_jobs.io.ledger import source_watermark_ms
 from flow_jobs.runtime.reports import (
     as_dict,
     late_rows_by_source,
