@@ -44,7 +44,9 @@ from typing import Any
 import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
+from psycopg_pool import ConnectionPool
 
+from flow_jobs.io import postgres_pool
 from flow_jobs.secrets import connect_postgres
 from flow_jobs.spec.fingerprint import changed_fields, fingerprint_fields, fingerprint_of
 from flow_jobs.spec.models import PipelineSpec
@@ -202,8 +204,9 @@ class PipelineState:
 
 
 class StateStore:
-    """The ledger in one Postgres schema. Connections are short-lived and per call, so
-    Spark's batch thread and the runner's progress thread never share one."""
+    """The ledger in one Postgres schema. Each call takes a connection of the URL's pool
+    (``flow_jobs.io.postgres_pool``) for one transaction, so Spark's batch thread and the
+    runner's progress thread never share one; ``close()`` releases the pool."""
 
     def __init__(self, url: str, schema: str = DEFAULT_SCHEMA) -> None:
         if not SCHEMA_NAME.match(schema):
@@ -211,6 +214,7 @@ class StateStore:
         self._url = url
         self.schema = schema
         self._s = sql.Identifier(schema)
+        self._pool: ConnectionPool | None = None  # opened by the first connect()
 
     @classmethod
     def for_spec(cls, spec: PipelineSpec) -> StateStore:
@@ -223,8 +227,19 @@ class StateStore:
 
     @contextmanager
     def connect(self) -> Iterator[psycopg.Connection]:
-        with connect_postgres(self._url, autocommit=False) as conn:
+        """A connection for one transaction: committed when the block ends, rolled back
+        if it raises."""
+        if self._pool is None:
+            self._pool = postgres_pool.acquire(self._url, self)
+        with self._pool.connection() as conn:
             yield conn
+
+    def close(self) -> None:
+        """Release the URL's pool (closed once no other store of this process uses it);
+        a later ``connect()`` opens it again."""
+        if self._pool is not None:
+            self._pool = None
+            postgres_pool.release(self._url, self)
 
     def q(self, text: str) -> sql.Composed:
         """SQL with ``{s}`` standing for this store's schema."""
