@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
 import sys
 import threading
@@ -15,12 +14,9 @@ from typing import Any
 import psycopg
 
 from flow_jobs.io.state_store import (
-    DEFAULT_SCHEMA,
     IncompatibleSpec,
     PipelineBusy,
     StateStore,
-    default_embedded_dir,
-    embedded_url,
     state_store_schema,
     state_store_url,
 )
@@ -120,12 +116,9 @@ def _store_for(args: argparse.Namespace) -> tuple[StateStore, PipelineSpec | Non
     name = spec.name if spec is not None else args.pipeline
     if getattr(args, "url_file", None):
         url = Path(args.url_file).read_text(encoding="utf-8").strip()
-    elif spec is not None:
-        url = state_store_url(spec)
     else:
-        url = os.environ.get("FLOW_STATE_STORE_URL") or embedded_url(default_embedded_dir())
-    schema = args.schema or (state_store_schema(spec) if spec else None)
-    store = StateStore(url, schema or os.environ.get("FLOW_STATE_STORE_SCHEMA") or DEFAULT_SCHEMA)
+        url = state_store_url(spec)
+    store = StateStore(url, args.schema or state_store_schema(spec))
     store.migrate()
     return store, spec, name
 

@@ -48,6 +48,7 @@ from psycopg_pool import ConnectionPool
 
 from flow_jobs.io import postgres_pool
 from flow_jobs.secrets import connect_postgres
+from flow_jobs.settings import Settings
 from flow_jobs.spec.fingerprint import changed_fields, fingerprint_fields, fingerprint_of
 from flow_jobs.spec.models import PipelineSpec
 
@@ -177,23 +178,26 @@ def forget_dead_holders(data_dir: Path) -> list[int]:
     return alive
 
 
-def state_store_url(spec: PipelineSpec) -> str:
-    """``[state_store] url``, else ``FLOW_STATE_STORE_URL``, else the embedded server."""
-    if spec.state_store.url is not None:
+def state_store_url(spec: PipelineSpec | None = None) -> str:
+    """``[state_store] url``, else ``FLOW_STATE_STORE_URL``, else the embedded server
+    (under ``[state_store] embedded_dir``, else ``FLOW_DATA_DIR``)."""
+    if spec is not None and spec.state_store.url is not None:
         return spec.state_store.url.get_secret_value()
-    if os.environ.get("FLOW_STATE_STORE_URL"):
-        return os.environ["FLOW_STATE_STORE_URL"]
-    return embedded_url(spec.state_store.embedded_dir or default_embedded_dir())
+    from_env = Settings.from_env().state_store_url
+    if from_env is not None:
+        return from_env.get_secret_value()
+    embedded_dir = spec.state_store.embedded_dir if spec is not None else None
+    return embedded_url(embedded_dir or default_embedded_dir())
 
 
 def default_embedded_dir() -> str:
-    return str(Path(os.environ.get("FLOW_DATA_DIR", ".")) / ".flow" / "postgres")
+    return str(Settings.from_env().data_dir / ".flow" / "postgres")
 
 
-def state_store_schema(spec: PipelineSpec) -> str:
-    return (
-        spec.state_store.schema_name or os.environ.get("FLOW_STATE_STORE_SCHEMA") or DEFAULT_SCHEMA
-    )
+def state_store_schema(spec: PipelineSpec | None = None) -> str:
+    """``[state_store] schema``, else ``FLOW_STATE_STORE_SCHEMA``, else ``flow_jobs``."""
+    from_spec = spec.state_store.schema_name if spec is not None else None
+    return from_spec or Settings.from_env().state_store_schema or DEFAULT_SCHEMA
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import re
 import threading
 from collections.abc import Callable, Iterator
@@ -34,6 +33,7 @@ from flow_jobs.runtime.progress import ProgressTracker, RunSummary
 from flow_jobs.runtime.session import pipeline_session, refuse_unshared_paths, session_for
 from flow_jobs.runtime.sink import StopRequested, WindowBatchSink, last_progress
 from flow_jobs.secrets import redact
+from flow_jobs.settings import Settings
 from flow_jobs.spec.models import PipelineSpec, revealed
 
 log = logging.getLogger(__name__)
@@ -154,7 +154,7 @@ class PipelineRunner:
         tracker = self.progress = ProgressTracker(
             self.spec, sink.outcomes, batches, state.state_version, idle
         )
-        port = self.spec.runtime.metrics_port or int(os.environ.get("FLOW_METRICS_PORT") or 0)
+        port = self.spec.runtime.metrics_port or Settings.from_env().metrics_port
         if port:
             try:
                 serve(port)
