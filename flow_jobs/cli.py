@@ -7,7 +7,7 @@ import logging
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,8 @@ from flow_jobs.runtime.pack import DEFAULT_ARCHIVE, pack
 from flow_jobs.secrets import RedactingFilter, redact
 from flow_jobs.spec import SpecError, load_spec
 from flow_jobs.spec.models import PipelineSpec
+
+Handler = Callable[[argparse.Namespace], int]
 
 
 class UsageError(ValueError):
@@ -215,23 +217,27 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    validate = commands.add_parser("validate", help="check a spec; exit non-zero if invalid")
-    validate.add_argument("spec", help="path to a pipelines/*.toml file")
-    validate.add_argument(
-        "--plan",
-        action="store_true",
-        help="also compile it with Spark (column names and types) and print the operators",
-    )
-    validate.set_defaults(handler=_validate)
+    def spec_command(name: str, about: str, flag: str, flag_help: str, handler: Handler) -> None:
+        """A command over one spec file, with one on/off option."""
+        command = commands.add_parser(name, help=about)
+        command.add_argument("spec", help="path to a pipelines/*.toml file")
+        command.add_argument(flag, action="store_true", help=flag_help)
+        command.set_defaults(handler=handler)
 
-    run = commands.add_parser("run", help="run a pipeline")
-    run.add_argument("spec", help="path to a pipelines/*.toml file")
-    run.add_argument(
-        "--available-now",
-        action="store_true",
-        help="process everything available, emit what the watermark closes, exit 0",
+    spec_command(
+        "validate",
+        "check a spec; exit non-zero if invalid",
+        "--plan",
+        "also compile it with Spark (column names and types) and print the operators",
+        _validate,
     )
-    run.set_defaults(handler=_run)
+    spec_command(
+        "run",
+        "run a pipeline",
+        "--available-now",
+        "process everything available, emit what the watermark closes, exit 0",
+        _run,
+    )
 
     def store_options(command: argparse.ArgumentParser) -> None:
         command.add_argument("pipeline", help="the pipeline's name, or its spec file")
