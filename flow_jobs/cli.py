@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +16,9 @@ import psycopg
 
 from flow_jobs.cli_inspect import InspectUsageError, add_inspect_command
 from flow_jobs.io.state_store import (
-    DEFAULT_SCHEMA,
     IncompatibleSpec,
     PipelineBusy,
     StateStore,
-    default_embedded_dir,
-    embedded_url,
     state_store_schema,
     state_store_url,
 )
@@ -32,6 +28,8 @@ from flow_jobs.runtime.pack import DEFAULT_ARCHIVE, pack
 from flow_jobs.secrets import RedactingFilter, redact
 from flow_jobs.spec import SpecError, load_spec
 from flow_jobs.spec.models import PipelineSpec
+
+Handler = Callable[[argparse.Namespace], int]
 
 
 class UsageError(ValueError):
@@ -122,12 +120,9 @@ def _store_for(args: argparse.Namespace) -> tuple[StateStore, PipelineSpec | Non
     name = spec.name if spec is not None else args.pipeline
     if getattr(args, "url_file", None):
         url = Path(args.url_file).read_text(encoding="utf-8").strip()
-    elif spec is not None:
-        url = state_store_url(spec)
     else:
-        url = os.environ.get("FLOW_STATE_STORE_URL") or embedded_url(default_embedded_dir())
-    schema = args.schema or (state_store_schema(spec) if spec else None)
-    store = StateStore(url, schema or os.environ.get("FLOW_STATE_STORE_SCHEMA") or DEFAULT_SCHEMA)
+        url = state_store_url(spec)
+    store = StateStore(url, args.schema or state_store_schema(spec))
     store.migrate()
     return store, spec, name
 
@@ -224,23 +219,27 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    validate = commands.add_parser("validate", help="check a spec; exit non-zero if invalid")
-    validate.add_argument("spec", help="path to a pipelines/*.toml file")
-    validate.add_argument(
-        "--plan",
-        action="store_true",
-        help="also compile it with Spark (column names and types) and print the operators",
-    )
-    validate.set_defaults(handler=_validate)
+    def spec_command(name: str, about: str, flag: str, flag_help: str, handler: Handler) -> None:
+        """A command over one spec file, with one on/off option."""
+        command = commands.add_parser(name, help=about)
+        command.add_argument("spec", help="path to a pipelines/*.toml file")
+        command.add_argument(flag, action="store_true", help=flag_help)
+        command.set_defaults(handler=handler)
 
-    run = commands.add_parser("run", help="run a pipeline")
-    run.add_argument("spec", help="path to a pipelines/*.toml file")
-    run.add_argument(
-        "--available-now",
-        action="store_true",
-        help="process everything available, emit what the watermark closes, exit 0",
+    spec_command(
+        "validate",
+        "check a spec; exit non-zero if invalid",
+        "--plan",
+        "also compile it with Spark (column names and types) and print the operators",
+        _validate,
     )
-    run.set_defaults(handler=_run)
+    spec_command(
+        "run",
+        "run a pipeline",
+        "--available-now",
+        "process everything available, emit what the watermark closes, exit 0",
+        _run,
+    )
 
     add_inspect_command(commands)
 

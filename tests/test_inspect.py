@@ -19,12 +19,12 @@ import tomli_w
 from pyspark.sql import SparkSession
 
 from flow_jobs.cli import main
-from flow_jobs.embedded.broker import EmbeddedBroker
 from flow_jobs.io.state_store import StateStore
 from flow_jobs.runtime.inspect import NO_STATE, inspect_state
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec import load_spec
 from flow_jobs.spec.models import PipelineSpec
+from flow_jobs_dev.broker import EmbeddedBroker
 from tests.support import make_spec, random_clicks, send, to_records
 
 AGGREGATIONS = [{"agg": "count", "as": "n"}, {"agg": "sum", "column": "amount", "as": "spent"}]

@@ -31,21 +31,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.accumulators import Accumulator, AccumulatorParam
 
-from flow_jobs.io.kafka_source import HEADERS_TYPE
+from flow_jobs.io.kafka_source import HEADERS_TYPE, RECORD_SCHEMA
 
-#: What the tap hands to the driver for each bad row.
+#: What the tap hands to the driver for each bad row: where it comes from, why, and
+#: its Kafka record (the reader's types; its timestamp named kafka_timestamp).
 TAPPED = pa.schema(
     [
         ("pipeline", pa.string()),
         ("source", pa.string()),
         ("reason", pa.string()),
-        ("topic", pa.string()),
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-        ("key", pa.binary()),
-        ("value", pa.binary()),
-        ("kafka_timestamp", pa.timestamp("us", tz="UTC")),
-        ("headers", HEADERS_TYPE),
+        *(RECORD_SCHEMA.field(n) for n in ("topic", "partition", "offset", "key", "value")),
+        RECORD_SCHEMA.field("timestamp").with_name("kafka_timestamp"),
+        RECORD_SCHEMA.field("headers"),
     ]
 )
 

@@ -95,7 +95,8 @@ DECODED = "_decoded"
 UNDECODED = "_undecoded"
 CORRUPT_RECORD = "__flow_corrupt_record"
 
-_ARROW_SCHEMA = pa.schema(
+#: A Kafka record's columns as the reader gives them (and the dead-letter tap keeps them).
+RECORD_SCHEMA = pa.schema(
     [
         ("key", pa.binary()),
         ("value", pa.binary()),
@@ -104,6 +105,12 @@ _ARROW_SCHEMA = pa.schema(
         ("offset", pa.int64()),
         ("timestamp", pa.timestamp("us", tz="UTC")),
         ("headers", HEADERS_TYPE),
+    ]
+)
+
+_ARROW_SCHEMA = pa.schema(
+    [
+        *RECORD_SCHEMA,
         ("_event_ts", pa.timestamp("us", tz="UTC")),
         (LATE_WATERMARK, pa.timestamp("us", tz="UTC")),
         (HEARTBEAT, pa.timestamp("us", tz="UTC")),

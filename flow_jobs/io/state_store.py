@@ -44,8 +44,11 @@ from typing import Any
 import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
+from psycopg_pool import ConnectionPool
 
+from flow_jobs.io import postgres_pool
 from flow_jobs.secrets import connect_postgres
+from flow_jobs.settings import Settings
 from flow_jobs.spec.fingerprint import changed_fields, fingerprint_fields, fingerprint_of
 from flow_jobs.spec.models import PipelineSpec
 
@@ -175,23 +178,26 @@ def forget_dead_holders(data_dir: Path) -> list[int]:
     return alive
 
 
-def state_store_url(spec: PipelineSpec) -> str:
-    """``[state_store] url``, else ``FLOW_STATE_STORE_URL``, else the embedded server."""
-    if spec.state_store.url is not None:
+def state_store_url(spec: PipelineSpec | None = None) -> str:
+    """``[state_store] url``, else ``FLOW_STATE_STORE_URL``, else the embedded server
+    (under ``[state_store] embedded_dir``, else ``FLOW_DATA_DIR``)."""
+    if spec is not None and spec.state_store.url is not None:
         return spec.state_store.url.get_secret_value()
-    if os.environ.get("FLOW_STATE_STORE_URL"):
-        return os.environ["FLOW_STATE_STORE_URL"]
-    return embedded_url(spec.state_store.embedded_dir or default_embedded_dir())
+    from_env = Settings.from_env().state_store_url
+    if from_env is not None:
+        return from_env.get_secret_value()
+    embedded_dir = spec.state_store.embedded_dir if spec is not None else None
+    return embedded_url(embedded_dir or default_embedded_dir())
 
 
 def default_embedded_dir() -> str:
-    return str(Path(os.environ.get("FLOW_DATA_DIR", ".")) / ".flow" / "postgres")
+    return str(Settings.from_env().data_dir / ".flow" / "postgres")
 
 
-def state_store_schema(spec: PipelineSpec) -> str:
-    return (
-        spec.state_store.schema_name or os.environ.get("FLOW_STATE_STORE_SCHEMA") or DEFAULT_SCHEMA
-    )
+def state_store_schema(spec: PipelineSpec | None = None) -> str:
+    """``[state_store] schema``, else ``FLOW_STATE_STORE_SCHEMA``, else ``flow_jobs``."""
+    from_spec = spec.state_store.schema_name if spec is not None else None
+    return from_spec or Settings.from_env().state_store_schema or DEFAULT_SCHEMA
 
 
 @dataclass(frozen=True)
@@ -201,31 +207,10 @@ class PipelineState:
     fingerprint: str
 
 
-@dataclass
-class BatchEntry:
-    """One ledger row, filled in by the sink as the batch is written."""
-
-    pipeline: str
-    query_id: str
-    batch_id: int
-    state_version: int
-    started_at: datetime
-    start_offsets: dict[str, Any] | None = None
-    end_offsets: dict[str, Any] | None = None
-    global_watermark: datetime | None = None
-    output_rows: int = 0
-    dead_lettered_rows: int = 0
-    target_kind: str = ""
-    target: str = ""
-    target_version: str | None = None
-    replayed: bool = False
-    compute_ms: float | None = None
-    write_ms: float | None = None
-
-
 class StateStore:
-    """The ledger in one Postgres schema. Connections are short-lived and per call, so
-    Spark's batch thread and the runner's progress thread never share one."""
+    """The ledger in one Postgres schema. Each call takes a connection of the URL's pool
+    (``flow_jobs.io.postgres_pool``) for one transaction, so Spark's batch thread and the
+    runner's progress thread never share one; ``close()`` releases the pool."""
 
     def __init__(self, url: str, schema: str = DEFAULT_SCHEMA) -> None:
         if not SCHEMA_NAME.match(schema):
@@ -233,6 +218,7 @@ class StateStore:
         self._url = url
         self.schema = schema
         self._s = sql.Identifier(schema)
+        self._pool: ConnectionPool | None = None  # opened by the first connect()
 
     @classmethod
     def for_spec(cls, spec: PipelineSpec) -> StateStore:
@@ -245,8 +231,19 @@ class StateStore:
 
     @contextmanager
     def connect(self) -> Iterator[psycopg.Connection]:
-        with connect_postgres(self._url, autocommit=False) as conn:
+        """A connection for one transaction: committed when the block ends, rolled back
+        if it raises."""
+        if self._pool is None:
+            self._pool = postgres_pool.acquire(self._url, self)
+        with self._pool.connection() as conn:
             yield conn
+
+    def close(self) -> None:
+        """Release the URL's pool (closed once no other store of this process uses it);
+        a later ``connect()`` opens it again."""
+        if self._pool is not None:
+            self._pool = None
+            postgres_pool.release(self._url, self)
 
     def q(self, text: str) -> sql.Composed:
         """SQL with ``{s}`` standing for this store's schema."""
@@ -415,104 +412,7 @@ class StateStore:
         since = f" since {started.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC" if started else ""
         return f"{who} holds it{since} (Postgres backend {pid}, {where})"
 
-    # -- the ledger ------------------------------------------------------------------
-
-    def batch_recorded(self, conn: psycopg.Connection, entry: BatchEntry) -> bool:
-        """Whether this batch's ledger row exists; locks it until ``conn`` commits."""
-        row = conn.execute(
-            self.q(
-                "SELECT 1 FROM {s}.batches WHERE pipeline = %s AND query_id = %s "
-                "AND batch_id = %s FOR UPDATE"
-            ),
-            (entry.pipeline, entry.query_id, entry.batch_id),
-        ).fetchone()
-        return row is not None
-
-    def record_batch(self, conn: psycopg.Connection, entry: BatchEntry) -> None:
-        """Insert the batch's ledger row in ``conn``'s transaction; a replay keeps the
-        first row (the one that describes the write)."""
-        conn.execute(
-            self.q(
-                """INSERT INTO {s}.batches (pipeline, query_id, batch_id, state_version,
-                    start_offsets, end_offsets, global_watermark, output_rows,
-                    dead_lettered_rows, target_kind, target, target_version, replayed,
-                    started_at, compute_ms, write_ms)
-                VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
-                ON CONFLICT (pipeline, query_id, batch_id) DO NOTHING"""
-            ),
-            (
-                entry.pipeline,
-                entry.query_id,
-                entry.batch_id,
-                entry.state_version,
-                Jsonb(entry.start_offsets),
-                Jsonb(entry.end_offsets),
-                entry.global_watermark,
-                entry.output_rows,
-                entry.dead_lettered_rows,
-                entry.target_kind,
-                entry.target,
-                entry.target_version,
-                entry.replayed,
-                entry.started_at,
-                entry.compute_ms,
-                entry.write_ms,
-            ),
-        )
-
-    def record_progress(
-        self,
-        pipeline: str,
-        query_id: str,
-        batch_id: int,
-        *,
-        input_rows: int,
-        late_rows: dict[str, int],
-        batch_ms: float | None,
-        write_ms: float | None,
-        max_event_times: dict[str, int | None],
-        lateness_ms: dict[str, int],
-    ) -> None:
-        """Add what Spark reports once a batch is done (input rows, late rows per source,
-        per-source event times). Per-source watermark = the source's highest event time so far
-        minus its lateness: carried from the previous batch of the same query."""
-        with self.connect() as conn:
-            previous = conn.execute(
-                self.q(
-                    "SELECT source_watermarks FROM {s}.batches WHERE pipeline = %s AND "
-                    "query_id = %s AND batch_id < %s AND source_watermarks IS NOT NULL "
-                    "ORDER BY batch_id DESC LIMIT 1"
-                ),
-                (pipeline, query_id, batch_id),
-            ).fetchone()
-            marks: dict[str, str | None] = dict(previous[0]) if previous else {}
-            for source, latest in max_event_times.items():
-                before = marks.get(source)
-                mark = source_watermark_ms(
-                    None if before is None else _epoch_ms(before),
-                    latest,
-                    lateness_ms.get(source, 0),
-                )
-                marks[source] = None if mark is None else _iso(mark)
-            conn.execute(
-                self.q(
-                    "UPDATE {s}.batches SET input_rows = %s, late_rows = %s, "
-                    "source_late_rows = %s, batch_ms = %s, write_ms = %s, max_event_times = %s, "
-                    "source_watermarks = %s WHERE pipeline = %s AND query_id = %s AND batch_id = %s"
-                ),
-                (
-                    input_rows,
-                    sum(late_rows.values()),
-                    Jsonb(late_rows),
-                    batch_ms,
-                    write_ms,
-                    Jsonb({k: v if v is None else _iso(v) for k, v in max_event_times.items()}),
-                    Jsonb(marks),
-                    pipeline,
-                    query_id,
-                    batch_id,
-                ),
-            )
+    # -- the ledger (its rows are written by flow_jobs.io.ledger.BatchLedger) --------
 
     def earlier_lineages_watermark(self, pipeline: str, query_id: str) -> datetime | None:
         """The highest watermark any other checkpoint lineage (an earlier checkpoint of
@@ -650,21 +550,3 @@ def claim_checkpoint(checkpoint: str, name: str, fingerprint: str) -> None:
             "Give this spec its own [checkpoint] location, or run "
             f"`flow-jobs reset {name}` with the ledger that started it"
         )
-
-
-def source_watermark_ms(
-    previous_ms: int | None, max_event_time_ms: int | None, lateness_ms: int
-) -> int | None:
-    """A source's watermark after a batch (epoch ms), the one rule the ledger and the
-    metrics share: its highest event time so far minus its lateness; it never moves
-    back, and a batch without an event time of the source leaves it where it was."""
-    candidate = None if max_event_time_ms is None else int(max_event_time_ms) - lateness_ms
-    return max((m for m in (previous_ms, candidate) if m is not None), default=None)
-
-
-def _epoch_ms(iso: str) -> int:
-    return round(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
-
-
-def _iso(epoch_ms: float) -> str:
-    return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).isoformat(timespec="milliseconds")

@@ -1,4 +1,5 @@
-"""Targets: where a micro-batch's rows land, each exactly once with its ledger row.
+"""Targets: where a micro-batch's rows land, each exactly once with its ledger row
+(``flow_jobs.io.ledger.BatchLedger`` writes the row, as ``BatchTarget.once_by`` says).
 
 * Delta: MERGE on the natural key with Delta's application transaction (app id = the
   query, version = the batch id), then the ledger row. A replay after a crash finds the
@@ -24,16 +25,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from flow_jobs.io.delta import DeltaMergeTable, Supersede, TargetSchemaError
-from flow_jobs.io.state_store import BatchEntry, StateStore
+from flow_jobs.io.state_store import StateStore
 from flow_jobs.spec.models import DeltaTarget, KafkaTarget, PostgresTarget
+
+if TYPE_CHECKING:
+    from flow_jobs.io.ledger import BatchEntry
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +54,10 @@ class WriteResult:
 
 class BatchTarget(ABC):
     kind: str
+    #: How a batch is written at most once (``BatchLedger.write``): "ledger", in its
+    #: ledger row's transaction; "ledger-first", only while it has no ledger row;
+    #: "target", by the target's own transaction id.
+    once_by: ClassVar[Literal["ledger", "ledger-first", "target"]]
 
     def __init__(self, description: str) -> None:
         self.description = description
@@ -67,8 +76,11 @@ class BatchTarget(ABC):
         """Create the target if missing; refuse one whose columns differ."""
 
     @abstractmethod
-    def write(self, rows: pa.Table, entry: BatchEntry, ledger: StateStore) -> WriteResult:
-        """Write one batch's rows and its ledger row, at most once per batch."""
+    def write(
+        self, rows: pa.Table, entry: BatchEntry, conn: psycopg.Connection | None
+    ) -> WriteResult:
+        """Write one batch's rows (never its ledger row); ``conn`` is the ledger row's
+        transaction when ``once_by`` is "ledger", else None."""
 
     def version(self) -> str | None:
         return None
@@ -79,6 +91,7 @@ class BatchTarget(ABC):
 
 class DeltaBatchTarget(BatchTarget):
     kind = "delta"
+    once_by = "target"
 
     def __init__(self, spec: DeltaTarget, table: DeltaMergeTable) -> None:
         super().__init__(spec.path)
@@ -90,7 +103,9 @@ class DeltaBatchTarget(BatchTarget):
     def version(self) -> str | None:
         return str(self.table.open().version())
 
-    def write(self, rows: pa.Table, entry: BatchEntry, ledger: StateStore) -> WriteResult:
+    def write(
+        self, rows: pa.Table, entry: BatchEntry, conn: psycopg.Connection | None
+    ) -> WriteResult:
         app_id = f"flow-jobs/{entry.pipeline}/{entry.query_id}"
         if rows.num_rows:
             update_if = delete_if = None
@@ -106,19 +121,14 @@ class DeltaBatchTarget(BatchTarget):
                 supersede=self.supersede,
                 delete_if=delete_if,
             )
-            result = WriteResult(
+            return WriteResult(
                 merged.skipped,
                 merged.inserted,
                 merged.updated,
                 str(merged.table_version),
                 merged.deleted,
             )
-        else:
-            result = WriteResult(False, 0, 0, self.version())
-        entry.target_version, entry.replayed = result.version, result.skipped
-        with ledger.connect() as conn:
-            ledger.record_batch(conn, entry)
-        return result
+        return WriteResult(False, 0, 0, self.version())
 
 
 # Arrow -> Postgres column types for the tables we create. Lists become arrays, structs
@@ -156,6 +166,7 @@ class PostgresBatchTarget(BatchTarget):
     instead (PostgreSQL ≥ 15), so a NULL key is one key, as in the Delta MERGE."""
 
     kind = "postgres"
+    once_by = "ledger"
 
     def __init__(
         self,
@@ -206,21 +217,20 @@ class PostgresBatchTarget(BatchTarget):
                 "or migrate it"
             )
 
-    def write(self, rows: pa.Table, entry: BatchEntry, ledger: StateStore) -> WriteResult:
+    def write(
+        self, rows: pa.Table, entry: BatchEntry, conn: psycopg.Connection | None
+    ) -> WriteResult:
+        """Upsert in ``conn``, the ledger row's transaction: its id is the version."""
+        assert conn is not None, "a Postgres target writes in its ledger row's transaction"
         names = self.schema.names
-        with ledger.connect() as conn:
-            if ledger.batch_recorded(conn, entry):
-                return WriteResult(True, 0, 0, None)
-            inserted = updated = superseded = 0
-            if rows.num_rows:
-                self._stage(conn, rows.select(names))
-                if self.supersede is not None:
-                    superseded = self._delete_superseded(conn, self.supersede)
-                inserted, updated = self._upsert(conn, names)
-            xid = conn.execute("SELECT pg_current_xact_id()::text").fetchone()
-            entry.target_version = xid[0] if xid else None
-            ledger.record_batch(conn, entry)
-        return WriteResult(False, inserted, updated, entry.target_version, superseded)
+        inserted = updated = superseded = 0
+        if rows.num_rows:
+            self._stage(conn, rows.select(names))
+            if self.supersede is not None:
+                superseded = self._delete_superseded(conn, self.supersede)
+            inserted, updated = self._upsert(conn, names)
+        xid = conn.execute("SELECT pg_current_xact_id()::text").fetchone()
+        return WriteResult(False, inserted, updated, xid[0] if xid else None, superseded)
 
     def _stage(self, conn: Any, rows: pa.Table) -> None:
         """The batch's rows in a temporary table (``flow_batch``) of the transaction."""
@@ -318,6 +328,7 @@ class KafkaBatchTarget(BatchTarget):
     """JSON rows produced to a topic, keyed by the natural key (as a JSON array)."""
 
     kind = "kafka"
+    once_by = "ledger-first"
 
     def __init__(self, spec: KafkaTarget, natural_key: Sequence[str]) -> None:
         super().__init__(spec.topic)
@@ -341,10 +352,9 @@ class KafkaBatchTarget(BatchTarget):
             self.spec.topic,
         )
 
-    def write(self, rows: pa.Table, entry: BatchEntry, ledger: StateStore) -> WriteResult:
-        with ledger.connect() as conn:
-            if ledger.batch_recorded(conn, entry):
-                return WriteResult(True, 0, 0, None)
+    def write(
+        self, rows: pa.Table, entry: BatchEntry, conn: psycopg.Connection | None
+    ) -> WriteResult:
         errors: list[str] = []
         last: dict[int, int] = {}
 
@@ -374,10 +384,8 @@ class KafkaBatchTarget(BatchTarget):
                 f"kafka target {self.spec.topic}: batch {entry.batch_id} not fully delivered "
                 f"({len(errors)} errors, {remaining} pending): {errors[:3]}"
             )
-        entry.target_version = json.dumps(last, sort_keys=True) if last else None
-        with ledger.connect() as conn:
-            ledger.record_batch(conn, entry)
-        return WriteResult(False, rows.num_rows, 0, entry.target_version)
+        offsets = json.dumps(last, sort_keys=True) if last else None
+        return WriteResult(False, rows.num_rows, 0, offsets)
 
     def close(self) -> None:
         if self._producer is not None:

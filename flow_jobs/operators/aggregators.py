@@ -116,10 +116,13 @@ def _as_output(values: Values, kind: str, index: np.ndarray, present: np.ndarray
     return out
 
 
+@dataclass(eq=False)
 class WindowAggregator(ABC):
-    def __init__(self, column: str | None, outputs: list[str]) -> None:
-        self.column = column
-        self.outputs = outputs
+    """One aggregation of a state-API window: reads ``column`` (None: the row), writes
+    ``outputs``. A subclass's own parameters are its further (dataclass) fields."""
+
+    column: str | None
+    outputs: list[str]
 
     @abstractmethod
     def compute(self, ctx: Context, w: Ranges) -> list[Any]:
@@ -226,12 +229,11 @@ def _python_sum(v: Values, ctx: Context, w: Ranges, i: int) -> Any:
     return sum(v.data[members].tolist()) if len(members) else None
 
 
+@dataclass(eq=False)
 class Extreme(WindowAggregator):
     """min or max of a column."""
 
-    def __init__(self, column: str | None, outputs: list[str], largest: bool) -> None:
-        super().__init__(column, outputs)
-        self.largest = largest
+    largest: bool
 
     def compute(self, ctx: Context, w: Ranges) -> list[list[Any]]:
         v, kind = self.values(ctx), ctx.kinds[self.column or ""]
@@ -266,12 +268,11 @@ class Extreme(WindowAggregator):
         return _nullable(best, n > 0)
 
 
+@dataclass(eq=False)
 class Positional(WindowAggregator):
     """first / last: the value of the earliest / latest row (event time, then arrival)."""
 
-    def __init__(self, column: str | None, outputs: list[str], last: bool) -> None:
-        super().__init__(column, outputs)
-        self.last = last
+    last: bool
 
     def compute(self, ctx: Context, w: Ranges) -> list[list[Any]]:
         v = self.values(ctx)
@@ -283,10 +284,10 @@ class Positional(WindowAggregator):
         return [_as_output(v, ctx.kinds[self.column or ""], rows, present)]
 
 
+@dataclass(eq=False)
 class CountDistinctExact(WindowAggregator):
-    def __init__(self, column: str | None, outputs: list[str], cap: int, pipeline: str) -> None:
-        super().__init__(column, outputs)
-        self.cap, self.pipeline = cap, pipeline
+    cap: int
+    pipeline: str  # for the error a cap hit raises
 
     def compute(self, ctx: Context, w: Ranges) -> list[list[Any]]:
         v, kind = self.values(ctx), ctx.kinds[self.column or ""]
@@ -308,12 +309,11 @@ def _hashable(value: Any) -> Any:
     return tuple(map(_hashable, value)) if isinstance(value, list) else value
 
 
+@dataclass(eq=False)
 class CountDistinctSketch(WindowAggregator):
     """HyperLogLog in Apache DataSketches format (HLL_8, as Spark's hll_sketch_agg)."""
 
-    def __init__(self, column: str | None, outputs: list[str], lg_k: int) -> None:
-        super().__init__(column, outputs)
-        self.lg_k = lg_k
+    lg_k: int
 
     def compute(self, ctx: Context, w: Ranges) -> list[list[Any]]:
         from datasketches import hll_sketch, tgt_hll_type
@@ -341,20 +341,13 @@ class Collect(WindowAggregator):
         ]
 
 
+@dataclass(eq=False)
 class Reduce(WindowAggregator):
     """Seed 002's reduce: initializer(first value), then reducer(aggregate, value)."""
 
-    def __init__(
-        self,
-        column: str | None,
-        outputs: list[str],
-        initializer: Callable[[Any], Any],
-        reducer: Callable[[Any, Any], Any],
-        row_columns: list[str],
-    ) -> None:
-        super().__init__(column, outputs)
-        self.initializer, self.reducer = initializer, reducer
-        self.row_columns = row_columns  # the row's columns, when no column is named
+    initializer: Callable[[Any], Any]
+    reducer: Callable[[Any, Any], Any]
+    row_columns: list[str]  # the row's columns, when no column is named
 
     def compute(self, ctx: Context, w: Ranges) -> list[list[Any]]:
         out = []

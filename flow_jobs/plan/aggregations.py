@@ -201,72 +201,92 @@ def _own_type(a: AggregationInput) -> list[DataType]:
     return [a.data_type]
 
 
-class CountAgg(Aggregator):
+class _OneFunctionAgg(Aggregator):
+    """One Spark aggregate function in a native window; on the state API, a class that
+    takes only its column and output names."""
+
+    state_class: type[WindowAggregator]
+
+    @abstractmethod
+    def function(self, a: AggregationInput) -> Column:
+        """The Spark aggregate of the input."""
+
+    def native(self, a: AggregationInput, w: NativeWindow) -> NativeAggregate:
+        return _simple(self.function(a), a.hidden, a.spec.as_)
+
+    def state(self, a: AggregationInput, column: str | None, pipeline: str) -> WindowAggregator:
+        return self.state_class(column, a.spec.output_names())
+
+
+class CountAgg(_OneFunctionAgg):
     name = "count"
     native_form = "count(1), or count(col)"
     state_form = "prefix sums of row / non-NULL counts"
+    state_class = ops.Count
 
     def result_types(self, a: AggregationInput) -> list[DataType]:
         return [LongType()]
 
-    def native(self, a: AggregationInput, w: NativeWindow) -> NativeAggregate:
-        expr = F.count(F.lit(1)) if a.value is None else F.count(a.value)
-        return _simple(expr, a.hidden, a.spec.as_)
-
-    def state(self, a: AggregationInput, column: str | None, pipeline: str) -> WindowAggregator:
-        return ops.Count(column, a.spec.output_names())
+    def function(self, a: AggregationInput) -> Column:
+        return F.count(F.lit(1)) if a.value is None else F.count(a.value)
 
 
-class SumAgg(Aggregator):
-    name = "sum"
-    native_form = "try_sum(col)"
-    state_form = "prefix sums (double-double for floats)"
+class TryAgg(_OneFunctionAgg):
+    """sum / avg as Spark's ``try_`` aggregates: one that overflows its type (BIGINT,
+    DECIMAL) is NULL, not a query that fails on every replay (Spark 4's ANSI mode
+    raises ARITHMETIC_OVERFLOW)."""
+
     numeric_only = True
 
-    def result_types(self, a: AggregationInput) -> list[DataType]:
-        t = a.data_type
-        if isinstance(t, DecimalType):
-            return [DecimalType(min(38, t.precision + 10), t.scale)]
-        return [DoubleType() if isinstance(t, FractionalType) else LongType()]
-
-    def native(self, a: AggregationInput, w: NativeWindow) -> NativeAggregate:
-        # try_: a sum that overflows its type (BIGINT, DECIMAL) is NULL, not a query that
-        # fails on every replay (Spark 4's ANSI mode raises ARITHMETIC_OVERFLOW).
-        return _simple(F.try_sum(_value(a)), a.hidden, a.spec.as_)
-
-    def state(self, a: AggregationInput, column: str | None, pipeline: str) -> WindowAggregator:
-        return ops.Sum(column, a.spec.output_names())
-
-
-class AvgAgg(Aggregator):
-    name = "avg"
-    native_form = "try_avg(col)"
-    state_form = "prefix sums / counts"
-    numeric_only = True
-
-    def result_types(self, a: AggregationInput) -> list[DataType]:
-        t = a.data_type
-        if isinstance(t, DecimalType):
-            return [DecimalType(min(38, t.precision + 4), min(38, t.scale + 4))]
-        return [DoubleType()]
-
-    def native(self, a: AggregationInput, w: NativeWindow) -> NativeAggregate:
-        return _simple(F.try_avg(_value(a)), a.hidden, a.spec.as_)
-
-    def state(self, a: AggregationInput, column: str | None, pipeline: str) -> WindowAggregator:
-        return ops.Avg(column, a.spec.output_names())
-
-
-class ExtremeAgg(Aggregator):
-    """min / max."""
-
-    def __init__(self, name: str) -> None:
+    def __init__(
+        self,
+        name: str,
+        state_form: str,
+        result_type: Callable[[DataType | None], DataType],
+        state_class: type[WindowAggregator],
+    ) -> None:
         self.name = name  # type: ignore[misc]
-        self.native_form = f"{name}(col)"  # type: ignore[misc]
-        self.state_form = f"range {name}imum (sparse table)"  # type: ignore[misc]
+        self.native_form = f"try_{name}(col)"  # type: ignore[misc]
+        self.state_form = state_form  # type: ignore[misc]
+        self.result_type, self.state_class = result_type, state_class
+
+    def result_types(self, a: AggregationInput) -> list[DataType]:
+        return [self.result_type(a.data_type)]
+
+    def function(self, a: AggregationInput) -> Column:
+        return getattr(F, f"try_{self.name}")(_value(a))
+
+
+def _sum_type(t: DataType | None) -> DataType:
+    if isinstance(t, DecimalType):
+        return DecimalType(min(38, t.precision + 10), t.scale)
+    return DoubleType() if isinstance(t, FractionalType) else LongType()
+
+
+def _avg_type(t: DataType | None) -> DataType:
+    if isinstance(t, DecimalType):
+        return DecimalType(min(38, t.precision + 4), min(38, t.scale + 4))
+    return DoubleType()
+
+
+class _PairedAgg(Aggregator):
+    """One of two aggregators that share a class (min / max, first / last), whose
+    result has its input's type."""
+
+    def __init__(self, name: str, native_form: str, state_form: str) -> None:
+        self.name = name  # type: ignore[misc]
+        self.native_form = native_form  # type: ignore[misc]
+        self.state_form = state_form  # type: ignore[misc]
 
     def result_types(self, a: AggregationInput) -> list[DataType]:
         return _own_type(a)
+
+
+class ExtremeAgg(_PairedAgg):
+    """min / max."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name, f"{name}(col)", f"range {name}imum (sparse table)")
 
     def native(self, a: AggregationInput, w: NativeWindow) -> NativeAggregate:
         return _simple(getattr(F, self.name)(_value(a)), a.hidden, a.spec.as_)
@@ -291,17 +311,13 @@ def _ordered_items(a: AggregationInput, order: tuple[Column, Column, Column]) ->
     return F.array_sort(F.collect_list(item))
 
 
-class PositionalAgg(Aggregator):
+class PositionalAgg(_PairedAgg):
     """first / last: the value of the first / last row in the events' total order."""
 
     def __init__(self, name: str) -> None:
         pick = "min" if name == "first" else "max"
-        self.name = name  # type: ignore[misc]
-        self.native_form = f"{pick}(struct(event_time, lane, pos, col)).col"  # type: ignore[misc]
-        self.state_form = f"range {pick}imum of order rank"  # type: ignore[misc]
-
-    def result_types(self, a: AggregationInput) -> list[DataType]:
-        return _own_type(a)
+        native_form = f"{pick}(struct(event_time, lane, pos, col)).col"
+        super().__init__(name, native_form, f"range {pick}imum of order rank")
 
     def native(self, a: AggregationInput, w: NativeWindow) -> NativeAggregate:
         value = _value(a)
@@ -418,10 +434,10 @@ AGGREGATORS: dict[str, Aggregator] = {
     a.name: a
     for a in (
         CountAgg(),
-        SumAgg(),
+        TryAgg("sum", "prefix sums (double-double for floats)", _sum_type, ops.Sum),
         ExtremeAgg("min"),
         ExtremeAgg("max"),
-        AvgAgg(),
+        TryAgg("avg", "prefix sums / counts", _avg_type, ops.Avg),
         PositionalAgg("first"),
         PositionalAgg("last"),
         CountDistinctAgg(),

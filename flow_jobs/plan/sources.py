@@ -75,6 +75,7 @@ def read_kafka(
     source: KafkaSource,
     pipeline: str,
     time_mode: str,
+    *,
     checkpoint: str | None = None,
     idle_file: str | None = None,
     json_schema: str | None = None,
@@ -137,7 +138,15 @@ def compile_source(
     if source.format == "json" and source.decoder == "auto":
         declared = payload_schema(source, index)
         in_reader = declared.json() if arrow_schema(declared.json()) is not None else None
-    frame = read_kafka(spark, source, pipeline, event_time.mode, checkpoint, idle, in_reader)
+    frame = read_kafka(
+        spark,
+        source,
+        pipeline,
+        event_time.mode,
+        checkpoint=checkpoint,
+        idle_file=idle,
+        json_schema=in_reader,
+    )
     if source.format == "json":
         frame, payload = _decode_json(frame, source, index, in_reader is not None)
         view = [

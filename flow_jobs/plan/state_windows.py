@@ -18,8 +18,6 @@ the native engine's, so targets do not care which engine produced a window.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -45,29 +43,19 @@ from flow_jobs.operators.frame import (
 )
 from flow_jobs.operators.processor import WindowOperatorPlan, WindowProcessor
 from flow_jobs.plan.aggregations import AGGREGATORS, aggregation_input, result_types
-from flow_jobs.plan.event_time import EVENT_TIME, with_event_time
-from flow_jobs.plan.ordering import tie_break
+from flow_jobs.plan.event_time import EVENT_TIME
 from flow_jobs.spec.models import WindowSpec
 
 _ALL = "flowop_all"  # the single group when group_by is empty
 
 
 def compile_state_window(
-    frame: DataFrame,
-    window: WindowSpec,
-    pipeline: str,
-    watermarked_time: str | None = None,
-    source_watermarks: bool = False,
-    topics: Sequence[str] = (),
+    timed: DataFrame, window: WindowSpec, pipeline: str, tie: tuple[Column, Column]
 ) -> DataFrame:
-    """The window's output rows (its output mode: update for emit = "current")."""
+    """The window's output rows (its output mode: update for emit = "current"), from
+    ``timed`` (the input with its event time: ``compile_window``); ``tie`` orders rows
+    of equal event time (``flow_jobs.plan.ordering``)."""
     count_based = window.is_count_based
-    timed = with_event_time(
-        frame,
-        window,
-        watermarked_time=watermarked_time,
-        source_watermarks=source_watermarks,
-    )
     inputs = [aggregation_input(a, i, timed) for i, a in enumerate(window.aggregations)]
 
     columns: dict[str, tuple[Column, DataType]] = {}
@@ -84,7 +72,7 @@ def compile_state_window(
         *(F.col(c) for c in group),
         F.col(EVENT_TIME),
         F.unix_millis(F.col(EVENT_TIME)).alias(TIME),
-        *(c.alias(n) for c, n in zip(tie_break(frame, topics), (LANE, POSITION), strict=True)),
+        *(c.alias(n) for c, n in zip(tie, (LANE, POSITION), strict=True)),
         *projected_values,
     ]
 
@@ -92,7 +80,7 @@ def compile_state_window(
         StructField(window.window_start_column, TimestampType()),
         StructField(window.window_end_column, TimestampType()),
         *([StructField(window.window_index_column, LongType())] if count_based else []),
-        *(StructField(c, frame.schema[c].dataType) for c in window.group_by),
+        *(StructField(c, timed.schema[c].dataType) for c in window.group_by),
         *(
             StructField(name, dtype)
             for a in inputs

@@ -93,6 +93,7 @@ def compile_window(
     frame: DataFrame,
     window: WindowSpec,
     pipeline: str,
+    *,
     watermarked_time: str | None = None,
     source_watermarks: bool = False,
     topics: Sequence[str] = (),
@@ -102,16 +103,14 @@ def compile_window(
     Kafka position, ``flow_jobs.plan.ordering``)."""
     check_group_by(frame, window)
     mode = "update" if window.emit == "current" else "append"
-    if window.engine == "state":
-        state = compile_state_window(
-            frame, window, pipeline, watermarked_time, source_watermarks, topics
-        )
-        return CompiledWindow(state, mode)
     timed = with_event_time(
         frame, window, watermarked_time=watermarked_time, source_watermarks=source_watermarks
     )
+    tie = tie_break(frame, topics)
+    if window.engine == "state":
+        return CompiledWindow(compile_state_window(timed, window, pipeline, tie), mode)
     event_time = F.col(EVENT_TIME)
-    order = (event_time, *tie_break(frame, topics))
+    order = (event_time, *tie)
     kind = WINDOW_KINDS[window.kind]
     assert kind.window is not None
     bounds = (F.col(f"{_WINDOW}.start"), F.col(f"{_WINDOW}.end"))

@@ -24,12 +24,12 @@ from __future__ import annotations
 import logging
 import threading
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, start_http_server
 from pyspark.sql.streaming import StreamingQueryListener
 
-from flow_jobs.io.state_store import source_watermark_ms
+from flow_jobs.io.ledger import source_watermark_ms
 from flow_jobs.runtime.reports import (
     as_dict,
     late_rows_by_source,
@@ -42,29 +42,31 @@ from flow_jobs.runtime.reports import (
 log = logging.getLogger(__name__)
 
 
+_Metric = TypeVar("_Metric", Counter, Gauge)
+
+
 class FlowMetrics:
     def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
-        labels = ["pipeline"]
-        self.windows_active = Gauge(
-            "flow_windows_active", "open (window, group) state rows", labels, registry=registry
+        def per_pipeline(kind: type[_Metric], name: str, doc: str, *labels: str) -> _Metric:
+            return kind(name, doc, ["pipeline", *labels], registry=registry)
+
+        self.windows_active = per_pipeline(
+            Gauge, "flow_windows_active", "open (window, group) state rows"
         )
-        self.windows_emitted = Counter(
-            "flow_windows_emitted", "rows emitted to the target", labels, registry=registry
+        self.windows_emitted = per_pipeline(
+            Counter, "flow_windows_emitted", "rows emitted to the target"
         )
-        self.late_rows = Counter(
+        self.late_rows = per_pipeline(
+            Counter,
             "flow_late_rows",
             "rows behind the watermark, per source (dropped or dead-lettered)",
-            ["pipeline", "source"],
-            registry=registry,
+            "source",
         )
-        self.state_groups = Gauge(
-            "flow_state_groups_total", "state rows over all operators", labels, registry=registry
+        self.state_groups = per_pipeline(
+            Gauge, "flow_state_groups_total", "state rows over all operators"
         )
-        self.watermark = Gauge(
-            "flow_watermark_seconds",
-            "event-time watermark, epoch seconds",
-            ["pipeline", "source"],
-            registry=registry,
+        self.watermark = per_pipeline(
+            Gauge, "flow_watermark_seconds", "event-time watermark, epoch seconds", "source"
         )
 
 

@@ -7,7 +7,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from flow_jobs.io.state_store import StateStore
+from flow_jobs.io.ledger import BatchLedger
 from flow_jobs.runtime.idleness import IdleSources
 from flow_jobs.runtime.reports import (
     Progress,
@@ -64,7 +64,7 @@ class ProgressTracker:
         self,
         spec: PipelineSpec,
         outcomes: dict[int, BatchOutcome],
-        ledger: StateStore | None = None,
+        ledger: BatchLedger | None = None,
         state_version: int = 0,
         idle: IdleSources | None = None,
     ) -> None:
@@ -99,7 +99,7 @@ class ProgressTracker:
         if self.ledger is None or self.query_id is None:
             return
         outcome = self.outcomes.get(p["batchId"])
-        self.ledger.record_progress(
+        self.ledger.add_progress(
             self.pipeline,
             self.query_id,
             int(p["batchId"]),

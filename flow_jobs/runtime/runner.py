@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import re
 import threading
 from collections.abc import Callable, Iterator
@@ -16,6 +15,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from flow_jobs.io.dead_letters import DeadLetterTable, DeadLetterTopic
 from flow_jobs.io.delta import DeltaMergeTable, Supersede
+from flow_jobs.io.ledger import BatchLedger
 from flow_jobs.io.state_store import StateStore
 from flow_jobs.io.targets import (
     BatchTarget,
@@ -33,6 +33,7 @@ from flow_jobs.runtime.progress import ProgressTracker, RunSummary
 from flow_jobs.runtime.session import pipeline_session, refuse_unshared_paths, session_for
 from flow_jobs.runtime.sink import StopRequested, WindowBatchSink, last_progress
 from flow_jobs.secrets import redact
+from flow_jobs.settings import Settings
 from flow_jobs.spec.models import PipelineSpec, revealed
 
 log = logging.getLogger(__name__)
@@ -116,8 +117,9 @@ class PipelineRunner:
         target = self._target(ledger)
         target.ensure()
         self.dead_letters.ensure()
+        batches = BatchLedger(ledger)
         sink = self.sink = WindowBatchSink(
-            self.spec, target, self.dead_letters, ledger, self.checkpoint, state.state_version
+            self.spec, target, self.dead_letters, batches, self.checkpoint, state.state_version
         )
         estimate = estimate_state(self.spec.window) if self.spec.has_window else None
         if estimate is not None and estimate.total > GB:
@@ -150,9 +152,9 @@ class PipelineRunner:
 
         idle = self._idle_sources(available_now)
         tracker = self.progress = ProgressTracker(
-            self.spec, sink.outcomes, ledger, state.state_version, idle
+            self.spec, sink.outcomes, batches, state.state_version, idle
         )
-        port = self.spec.runtime.metrics_port or int(os.environ.get("FLOW_METRICS_PORT") or 0)
+        port = self.spec.runtime.metrics_port or Settings.from_env().metrics_port
         if port:
             try:
                 serve(port)

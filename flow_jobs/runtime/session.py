@@ -17,6 +17,7 @@ from flow_jobs.io.kafka_source import KafkaDataSource
 from flow_jobs.io.lookup_sources import DeltaTableSource, PostgresTableSource
 from flow_jobs.plan.errors import PlanError
 from flow_jobs.runtime.pack import ARCHIVE_ALIAS, PYTHON_NAME
+from flow_jobs.settings import Settings
 from flow_jobs.spec.models import PipelineSpec, SparkSpec
 
 DATA_SOURCES = (KafkaDataSource, DeltaTableSource, PostgresTableSource)
@@ -119,7 +120,8 @@ def build_spark_session(
 ) -> SparkSession:
     """The process's SparkSession (``getOrCreate``), with flow-jobs' defaults; with
     ``archive`` (or ``FLOW_JOBS_SPARK_ARCHIVE``), executors run the packed environment."""
-    archive = archive or os.environ.get("FLOW_JOBS_SPARK_ARCHIVE") or None
+    env = Settings.from_env()
+    archive = archive or env.spark_archive
     if archive and SparkContext._active_spark_context is None:
         _driver_python_on_path()
     # Spark's Python workers run `python3` from PATH unless told otherwise; they need
@@ -127,7 +129,7 @@ def build_spark_session(
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name).master(
-        master or os.environ.get("FLOW_JOBS_SPARK_MASTER", "local[*]")
+        master or env.spark_master or "local[*]"
     )
     settings = {
         **DEFAULT_CONF,
@@ -140,7 +142,7 @@ def build_spark_session(
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(os.environ.get("FLOW_JOBS_SPARK_LOG_LEVEL", "WARN"))
+    spark.sparkContext.setLogLevel(env.spark_log_level)
     register_sources(spark)
     return spark
 

@@ -1,5 +1,5 @@
 """The ``foreachBatch`` sink: run the micro-batch, commit its dead letters, write its rows
-and its ledger row (exactly once per batch: see ``flow_jobs.io.targets``)."""
+and its ledger row (exactly once per batch: see ``flow_jobs.io.ledger``)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 
 from flow_jobs.io.dead_letters import DeadLetterTable
-from flow_jobs.io.state_store import BatchEntry, StateStore
+from flow_jobs.io.ledger import BatchEntry, BatchLedger
 from flow_jobs.io.targets import BatchTarget, WriteResult
 from flow_jobs.runtime.checkpoint import read_offset_log
 from flow_jobs.runtime.metrics import metrics
@@ -50,7 +50,7 @@ class WindowBatchSink:
         spec: PipelineSpec,
         target: BatchTarget,
         dead_letters: DeadLetterTable,
-        ledger: StateStore,
+        ledger: BatchLedger,
         checkpoint: str,
         state_version: int,
     ) -> None:
@@ -90,7 +90,7 @@ class WindowBatchSink:
             # A fresh checkpoint lineage (after a reset, or a lost checkpoint) may start
             # where an earlier one's input is gone (retention, starting_offsets): the
             # windows that lineage completed are never overwritten with partial ones.
-            until = self.ledger.earlier_lineages_watermark(self.pipeline, str(query.id))
+            until = self.ledger.store.earlier_lineages_watermark(self.pipeline, str(query.id))
             if until is not None:
                 self.target.protect_closed_windows(self.spec.window.window_end_column, until)
                 log.info(
@@ -159,7 +159,7 @@ class WindowBatchSink:
             dead = self.dead_letters.commit(batch_id)
             entry.output_rows, entry.dead_lettered_rows = rows.num_rows, dead
             entry.compute_ms = (computed - started) * 1000
-            written = self.target.write(rows, entry, self.ledger)
+            written = self.ledger.write(self.target, rows, entry)
             if not written.skipped:
                 try:
                     metrics().windows_emitted.labels(self.pipeline).inc(rows.num_rows)

@@ -1,0 +1,106 @@
+"""One small pool of Postgres connections per URL and process, for the state store.
+
+Every ``StateStore`` of a URL in a process shares its pool (Spark's batch thread, the
+progress poller, Dagster's checks and sensors). The pool opens on first use and closes
+when the last store that used it closes, or when the process exits; so a test that
+creates many stores holds at most ``MAX_CONNECTIONS`` connections per URL.
+
+A pool's first connection is made in the caller's thread with ``connect_postgres``: a
+bad URL or an unreachable server fails at once, with the password masked, rather than
+after the pool's timeout with its background worker retrying.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+from psycopg_pool import ConnectionPool
+
+from flow_jobs.secrets import connect_postgres
+
+log = logging.getLogger(__name__)
+
+#: A run holds at most two at once (the batch's write, the progress update); the rest
+#: is room for Dagster's checks and sensors in the same process.
+MAX_CONNECTIONS = 4
+
+
+@dataclass
+class _Shared:
+    pool: ConnectionPool
+    users: weakref.WeakSet[Any] = field(default_factory=weakref.WeakSet)
+
+
+_lock = threading.Lock()
+_pools: dict[str, _Shared] = {}
+_closes_at_exit = False
+
+
+def acquire(url: str, user: object) -> ConnectionPool:
+    """``url``'s pool, opened if it is not; ``user`` holds it until ``release``."""
+    global _closes_at_exit
+    with _lock:
+        shared = _pools.get(url)
+        if shared is None:
+            connect_postgres(url).close()  # fails here, masked, if it cannot connect
+            pool = ConnectionPool(
+                url,
+                min_size=1,
+                max_size=MAX_CONNECTIONS,
+                # As a fresh connection was: a transaction per block, nothing prepared
+                # server-side (a migration may change a table under a cached plan).
+                kwargs={"autocommit": False, "prepare_threshold": None},
+                check=ConnectionPool.check_connection,  # a restarted server: reconnect
+                name=f"flow-jobs-state-store-{len(_pools) + 1}",  # never the URL
+                open=True,
+            )
+            shared = _pools[url] = _Shared(pool)
+            if not _closes_at_exit:
+                # Registered after the embedded server's own exit hook (pgserver's, at
+                # its start), so it runs before it: connections close, then the server.
+                atexit.register(close_all)
+                _closes_at_exit = True
+        shared.users.add(user)
+        return shared.pool
+
+
+def release(url: str, user: object) -> None:
+    """``user`` is done with ``url``'s pool: closed once no one holds it."""
+    with _lock:
+        shared = _pools.get(url)
+        if shared is None:
+            return
+        shared.users.discard(user)
+        if shared.users:
+            return
+        del _pools[url]
+    shared.pool.close()
+
+
+def close_all() -> None:
+    """Close every pool (at exit)."""
+    with _lock:
+        pools = [shared.pool for shared in _pools.values()]
+        _pools.clear()
+    for pool in pools:
+        try:
+            pool.close()
+        except Exception as e:  # at exit: report, and close the others
+            log.warning("state store: could not close a connection pool: %s", e)
+
+
+def _forget_after_fork() -> None:
+    """A forked child must not use its parent's connections (nor its pools' threads,
+    which do not exist in it): it opens its own."""
+    global _lock
+    _lock = threading.Lock()
+    _pools.clear()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
