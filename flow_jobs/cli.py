@@ -26,9 +26,9 @@ from flow_jobs.io.state_store import (
 )
 from flow_jobs.plan.errors import PlanError
 from flow_jobs.runtime.checkpoint import retire_checkpoint
-from flow_jobs.runtime.display import console_for, make_display
+from flow_jobs.runtime.display import configure_logging, make_display
 from flow_jobs.runtime.pack import DEFAULT_ARCHIVE, pack
-from flow_jobs.secrets import RedactingFilter, redact
+from flow_jobs.secrets import redact
 from flow_jobs.spec import SpecError, load_spec
 from flow_jobs.spec.models import PipelineSpec
 from flow_jobs.tables import show, table
@@ -336,20 +336,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
     if args.verbose:  # Spark's own profile and INFO logs (runtime.session), unless set
         os.environ.setdefault("FLOW_JOBS_SPARK_LOG_LEVEL", "INFO")
-    if sys.stderr.isatty():
-        # Log lines on the console the progress bar draws on, so they print above it.
-        from rich.logging import RichHandler
-
-        handler: logging.Handler = RichHandler(
-            console=console_for(sys.stderr), show_path=False, log_time_format="%H:%M:%S"
-        )
-        logging.basicConfig(level=level, format="%(name)s: %(message)s", handlers=[handler])
-    else:
-        logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(RedactingFilter())
-    logging.getLogger("py4j").setLevel(logging.WARNING)
-    logging.getLogger("pgserver").setLevel(logging.WARNING)  # its every pg_ctl call
+    configure_logging(level)
     try:
         return int(args.handler(args))
     except (UsageError, InspectUsageError) as e:

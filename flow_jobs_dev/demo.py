@@ -15,13 +15,15 @@ import argparse
 import logging
 import os
 import shutil
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from flow_jobs import tables
+from flow_jobs import cli, tables
 from flow_jobs.io.delta import read_delta
+from flow_jobs.runtime.display import configure_logging, make_display
 from flow_jobs.spec import load_spec
 from flow_jobs.spec.models import revealed
 from flow_jobs_dev.broker import EmbeddedBroker
@@ -65,7 +67,7 @@ def show(spec: Any, runner: Any, summary: Any, ledger: list[dict[str, Any]], row
     tables.show(format_batches(ledger))
     print()
     print(summary.describe())
-    print("windows still open (end > watermark) are emitted once later events close them")
+    print("windows still open (end > watermark) are emitted once later events close them:")
 
 
 def serve_ui(bootstrap: str, data_dir: Path, port: int) -> None:
@@ -73,7 +75,6 @@ def serve_ui(bootstrap: str, data_dir: Path, port: int) -> None:
     the demo's broker, data folder and embedded state store, until Ctrl-C (the broker
     stays up meanwhile)."""
     import subprocess
-    import sys
 
     home = data_dir / "dagster_home"
     home.mkdir(parents=True, exist_ok=True)
@@ -110,9 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.ui and not Path("workspace.yaml").is_file():
         parser.error("--ui serves the checkout's workspace.yaml: run it from the repository")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    logging.getLogger("py4j").setLevel(logging.WARNING)
-    logging.getLogger("pgserver").setLevel(logging.WARNING)  # its every pg_ctl call
+    configure_logging(logging.INFO)
 
     data_dir = Path(args.data_dir).resolve()
     shutil.rmtree(data_dir, ignore_errors=True)  # the broker is new: so is the checkpoint
@@ -143,11 +142,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         from flow_jobs.runtime.runner import PipelineRunner
 
         runner = PipelineRunner(spec)
-        summary = runner.run(available_now=True)
+        # The progress display `flow-jobs run` shows (a bar on a terminal).
+        summary = runner.run(available_now=True, display=make_display(sys.stderr))
         assert runner.ledger is not None
         ledger = runner.ledger.recent_batches(spec.name, 5)
 
         show(spec, runner, summary, ledger, args.rows)
+        # What is still open, and why: as `flow-jobs inspect` shows it.
+        print()
+        print(f"$ FLOW_DATA_DIR={args.data_dir} flow-jobs inspect {spec.name} --limit 5")
+        inspect = ["inspect", spec.name, "--spec", str(SPEC), "--limit", "5"]
+        if cli.main(inspect) != 0:
+            return 1
         if args.ui:
             serve_ui(broker.bootstrap_servers, data_dir, args.ui_port)
     return 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import IO, Any, Protocol
 
@@ -246,6 +247,37 @@ def run_extents(
         end = {p: high for p, (_low, high) in marks.items()} if available_now else None
         extents[source.name] = SourceExtent(source.topic, start, end)
     return extents
+
+
+def configure_logging(level: int, stream: IO[str] | None = None) -> None:
+    """The process's log lines on ``stream`` (stderr): through the progress bar's console
+    on a terminal, so that they print above the bar; plain, time-stamped lines
+    elsewhere. Every handler masks credentials (``RedactingFilter``)."""
+    from flow_jobs.secrets import RedactingFilter
+
+    stream = stream or sys.stderr
+    if stream.isatty():
+        from rich.logging import RichHandler
+
+        handler: logging.Handler = RichHandler(
+            console=console_for(stream), show_path=False, log_time_format="%H:%M:%S"
+        )
+        logging.basicConfig(level=level, format="%(name)s: %(message)s", handlers=[handler])
+    else:
+        logging.basicConfig(
+            level=level,
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+            stream=stream,
+        )
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(RedactingFilter())
+    # py4j's own loggers (each Python callback from the JVM is an INFO line), pgserver's
+    # every pg_ctl call: not news to a user.
+    for name in ("py4j", "py4j.java_gateway", "py4j.clientserver", "pgserver"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    # platformdirs (under pgserver) warns once when XDG_RUNTIME_DIR is unset, as in a
+    # container or CI: it falls back to /tmp, which is what we want.
+    warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
 
 
 def make_display(

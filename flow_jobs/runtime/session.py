@@ -179,6 +179,10 @@ PIPELINE_SQL_CONF: dict[str, str] = {
     # Plans (explain, the UI, errors) show data source options; every librdkafka client
     # option (sasl.jaas.config, ssl.key.password, ...) is masked there, like URLs.
     "spark.sql.redaction.options.regex": r"(?i)url|^kafka\.",
+    # Spark disables adaptive execution for streaming queries anyway, with a warning at
+    # every start (two: "not supported in streaming", "not supported in stateful
+    # workloads"); off from the start, nothing changes and nothing is said.
+    "spark.sql.adaptive.enabled": "false",
 }
 
 
