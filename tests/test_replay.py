@@ -4,18 +4,35 @@ NAME --from T`` (issue 16, item 3)."""
 from __future__ import annotations
 
 import logging
+import random
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
 
+from flow_jobs.cli import main
 from flow_jobs.io.kafka_source import KafkaSourceOptions, KafkaStreamReader
 from flow_jobs.io.kafka_time_offsets import first_offset_at
+from flow_jobs.io.state_store import StateStore
+from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec import SpecError
 from flow_jobs.spec.loader import parse_spec
 from flow_jobs.spec.models import StartingTimestamp
 from flow_jobs_dev.broker import EmbeddedBroker
 from flow_jobs_dev.producer import Record
-from tests.support import BASE_MS, send
+from tests.reference import reference_windows
+from tests.support import (
+    BASE_MS,
+    assert_same_windows,
+    fresh_checkpoint,
+    make_spec,
+    random_clicks,
+    read_windows,
+    send,
+    to_records,
+)
 
 _SPEC = """
 name = "replay"
@@ -147,3 +164,104 @@ def test_a_start_by_time_is_each_partitions_first_record_at_or_after_it(
     # The embedded broker has no time index (it answers offset 0 for every time): its
     # answers were checked, found wrong, and searched for instead.
     assert any(topic in r.getMessage() for r in caplog.records)
+
+
+# -- flow-jobs reset NAME --from T ---------------------------------------------------------
+
+WINDOW_MS = 10_000
+LATENESS = 3_000
+AGGREGATIONS = [("count", None, "n"), ("sum", "amount", "amount_sum")]
+REPLAY_FROM_MS = BASE_MS + 40_000  # on a window boundary
+
+
+def _replay_spec(workdir: Path, broker: EmbeddedBroker, topic: str, max_offsets: int | None):
+    window = {
+        "kind": "tumbling",
+        "duration_ms": WINDOW_MS,
+        "lateness_ms": LATENESS,  # event time = the Kafka timestamp (_event_ts)
+        "group_by": ["user_id"],
+        "aggregations": [
+            {"agg": a, **({"column": c} if c else {}), "as": n} for a, c, n in AGGREGATIONS
+        ],
+    }
+    source = {"max_offsets_per_trigger": max_offsets} if max_offsets else None
+    return make_spec(workdir, broker.bootstrap_servers, topic, window, source=source)
+
+
+def _ms(instant: datetime) -> int:
+    return int(instant.timestamp() * 1000)
+
+
+@pytest.mark.parametrize("max_offsets", [None, 60], ids=["one-batch", "small-batches"])
+def test_a_replay_from_a_time_rewrites_exactly_the_windows_from_it_on(
+    spark: SparkSession,
+    broker: EmbeddedBroker,
+    workdir: Path,
+    capsys: pytest.CaptureFixture[str],
+    max_offsets: int | None,
+) -> None:
+    topic = f"replay-{max_offsets}-{random.Random().getrandbits(32):08x}"
+    broker.create_topic(topic, partitions=3)
+    rng = random.Random(16)
+    events = random_clicks(
+        rng, 900, keys=("a", "b", "c", "d", "e"), step_ms=100, disorder_ms=2_000, null_rate=0.1
+    )
+    # Out of order within the lateness, but in each partition every record stamped before
+    # the replay's time precedes the others (the search's premise, module note of
+    # flow_jobs.io.kafka_time_offsets). Kafka timestamp = event time.
+    events = [e for e in events if e["ts"] < REPLAY_FROM_MS] + [
+        e for e in events if e["ts"] >= REPLAY_FROM_MS
+    ]
+    send(broker.bootstrap_servers, topic, to_records(events, partitions=3))
+    spec = _replay_spec(workdir, broker, topic, max_offsets)
+    key = spec.natural_key()
+    PipelineRunner(spec, spark).run(available_now=True)
+    reference = reference_windows(
+        events,
+        time_key="ts",
+        duration_ms=WINDOW_MS,
+        group_by=["user_id"],
+        aggregations=AGGREGATIONS,
+        watermark_ms=max(e["ts"] for e in events) - LATENESS,
+    )
+    assert_same_windows(read_windows(spec.target.path, key), reference)
+
+    # Tamper with closed windows on both sides of the replay's time.
+    replay_from = datetime.fromtimestamp(REPLAY_FROM_MS / 1000, tz=UTC)
+    for start_ms in (REPLAY_FROM_MS - 20_000, REPLAY_FROM_MS, REPLAY_FROM_MS + 10_000):
+        start = datetime.fromtimestamp(start_ms / 1000, tz=UTC).isoformat()
+        DeltaTable(spec.target.path).update(
+            updates={"n": "-1"}, predicate=f"window_start = '{start}'"
+        )
+    tampered = read_windows(spec.target.path, key)
+    assert sum(row["n"] == -1 for k, row in tampered.items() if k[0] < replay_from) >= 3
+    assert sum(row["n"] == -1 for k, row in tampered.items() if k[0] >= replay_from) >= 6
+
+    spec_file = workdir / "replay.toml"
+    spec_file.write_text(spec.to_toml(), encoding="utf-8")
+    assert main(["reset", str(spec_file), "--from", "2023-11-14T23:14:00+01:00"]) == 0
+    assert "reads every source from 2023-11-14T22:14:00Z" in capsys.readouterr().out
+    # The retired checkpoint's path is not reused in this JVM (tests.support.fresh_checkpoint).
+    replay = fresh_checkpoint(spec, "replay")
+    summary = PipelineRunner(replay, spark).run(available_now=True)
+
+    replayed = read_windows(spec.target.path, key)  # fails on a duplicate natural key
+    before = {k: row for k, row in tampered.items() if k[0] < replay_from}
+    after = {k: row for k, row in reference.items() if k[0] >= replay_from}
+    # From the replay's time on: recomputed, the tampered rows corrected. Before it: the
+    # rows as they were (tampered ones too), never rewritten from a part of their rows.
+    assert_same_windows(replayed, {**before, **after})
+    # The read started at each partition's first record stamped at or after the time.
+    assert summary.input_rows == sum(e["ts"] >= REPLAY_FROM_MS for e in events)
+    store = StateStore.for_spec(replay)
+    batches = store.batch_ids(spec.name)[summary.query_id]
+    rows = [r for r in store.recent_batches(spec.name, 1000) if r["query_id"] == summary.query_id]
+    assert len(rows) == len(batches) and sum(r["input_rows"] for r in rows) == summary.input_rows
+    assert all(r["state_version"] == 1 for r in rows)
+
+
+def test_reset_from_a_time_without_a_zone_is_refused_naming_the_option(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["reset", "clicks", "--from", "2026-11-01T10:00:00"]) == 2
+    assert "--from = '2026-11-01T10:00:00' has no time zone" in capsys.readouterr().err
