@@ -19,8 +19,12 @@ from typing import Any, Literal
 from dagster import AssetExecutionContext, Config, DagsterExecutionInterruptedError, Failure
 
 from flow_jobs.io.state_store import PipelineBusy
+from flow_jobs.runtime.display import Lines
 from flow_jobs.secrets import RedactingFilter
 from flow_jobs.spec.models import PipelineSpec
+
+#: How often a run's logs get a progress line (records done of the total, rate, ETA).
+PROGRESS_INTERVAL_S = 10.0
 
 
 class PipelineRunConfig(Config):
@@ -63,7 +67,11 @@ def run_pipeline(
 
     def work() -> None:
         try:
-            outcome["summary"] = runner.run(available_now=mode == "available_now")
+            outcome["summary"] = runner.run(
+                available_now=mode == "available_now",
+                # the figures `flow-jobs run` shows, as lines in the run's logs
+                display=Lines(context.log.info, interval_s=PROGRESS_INTERVAL_S),
+            )
         except BaseException as e:  # re-raised in the step's thread below
             outcome["error"] = e
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from rich.table import Table
 
 from flow_jobs.cli_inspect import InspectUsageError, add_inspect_command
 from flow_jobs.io.state_store import (
@@ -24,10 +26,12 @@ from flow_jobs.io.state_store import (
 )
 from flow_jobs.plan.errors import PlanError
 from flow_jobs.runtime.checkpoint import retire_checkpoint
+from flow_jobs.runtime.display import console_for, make_display
 from flow_jobs.runtime.pack import DEFAULT_ARCHIVE, pack
 from flow_jobs.secrets import RedactingFilter, redact
 from flow_jobs.spec import SpecError, load_spec
 from flow_jobs.spec.models import PipelineSpec, aware_instant
+from flow_jobs.tables import show, table
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -94,8 +98,10 @@ def _run(args: argparse.Namespace) -> int:
         stop.set()
 
     previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    display = make_display(sys.stderr, quiet=args.quiet)
     try:
-        summary = PipelineRunner(spec, stop_event=stop).run(available_now=args.available_now)
+        runner = PipelineRunner(spec, stop_event=stop)
+        summary = runner.run(available_now=args.available_now, display=display)
     except (PipelineFailed, IncompatibleSpec) as e:
         print(f"error: {redact(str(e))}", file=sys.stderr)
         return EXIT_INVALID
@@ -167,12 +173,12 @@ def _show(args: argparse.Namespace) -> int:
     if not rows:
         print(f"pipeline {name}: no batches in the ledger ({store.schema})")
         return EXIT_OK
-    print(format_batches(rows))
+    show(format_batches(rows), "(* a replayed batch: its write was already committed)")
     return EXIT_OK
 
 
-def format_batches(rows: list[dict[str, Any]]) -> str:
-    """The ledger's rows as a plain-text table, oldest first."""
+def format_batches(rows: list[dict[str, Any]]) -> Table:
+    """The ledger's rows as a table, oldest first."""
 
     def offsets(value: dict[str, Any] | None) -> str:
         if not value:
@@ -191,29 +197,28 @@ def format_batches(rows: list[dict[str, Any]]) -> str:
     def lag(value: Any) -> str:
         return f"{value.total_seconds():.0f}s" if value is not None else "-"
 
+    def count(value: Any) -> str:
+        return "-" if value is None else str(value)
+
     header = ("v", "batch", "end offsets", "watermark", "lag", "in", "out", "late", "dlq",
               "target version", "committed")  # fmt: skip
-    table = [header]
-    for r in rows:
-        table.append(
-            (
-                str(r["state_version"]),
-                str(r["batch_id"]) + ("*" if r["replayed"] else ""),
-                offsets(r["end_offsets"]),
-                ts(r["global_watermark"]),
-                lag(r["watermark_lag"]),
-                "-" if r["input_rows"] is None else str(r["input_rows"]),
-                str(r["output_rows"]),
-                "-" if r["late_rows"] is None else str(r["late_rows"]),
-                str(r["dead_lettered_rows"]),
-                r["target_version"] or "-",
-                ts(r["committed_at"]),
-            )
+    body = [
+        (
+            r["state_version"],
+            f"{r['batch_id']}{'*' if r['replayed'] else ''}",
+            offsets(r["end_offsets"]),
+            ts(r["global_watermark"]),
+            lag(r["watermark_lag"]),
+            count(r["input_rows"]),
+            r["output_rows"],
+            count(r["late_rows"]),
+            r["dead_lettered_rows"],
+            r["target_version"] or "-",
+            ts(r["committed_at"]),
         )
-    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in table]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines) + "\n(* a replayed batch: its write was already committed)"
+        for r in rows
+    ]
+    return table(header, body, right=("in", "out", "late", "dlq"))
 
 
 def _pack(args: argparse.Namespace) -> int:
@@ -222,12 +227,44 @@ def _pack(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        ours = version("flow-jobs")
+    except PackageNotFoundError:  # run from a source tree that is not installed
+        ours = "unknown"
+    return f"flow-jobs {ours} (PySpark {version('pyspark')}, Python {sys.version.split()[0]})"
+
+
+def _verbosity(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
+    """``-v``/``-q``, before or after the subcommand: on a subcommand they default to
+    SUPPRESS, so that one given before it is not reset by the subcommand's default."""
+    default: dict[str, Any] = {"default": argparse.SUPPRESS} if suppress else {}
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="debug logging, and Spark's own start-up and INFO logs",
+        **default,
+    )
+    group.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="warnings and errors only; no progress display",
+        **default,
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="flow-jobs",
         description="Windowed aggregations on Spark Structured Streaming, from TOML specs.",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--version", action="version", version=_version())
+    _verbosity(parser, suppress=False)
     commands = parser.add_subparsers(dest="command", required=True)
 
     def spec_command(name: str, about: str, flag: str, flag_help: str, handler: Handler) -> None:
@@ -307,15 +344,26 @@ def build_parser() -> argparse.ArgumentParser:
     store_options(show)
     show.add_argument("--limit", type=int, default=20, help="how many batches (default 20)")
     show.set_defaults(handler=_show)
+    for command in [*commands.choices.values(), *state_commands.choices.values()]:
+        _verbosity(command, suppress=True)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
+    if args.verbose:  # Spark's own profile and INFO logs (runtime.session), unless set
+        os.environ.setdefault("FLOW_JOBS_SPARK_LOG_LEVEL", "INFO")
+    if sys.stderr.isatty():
+        # Log lines on the console the progress bar draws on, so they print above it.
+        from rich.logging import RichHandler
+
+        handler: logging.Handler = RichHandler(
+            console=console_for(sys.stderr), show_path=False, log_time_format="%H:%M:%S"
+        )
+        logging.basicConfig(level=level, format="%(name)s: %(message)s", handlers=[handler])
+    else:
+        logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for handler in logging.getLogger().handlers:
         handler.addFilter(RedactingFilter())
     logging.getLogger("py4j").setLevel(logging.WARNING)

@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import psycopg
-from rich import box
 from rich.console import Console
-from rich.table import Table
 
+from flow_jobs import tables
 from flow_jobs.runtime.inspect import (
     NO_STATE,
     NOT_DECODED,
@@ -22,6 +20,7 @@ from flow_jobs.runtime.inspect import (
     inspect_state,
     state_absent,
 )
+from flow_jobs.settings import Settings
 from flow_jobs.spec import SpecError, load_spec
 from flow_jobs.spec.models import PipelineSpec
 
@@ -71,7 +70,7 @@ def run_inspect(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:
-        render(report, spec, Console(**_console_options()))
+        render(report, spec, tables.console())
     return 0
 
 
@@ -98,7 +97,7 @@ def resolve_spec(pipeline: str, spec_file: str | None) -> PipelineSpec:
                 f"--spec {spec_file} is pipeline {spec.name!r}, not {pipeline!r}"
             )
         return spec
-    folder = Path(os.environ.get("FLOW_JOBS_PIPELINES_DIR", "pipelines"))
+    folder = Settings.from_env().pipelines_dir or Path("pipelines")
     names = []
     for path in sorted(folder.glob("*.toml")):
         try:
@@ -132,14 +131,6 @@ def parse_groups(items: list[str], spec: PipelineSpec) -> dict[str, str]:
 
 
 # -- the table -----------------------------------------------------------------------
-
-
-def _console_options() -> dict[str, Any]:
-    """Colour on a terminal; plain text when piped, one line per row (``$COLUMNS`` wide
-    if set) so that logs and grep see whole rows."""
-    if sys.stdout.isatty():
-        return {}
-    return {"no_color": True, "width": int(os.environ.get("COLUMNS", 1000)), "highlight": False}
 
 
 def render(report: StateReport, spec: PipelineSpec, console: Console) -> None:
@@ -176,7 +167,7 @@ def _window_table(report: StateReport, spec: PipelineSpec, console: Console) -> 
         console.print(f"open windows: {total}")
         return
     console.print(f"open windows: {total} (the first {len(report.windows)} to close)")
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False)
+    table = tables.table((), ())
     counted = w.is_count_based
     for name in ("window start", "window end", *(["index"] if counted else []), *w.group_by):
         table.add_column(name, no_wrap=True)
@@ -205,7 +196,7 @@ def _join_table(report: StateReport, console: Console) -> None:
                   + (f" (the first {len(rows)} by event time)" if rows else ""))  # fmt: skip
     if not rows:
         return
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False)
+    table = tables.table((), ())
     for name in ("side", "key", "event time", "row", "evicted"):
         table.add_column(name)
     for r in rows:

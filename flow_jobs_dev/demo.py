@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from flow_jobs import tables
 from flow_jobs.io.delta import read_delta
 from flow_jobs.spec import load_spec
 from flow_jobs.spec.models import revealed
@@ -30,7 +31,7 @@ from flow_jobs_dev.sample_events import sample_clicks
 SPEC = Path(__file__).with_name("clicks_per_minute.toml")
 
 
-def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
+def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> Any:
     def cell(v: Any) -> str:
         if v is None:
             return "NULL"
@@ -40,18 +41,8 @@ def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
             return v.strftime("%H:%M:%S")
         return str(v)
 
-    cells = [[cell(r[c]) for c in columns] for r in rows]
-    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
-    line = "  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))
-    rule = "  ".join("-" * w for w in widths)
-    body = [
-        "  ".join(
-            v.rjust(w) if i >= 3 else v.ljust(w)
-            for i, (v, w) in enumerate(zip(row, widths, strict=True))
-        )
-        for row in cells
-    ]
-    return "\n".join([line, rule, *body])
+    body = [[cell(r[c]) for c in columns] for r in rows]
+    return tables.table(columns, body, right=columns[3:])
 
 
 def show(spec: Any, runner: Any, summary: Any, ledger: list[dict[str, Any]], rows: int) -> None:
@@ -63,7 +54,7 @@ def show(spec: Any, runner: Any, summary: Any, ledger: list[dict[str, Any]], row
     print()
     print(f"{spec.name}: {len(windows)} windows in Delta table {spec.target.path}")
     print(f"(showing the last {min(rows, len(windows))}; times are UTC)")
-    print(format_table(windows[-rows:], columns))
+    tables.show(format_table(windows[-rows:], columns))
     dead = read_delta(spec.dead_letter_path(), spec.dead_letter_storage_options()).to_pylist()
     print()
     print(f"dead letters: {len(dead)} in {spec.dead_letter_path()}")
@@ -71,7 +62,7 @@ def show(spec: Any, runner: Any, summary: Any, ledger: list[dict[str, Any]], row
         print(f"  {d['topic']}[{d['partition']}]@{d['offset']}: {d['reason']}: {d['value']!r}")
     print()
     print(f"the ledger (embedded Postgres, {runner.ledger.schema}.batches), last batches:")
-    print(format_batches(ledger))
+    tables.show(format_batches(ledger))
     print()
     print(summary.describe())
     print("windows still open (end > watermark) are emitted once later events close them")

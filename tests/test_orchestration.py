@@ -109,8 +109,14 @@ def test_materialize_runs_the_pipeline_and_evaluates_its_checks(
         workdir, broker, topic, checks={"watermark_lag_max_s": 10**10, "target_fresh_max_s": 600}
     )
     spec = load_spec(spec_path)
-    result = materialize([_asset(spec_path), *_checks(spec_path)], resources=_resources())
+    instance = DagsterInstance.ephemeral()
+    result = materialize(
+        [_asset(spec_path), *_checks(spec_path)], resources=_resources(), instance=instance
+    )
     assert result.success
+    # The run's logs carry the figures `flow-jobs run` shows: offsets done of the total.
+    logs = [e.user_message for e in instance.all_logs(result.run_id)]
+    assert any("orchestrated progress: clicks 400/400 offsets (100%)" in m for m in logs), logs
 
     by_key = {m.asset_key: m for m in result.asset_materializations_for_node(asset_name(spec))}
     assert set(by_key) == {AssetKey(asset_name(spec)), dead_letter_key(spec)}

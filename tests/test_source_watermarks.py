@@ -10,6 +10,7 @@ the lower of the two sources' watermarks.
 
 from __future__ import annotations
 
+import io
 import json
 import random
 import threading
@@ -27,6 +28,7 @@ from flow_jobs.io.kafka_source import IDLE_FOR_THE_RUN_MS
 from flow_jobs.runtime.idleness import IdleSources, replay_targets
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec.models import PipelineSpec
+from flow_jobs.tables import show
 from flow_jobs_dev.broker import EmbeddedBroker
 from flow_jobs_dev.producer import Record
 from tests.reference import reference_windows
@@ -330,6 +332,8 @@ def test_the_ledger_table_shows_offsets_not_heartbeats() -> None:
         "target_version": None,
         "committed_at": None,
     }
-    table = format_batches([row])
+    out = io.StringIO()
+    show(format_batches([row]), file=out)
+    table = out.getvalue()
     assert "fast:0=3,1=4" in table
     assert "seq" not in table and "watermark_ms" not in table

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -707,7 +708,8 @@ def test_secret_values_never_appear_in_errors() -> None:
 
 
 def test_output_columns_follow_the_seed_order() -> None:
-    spec = parse_spec(edit('group_by = ["user_id"]', 'group_by = ["user_id", "page"]'))
+    text = edit('group_by = ["user_id"]', 'group_by = ["user_id", "page"]')
+    spec = parse_spec(text.replace("user_id STRING,", "user_id STRING, page STRING,"))
     assert spec.output_columns() == [
         "window_start",
         "window_end",
@@ -728,3 +730,84 @@ def test_every_aggregator_name_has_its_unit() -> None:
     assert set(get_args(AggKind)) == set(AGGREGATORS)
     for name, unit in AGGREGATORS.items():
         assert unit.name == name and unit.native_form and unit.state_form
+
+
+def test_ddl_columns_reads_top_level_names() -> None:
+    from flow_jobs.spec.columns import ddl_columns
+
+    ddl = (
+        "user_id STRING, `odd name` INT, m MAP<STRING, ARRAY<INT>>, "
+        "s STRUCT<a: INT, b: DECIMAL(10, 2)>, d DECIMAL(38,10) NOT NULL, ts BIGINT"
+    )
+    assert ddl_columns(ddl) == ["user_id", "odd name", "m", "s", "d", "ts"]
+
+
+@pytest.mark.parametrize(
+    ("change", "key", "name"),
+    [
+        (lambda w, j: w.update(group_by=["userid"]), "transform.window.group_by", "userid"),
+        (
+            lambda w, j: w["aggregations"].append({"agg": "sum", "column": "amt", "as": "x"}),
+            "transform.window.aggregations.x.column",
+            "amt",
+        ),
+        (
+            lambda w, j: w.update(event_time_column="time"),
+            "transform.window.event_time_column",
+            "time",
+        ),
+    ],
+)
+def test_validate_names_a_window_column_the_source_lacks(change: Any, key: str, name: str) -> None:
+    """Without a SQL pre-stage the window reads the source's declared schema: a column
+    it lacks fails loading (so `flow-jobs validate`), naming the key and the column."""
+    doc = _window_doc()
+    change(doc["transform"]["window"], None)
+    with pytest.raises(SpecError) as failed:
+        load_spec_from_dict(doc)
+    text = str(failed.value)
+    assert f"{key}: {name!r} is not a column of source 'clicks'" in text
+    assert "\n" not in text  # one problem: one line
+    doc = _window_doc()
+    change(doc["transform"]["window"], None)
+    doc["transform"]["sql"] = "SELECT *, user_id AS userid, amount AS amt, ts AS time FROM clicks"
+    load_spec_from_dict(doc)  # with SQL, the columns are the SQL's: Spark checks them
+
+
+def test_validate_names_a_join_key_the_source_lacks() -> None:
+    doc = {
+        "name": "j",
+        "sources": [
+            {"name": "orders", "topic": "o", "bootstrap_servers": "b:9092",
+             "schema": "order_id STRING, ts BIGINT"},
+            {"name": "payments", "topic": "p", "bootstrap_servers": "b:9092",
+             "schema": "payment_id STRING, order_id STRING, ts BIGINT"},
+        ],
+        "transform": {"join": {"kind": "stream_stream_join", "left_source": "orders",
+                               "right_source": "payments", "left_keys": ["order_id"],
+                               "right_keys": ["orderid"], "time_window_ms": 1000,
+                               "event_time_column": "ts"}},
+        "target": {"kind": "delta", "path": "/tmp/j"},
+    }  # fmt: skip
+    with pytest.raises(SpecError, match=r"transform.join.right_keys: 'orderid' is not a column"):
+        load_spec_from_dict(doc)
+    doc["transform"]["join"]["right_keys"] = ["order_id"]
+    load_spec_from_dict(doc)
+
+
+def _window_doc() -> dict[str, Any]:
+    return {
+        "name": "w",
+        "sources": [{"name": "clicks", "topic": "c", "bootstrap_servers": "b:9092",
+                     "schema": "user_id STRING, amount DOUBLE, ts BIGINT"}],
+        "transform": {"window": {"kind": "tumbling", "duration_ms": 1000,
+                                 "event_time_column": "ts", "group_by": ["user_id"],
+                                 "aggregations": [{"agg": "count", "as": "n"}]}},
+        "target": {"kind": "delta", "path": "/tmp/w"},
+    }  # fmt: skip
+
+
+def load_spec_from_dict(doc: dict[str, Any]) -> Any:
+    import tomli_w
+
+    return parse_spec(tomli_w.dumps(doc), "spec.toml")

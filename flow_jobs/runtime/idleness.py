@@ -123,14 +123,14 @@ def replay_targets(spec: PipelineSpec, checkpoint: str) -> dict[str, int]:
     checks again that it has nothing to read before it sends its heartbeat."""
     if local_path(checkpoint) is None:
         return {}
-    begin = _run_start(spec, checkpoint)
+    begin = run_start(spec, checkpoint)
     empty = [s.name for s in spec.sources if not _has_records(s, begin.get(s.name))]
     if len(empty) == len(spec.sources):
         return {}
     return {name: IDLE_FOR_THE_RUN_MS for name in empty}
 
 
-def _run_start(spec: PipelineSpec, checkpoint: str) -> dict[str, dict[int, int]]:
+def run_start(spec: PipelineSpec, checkpoint: str) -> dict[str, dict[int, int]]:
     """Where the run's first batch starts reading each source (source -> partition ->
     offset): the newest committed batch's end offsets; {} for a fresh checkpoint."""
     root = local_path(checkpoint) or ""

@@ -9,8 +9,9 @@ Seed 000's five metrics, renamed ``flow_…`` and labelled by pipeline:
 * ``flow_late_rows_total{source=…}``: rows behind the watermark, counted row by row at
   each source (``flow_jobs.plan.late_rows``), dropped or dead-lettered; ``source=
   "_operator"`` holds what Spark's operators dropped themselves (a join's late rows);
-* ``flow_state_groups_total``: state rows over every stateful operator (a join's
-  buffered rows included);
+* ``flow_state_groups``: state rows over every stateful operator (a join's buffered
+  rows included); a gauge, so no ``_total`` suffix (that is for counters): the name
+  ``flow_state_groups_total`` it had until 0.1 is removed, not kept as an alias;
 * ``flow_watermark_seconds``: per source (its highest event time minus lateness, from
   the observable metrics each source view reports) and ``source="_global"`` (Spark's
   watermark).
@@ -63,7 +64,7 @@ class FlowMetrics:
             "source",
         )
         self.state_groups = per_pipeline(
-            Gauge, "flow_state_groups_total", "state rows over all operators"
+            Gauge, "flow_state_groups", "state rows over all operators"
         )
         self.watermark = per_pipeline(
             Gauge, "flow_watermark_seconds", "event-time watermark, epoch seconds", "source"

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from dataclasses import dataclass
 from typing import Any
 
 from flow_jobs.io.ledger import BatchLedger
+from flow_jobs.runtime.display import Snapshot, SourceExtent
 from flow_jobs.runtime.idleness import IdleSources
 from flow_jobs.runtime.reports import (
     Progress,
@@ -109,6 +111,37 @@ class ProgressTracker:
             write_ms=outcome.write_seconds * 1000 if outcome else None,
             max_event_times=max_event_times(p),
             lateness_ms=self.lateness_ms,
+        )
+
+    def batches_seen(self) -> int:
+        with self._lock:
+            return len(self.progress)
+
+    def snapshot(self, extents: dict[str, SourceExtent], elapsed_s: float) -> Snapshot:
+        """The run's figures so far, for a progress display (``runtime.display``)."""
+        with self._lock:
+            progress = [self.progress[b] for b in sorted(self.progress)]
+        reached: dict[str, dict[int, int]] = {}
+        for p in progress:  # each source's newest end offsets, by topic
+            for source in p.get("sources") or ():
+                end = source.get("endOffset")
+                end = json.loads(end) if isinstance(end, str) else end
+                for topic, offsets in (end or {}).items():
+                    if isinstance(offsets, dict):
+                        reached[topic] = {
+                            int(k): int(v) for k, v in offsets.items() if str(k).isdigit()
+                        }
+        merged = [o.merge for o in self.outcomes.values() if o.merge is not None]
+        return Snapshot(
+            pipeline=self.pipeline,
+            done={n: e.done(reached.get(e.topic, {})) for n, e in extents.items()},
+            extents=extents,
+            input_rows=sum(int(p.get("numInputRows", 0)) for p in progress),
+            windows_written=sum(m.inserted + m.updated for m in merged if not m.skipped),
+            dead_lettered=sum(o.dead_lettered for o in self.outcomes.values()),
+            watermark=watermark(progress[-1]) if progress else None,
+            batches=len(progress),
+            elapsed_s=elapsed_s,
         )
 
     def input_rows(self) -> int:

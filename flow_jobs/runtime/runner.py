@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -32,6 +33,7 @@ from flow_jobs.runtime.checkpoint import (
     describe_batch_in_flight,
     has_committed_batch,
 )
+from flow_jobs.runtime.display import Display, SourceExtent, run_extents
 from flow_jobs.runtime.idleness import IdleSources, replay_targets
 from flow_jobs.runtime.metrics import MetricsListener, serve
 from flow_jobs.runtime.progress import ProgressTracker, RunSummary
@@ -78,6 +80,9 @@ class PipelineRunner:
         self.ledger: StateStore | None = None  # opened by run(): validate needs none
         self.sink: WindowBatchSink | None = None
         self.progress: ProgressTracker | None = None  # live while run() runs
+        self.display: Display | None = None
+        self._extents: dict[str, SourceExtent] = {}
+        self._started, self._shown = time.monotonic(), 0
 
     def _target(self, ledger: StateStore) -> BatchTarget:
         target = self._open_target(ledger)
@@ -105,13 +110,27 @@ class PipelineRunner:
         )
         return DeltaBatchTarget(target, table)
 
-    def run(self, available_now: bool = False) -> RunSummary:
+    def run(self, available_now: bool = False, display: Display | None = None) -> RunSummary:
         """Process until the input is drained (``available_now``) or a stop is requested.
         One run per pipeline: refused (``PipelineBusy``) while another run or a reset
-        holds the pipeline's lock; this run holds it until it returns."""
+        holds the pipeline's lock; this run holds it until it returns. ``display`` is
+        shown how far along the run is after each micro-batch (``runtime.display``)."""
         ledger = self.ledger = StateStore.for_spec(self.spec)
+        self.display = display
         with ledger.run_lock(self.spec.name, "run"):
             return self._run(ledger, available_now)
+
+    def _show_progress(self, tracker: ProgressTracker, final: bool = False) -> None:
+        """The display's figures after a new micro-batch (and once at the end)."""
+        display = self.display
+        if display is None:
+            return
+        seen = tracker.batches_seen()
+        if not final and seen == self._shown:
+            return
+        self._shown = seen
+        snapshot = tracker.snapshot(self._extents, time.monotonic() - self._started)
+        display.close(snapshot) if final else display.update(snapshot)
 
     def _run(self, ledger: StateStore, available_now: bool) -> RunSummary:
         # Refuses a checkpoint whose spec changed incompatibly (IncompatibleSpec).
@@ -164,6 +183,9 @@ class PipelineRunner:
             )
 
         idle = self._idle_sources(available_now)
+        self._extents = (
+            run_extents(self.spec, self.checkpoint, available_now) if self.display else {}
+        )
         tracker = self.progress = ProgressTracker(
             self.spec, sink.outcomes, batches, state.state_version, idle
         )
@@ -182,6 +204,7 @@ class PipelineRunner:
             self.spark.streams.removeListener(listener)
             raise
         tracker.query_id = str(query.id)
+        self._started, self._shown = time.monotonic(), 0
         log.info(
             "%s: started query %s (run %s), checkpoint %s, %s",
             self.spec.name,
@@ -211,6 +234,7 @@ class PipelineRunner:
                     ("release the progress listener", lambda: self._release(listener, query)),
                 ],
             )
+        self._show_progress(tracker, final=True)
         summary = tracker.summary(query.id, target.version(), ended_by)
         log.info("%s", summary.describe())
         return summary
@@ -275,6 +299,7 @@ class PipelineRunner:
         try:
             while not query.awaitTermination(0.5):
                 tracker.poll(query)
+                self._show_progress(tracker)
                 if idle is not None:  # after the poll: it fed idle the new reports
                     idle.publish()
                 # Between micro-batches on the driver: Spark plans a batch (cached lookups

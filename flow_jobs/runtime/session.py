@@ -112,6 +112,26 @@ def _driver_python_on_path() -> None:
     os.environ["PYSPARK_PYTHON"] = PYTHON_NAME
 
 
+#: The driver JVM's log4j2 profile unless Spark's own is asked for (a verbose level).
+QUIET_LOG4J = Path(__file__).with_name("log4j2-quiet.properties")
+
+
+def _quiet_start(settings: Mapping[str, str], master: str | None, level: str) -> dict[str, str]:
+    """The settings (and environment) that keep a JVM's start-up notes out of a run's
+    output: flow-jobs's log4j2 profile (no "Using Spark's default log4j profile", no
+    native-hadoop warning), and on a local master the loopback address to bind to (no
+    "hostname resolves to a loopback address"). A verbose level keeps Spark's own."""
+    if level.upper() in ("INFO", "DEBUG", "TRACE", "ALL"):
+        return {}
+    if (master or "local[*]").startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    option = f"-Dlog4j2.configurationFile={QUIET_LOG4J.as_uri()}"
+    given = settings.get("spark.driver.extraJavaOptions", "")
+    if "log4j2.configurationFile" in given:
+        return {}  # the user's own profile wins
+    return {"spark.driver.extraJavaOptions": f"{given} {option}".strip()}
+
+
 def build_spark_session(
     master: str | None = None,
     conf: Mapping[str, str] | None = None,
@@ -139,6 +159,8 @@ def build_spark_session(
         **(archive_conf(archive) if archive else {}),
         **(conf or {}),
     }
+    if SparkContext._active_spark_context is None:
+        settings.update(_quiet_start(settings, master or env.spark_master, env.spark_log_level))
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

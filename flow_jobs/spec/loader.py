@@ -28,8 +28,10 @@ class SpecError(ValueError):
         super().__init__(str(self))
 
     def __str__(self) -> str:
+        if len(self.problems) == 1:  # one line: where, the key, what is wrong, what to do
+            return f"{self.origin}: {self.problems[0]}"
         lines = "\n".join(f"  - {p}" for p in self.problems)
-        return f"{self.origin}: invalid pipeline spec\n{lines}"
+        return f"{self.origin}: invalid pipeline spec ({len(self.problems)} problems)\n{lines}"
 
 
 def _key_path(loc: tuple[int | str, ...]) -> str:

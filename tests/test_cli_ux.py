@@ -1,0 +1,142 @@
+"""What an operator sees of ``flow-jobs run``: a progress display (a bar on a terminal,
+plain lines elsewhere), no start-up noise from Spark, ``--version``, ``-v``/``-q``
+anywhere on the command line."""
+
+from __future__ import annotations
+
+import os
+import pty
+import random
+import re
+import select
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tomli_w
+from pyspark.sql import SparkSession
+
+from flow_jobs.cli import build_parser, main
+from flow_jobs_dev.broker import EmbeddedBroker
+from tests.support import random_clicks, send, to_records
+from tests.test_cli import _write_spec
+
+#: Spark's start-up notes a user cannot act on (issue 16): gone unless -v.
+NOISE = (
+    "Using Spark's default log4j profile",
+    "resolves to a loopback address",
+    "Unable to load native-hadoop library",
+    'Setting default log level to "WARN"',
+)
+
+
+def _small_batches(spec: Path, per_batch: int) -> None:
+    """The spec with ``max_offsets_per_trigger``: several micro-batches to show."""
+    import tomllib
+
+    doc = tomllib.loads(spec.read_text())
+    doc["sources"][0]["max_offsets_per_trigger"] = per_batch
+    spec.write_text(tomli_w.dumps(doc))
+
+
+def _run_on_a_terminal(args: list[str], timeout_s: float = 240) -> tuple[int, str]:
+    """The CLI in a process whose stdout and stderr are a pseudo-terminal."""
+    leader, follower = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "flow_jobs.cli", *args],
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+        env={**os.environ, "COLUMNS": "200", "TERM": "xterm-256color"},
+        close_fds=True,
+    )
+    os.close(follower)
+    chunks = []
+    while True:
+        ready, _, _ = select.select([leader], [], [], timeout_s)
+        if not ready:
+            process.kill()
+            raise TimeoutError("no output from the CLI")
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the terminal closed: the process has ended
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    return process.wait(timeout=60), b"".join(chunks).decode(errors="replace")
+
+
+def test_available_now_shows_a_progress_bar_on_a_terminal(
+    broker: EmbeddedBroker, topic: str, workdir: Path
+) -> None:
+    events = random_clicks(random.Random(4), 300, step_ms=200)
+    send(broker.bootstrap_servers, topic, to_records(events))  # 2 partitions
+    spec = _write_spec(workdir, broker, topic)
+    _small_batches(spec, 100)
+    code, screen = _run_on_a_terminal(["run", str(spec), "--available-now"])
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen)  # the terminal's escapes
+    assert code == 0, text[-3000:]
+    assert "cli-check/clicks" in text  # a bar per source
+    assert "300/300" in text and "100%" in text  # offsets done of the pinned total
+    assert "rows/s" in text and "━" in text  # the rate, the bar
+    assert "300 rows in" in text  # the summary line, after the bar
+    for noise in NOISE:
+        assert noise not in text, noise
+
+
+def test_without_a_terminal_progress_is_plain_lines(
+    spark: SparkSession,
+    broker: EmbeddedBroker,
+    topic: str,
+    workdir: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    events = random_clicks(random.Random(8), 240, step_ms=200)
+    send(broker.bootstrap_servers, topic, to_records(events))
+    spec = _write_spec(workdir, broker, topic)
+    _small_batches(spec, 60)
+    assert main(["run", str(spec), "--available-now"]) == 0
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if "cli-check progress:" in line]
+    # At most one line per 10 s, and the last one at the end: here, first and last.
+    assert lines, err[-2000:]
+    assert "clicks 240/240 offsets (100%)" in lines[-1]
+    assert "240 rows in" in lines[-1] and "window rows written" in lines[-1]
+    assert "\x1b[" not in err  # no terminal escapes in a log
+
+
+def test_quiet_shows_no_progress(
+    spark: SparkSession,
+    broker: EmbeddedBroker,
+    topic: str,
+    workdir: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    send(broker.bootstrap_servers, topic, to_records(random_clicks(random.Random(2), 50)))
+    spec = _write_spec(workdir, broker, topic)
+    assert main(["run", str(spec), "--available-now", "-q"]) == 0  # -q after the command
+    captured = capsys.readouterr()
+    assert "progress:" not in captured.err
+    assert " INFO " not in captured.err  # warnings and errors only
+    assert "50 rows in" in captured.out  # the result still prints
+
+
+def test_version_and_verbosity_anywhere(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert re.match(r"flow-jobs \S+ \(PySpark 4\.2\.\d+, Python 3\.11", capsys.readouterr().out)
+    parser = build_parser()
+    for argv in (["-v", "validate", "x.toml"], ["validate", "x.toml", "-v"]):
+        args = parser.parse_args(argv)
+        assert args.verbose and not args.quiet
+    for argv in (["-q", "state", "show", "p"], ["state", "show", "p", "-q"]):
+        args = parser.parse_args(argv)
+        assert args.quiet and not args.verbose
+    args = parser.parse_args(["validate", "x.toml"])
+    assert not args.verbose and not args.quiet
+    with pytest.raises(SystemExit):
+        parser.parse_args(["validate", "x.toml", "-v", "-q"])  # one or the other
