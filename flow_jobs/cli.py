@@ -30,7 +30,7 @@ from flow_jobs.runtime.display import configure_logging, make_display
 from flow_jobs.runtime.pack import DEFAULT_ARCHIVE, pack
 from flow_jobs.secrets import redact
 from flow_jobs.spec import SpecError, load_spec
-from flow_jobs.spec.models import PipelineSpec
+from flow_jobs.spec.models import PipelineSpec, aware_instant
 from flow_jobs.tables import show, table
 
 Handler = Callable[[argparse.Namespace], int]
@@ -134,6 +134,10 @@ def _store_for(args: argparse.Namespace) -> tuple[StateStore, PipelineSpec | Non
 
 
 def _reset(args: argparse.Namespace) -> int:
+    try:
+        replay_from = aware_instant(args.replay_from, "--from") if args.replay_from else None
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     store, spec, name = _store_for(args)
     checkpoint = spec.checkpoint_location() if spec is not None else args.checkpoint
     if checkpoint is None:
@@ -145,7 +149,7 @@ def _reset(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         with store.run_lock(name, "reset"):  # never under a running query's feet
-            version = store.reset(name, lambda old: retire_checkpoint(checkpoint, old))
+            version = store.reset(name, lambda old: retire_checkpoint(checkpoint, old), replay_from)
     except (KeyError, ValueError) as e:
         print(f"error: {e.args[0]}", file=sys.stderr)
         return EXIT_INVALID
@@ -153,6 +157,13 @@ def _reset(args: argparse.Namespace) -> int:
         f"pipeline {name}: state version {version} starts with the next run (a new "
         f"checkpoint at {checkpoint}; the previous one is kept beside it)"
     )
+    if replay_from is not None:
+        at = replay_from.isoformat().replace("+00:00", "Z")
+        print(
+            f"it reads every source from {at} (Kafka record "
+            "timestamps) and rewrites the windows starting at or after it; earlier windows "
+            "keep their rows"
+        )
     return EXIT_OK
 
 
@@ -299,6 +310,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     store_options(reset)
     reset.add_argument("--checkpoint", help="the checkpoint to move aside, without a spec")
+    reset.add_argument(
+        "--from",
+        dest="replay_from",
+        metavar="TIME",
+        help="replay from this time (ISO-8601 with a zone, e.g. 2026-11-01T10:00:00Z): the "
+        "new checkpoint starts every source at its first record stamped at or after it",
+    )
     reset.set_defaults(handler=_reset)
 
     pack = commands.add_parser(

@@ -24,6 +24,10 @@ BASE, BASE_FIELDS = _fingerprint(VALID)
         ('bootstrap_servers = "127.0.0.1:9092"', 'bootstrap_servers = "kafka:9093"'),
         ('format = "json"', 'format = "json"\nmax_offsets_per_trigger = 10'),
         ('format = "json"', 'format = "json"\nstarting_offsets = "latest"'),
+        (
+            'format = "json"',
+            'format = "json"\nstarting_offsets = { timestamp = "2026-11-01T10:00:00Z" }',
+        ),
         # Arrow or from_json: the same rows (tests/test_json_decode.py)
         ('format = "json"', 'format = "json"\ndecoder = "from_json"'),
         ("lateness_ms = 5000", "lateness_ms = 5000\nmax_groups_per_window = 10"),

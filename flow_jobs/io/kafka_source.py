@@ -17,6 +17,9 @@ installed from the Python package registries; this source needs nothing but
 * with ``idle_file`` set, an idle source sends heartbeats: one row with no record and a
   ``_heartbeat`` watermark, which raises the source's own watermark so that it stops
   holding back the pipeline's (``flow_jobs.runtime.idleness`` decides when, and to what);
+* a fresh checkpoint starts at ``starting_offsets``: the earliest or latest offsets, or
+  by time (``timestamp:<epoch ms>``), each partition's first record stamped at or after
+  it (``flow_jobs.io.kafka_time_offsets``);
 * ``latestOffset(start, limit)`` honours ``max_offsets_per_trigger`` (Spark's read limit)
   and ``prepareForTriggerAvailableNow`` pins the end of an ``availableNow`` run;
 * a range is read up to its end offset and no further, so the last partial fetch never
@@ -42,6 +45,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import tempfile
 import time
 from collections.abc import Iterator
@@ -59,6 +63,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from flow_jobs.io.json_decode import JsonDecoder, arrow_schema
+from flow_jobs.io.kafka_time_offsets import offsets_for_time
 
 SOURCE_FORMAT = "flow_kafka"
 
@@ -138,6 +143,10 @@ _MIN_TS_MS = -62_135_596_800_000
 _MAX_TS_MS = 253_402_300_799_999
 
 
+#: ``starting_offsets`` by time: ``timestamp:<epoch ms>`` (``KafkaSource.starting_option``).
+_TIMESTAMP_OPTION = re.compile(r"^timestamp:(-?\d+)$")
+
+
 class KafkaDataLossError(RuntimeError):
     """A planned offset range is no longer (or not yet) readable from Kafka."""
 
@@ -173,9 +182,10 @@ class KafkaSourceOptions:
             return value
 
         starting = options.get("starting_offsets", "earliest")
-        if starting not in ("earliest", "latest"):
+        if starting not in ("earliest", "latest") and not _TIMESTAMP_OPTION.match(starting):
             raise ValueError(
-                f"{SOURCE_FORMAT}: starting_offsets={starting!r}; use 'earliest' or 'latest'"
+                f"{SOURCE_FORMAT}: starting_offsets={starting!r}; use 'earliest', 'latest' "
+                "or 'timestamp:<epoch ms>'"
             )
         max_offsets = options.get("max_offsets_per_trigger")
         return cls(
@@ -201,6 +211,12 @@ class KafkaSourceOptions:
                 )
             ),
         )
+
+    @property
+    def starting_timestamp_ms(self) -> int | None:
+        """The time a fresh checkpoint starts at (``timestamp:<epoch ms>``), else None."""
+        found = _TIMESTAMP_OPTION.match(self.starting_offsets)
+        return int(found.group(1)) if found else None
 
     def consumer_config(self) -> dict[str, Any]:
         return {
@@ -401,8 +417,32 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict:
         marks = self._watermarks()
+        at_ms = self.options.starting_timestamp_ms
+        if at_ms is not None:
+            return _offsets(self.options.topic, self._offsets_at(marks, at_ms))
         pick = 1 if self.options.starting_offsets == "latest" else 0
         return _offsets(self.options.topic, {p: m[pick] for p, m in marks.items()})
+
+    def _offsets_at(self, marks: dict[int, tuple[int, int]], at_ms: int) -> dict[int, int]:
+        """Each partition's first offset stamped at or after ``at_ms`` (a consumer of its
+        own: the lookup assigns it, the planning consumer never is)."""
+        from confluent_kafka import Consumer
+
+        o = self.options
+        # Each step of a search re-assigns the consumer, which waits for the fetch in
+        # flight: measured, 0.5 s a step at librdkafka's default fetch.wait.max.ms.
+        consumer = Consumer({**o.consumer_config(), "fetch.wait.max.ms": 10})
+        try:
+            found = retry(
+                lambda: offsets_for_time(consumer, o.topic, marks, at_ms),
+                f"Kafka {o.topic}",
+                o.retries,
+                o.retry_backoff_ms,
+            )
+        finally:
+            consumer.close()
+        log.info("Kafka %s: starting at %s ms, offsets %s", o.topic, at_ms, found)
+        return found
 
     def _latest(self) -> dict[int, int]:
         return {p: high for p, (_low, high) in self._watermarks().items()}

@@ -10,7 +10,8 @@ and ``flow-jobs state show`` read.
 Batches are keyed by (pipeline, query id, batch id): Spark's query id is stored in the
 checkpoint, so a checkpoint deleted by hand starts a new lineage of batch ids instead of
 colliding with the old one. ``state_version`` counts checkpoint generations
-(``flow-jobs reset``).
+(``flow-jobs reset``); a generation started with ``--from TIME`` keeps that time
+(``replay_from``): its fresh checkpoint starts every source there.
 
 One run per pipeline: a run (and a reset) holds a session-level advisory lock keyed by
 the schema and the pipeline's name on a connection of its own for as long as it runs;
@@ -129,6 +130,12 @@ MIGRATIONS: list[tuple[int, str]] = [
         "ALTER TABLE {s}.dead_letters ADD COLUMN header_keys text[], "
         "ADD COLUMN header_values bytea[]",
     ),
+    (
+        5,
+        # The time the current checkpoint generation replays from (flow-jobs reset
+        # --from): its fresh checkpoint starts every source there. NULL: starting_offsets.
+        "ALTER TABLE {s}.pipelines ADD COLUMN replay_from timestamptz",
+    ),
 ]
 
 
@@ -205,6 +212,9 @@ class PipelineState:
     name: str
     state_version: int
     fingerprint: str
+    #: set by ``flow-jobs reset --from``: this generation's fresh checkpoint starts
+    #: every source at this time, and replays the windows from it (``ClosedWindows``)
+    replay_from: datetime | None = None
 
 
 class StateStore:
@@ -284,7 +294,7 @@ class StateStore:
         with self.connect() as conn:
             row = conn.execute(
                 self.q(
-                    "SELECT state_version, fingerprint, fingerprint_fields "
+                    "SELECT state_version, fingerprint, fingerprint_fields, replay_from "
                     "FROM {s}.pipelines WHERE name = %s FOR UPDATE"
                 ),
                 (spec.name,),
@@ -300,7 +310,7 @@ class StateStore:
                 # A refusal rolls the registration back with it.
                 claim_checkpoint(spec.checkpoint_location(), spec.name, fingerprint)
                 return PipelineState(spec.name, 0, fingerprint)
-            state_version, stored, stored_fields = row
+            state_version, stored, stored_fields, replay_from = row
             if stored is None:  # after a reset: this generation takes the current spec
                 conn.execute(
                     self.q(
@@ -320,7 +330,7 @@ class StateStore:
                     "starting_offsets and MERGEs into the same target)"
                 )
             claim_checkpoint(spec.checkpoint_location(), spec.name, fingerprint)
-            return PipelineState(spec.name, int(state_version), fingerprint)
+            return PipelineState(spec.name, int(state_version), fingerprint, replay_from)
 
     def record_natural_key(self, name: str, key: Sequence[str]) -> None:
         with self.connect() as conn:
@@ -336,11 +346,18 @@ class StateStore:
             ).fetchone()
         return list(row[0]) if row and row[0] else None
 
-    def reset(self, name: str, retire: Callable[[int], object] | None = None) -> int:
+    def reset(
+        self,
+        name: str,
+        retire: Callable[[int], object] | None = None,
+        replay_from: datetime | None = None,
+    ) -> int:
         """Start a new checkpoint generation: bump the state version and forget the
         fingerprint, calling ``retire(old_version)`` (which moves the old checkpoint
         aside: ``flow_jobs.runtime.checkpoint.retire_checkpoint``) while the pipeline's
-        row is locked. Returns the new version."""
+        row is locked. With ``replay_from`` (aware), the generation's fresh checkpoint
+        starts every source at that time instead of its ``starting_offsets``. Returns
+        the new version."""
         with self.connect() as conn:
             row = conn.execute(
                 self.q("SELECT state_version FROM {s}.pipelines WHERE name = %s FOR UPDATE"),
@@ -354,9 +371,10 @@ class StateStore:
             conn.execute(
                 self.q(
                     "UPDATE {s}.pipelines SET state_version = %s, fingerprint = NULL, "
-                    "fingerprint_fields = NULL, updated_at = now() WHERE name = %s"
+                    "fingerprint_fields = NULL, replay_from = %s, updated_at = now() "
+                    "WHERE name = %s"
                 ),
-                (old + 1, name),
+                (old + 1, replay_from, name),
             )
         return old + 1
 

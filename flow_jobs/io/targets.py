@@ -52,6 +52,55 @@ class WriteResult:
     superseded: int = 0  # rows an overlapping session row replaced (Supersede)
 
 
+@dataclass(frozen=True)
+class ClosedWindows:
+    """The windows an earlier checkpoint lineage wrote complete, which a new lineage
+    inserts if absent and never updates (it may have seen only part of their rows):
+    those ending at or before ``until``, the highest watermark an earlier lineage ran
+    under. A replay generation (``flow-jobs reset --from T``) re-reads every record
+    stamped at or after T, so it rewrites the windows starting at or after T
+    (``replay_from``) too: a matched row is updated when its window ends after
+    ``until`` or starts at or after T. A window starting before T keeps its row."""
+
+    end_column: str
+    until: datetime
+    start_column: str | None = None
+    replay_from: datetime | None = None
+
+    def delta_open(self, alias: str) -> str:
+        """A Delta SQL predicate on a row (``alias``): its window may be written."""
+        condition = f"{alias}.`{self.end_column}` > '{_iso(self.until)}'"
+        if self.replay_from is not None and self.start_column is not None:
+            replayed = f"{alias}.`{self.start_column}` >= '{_iso(self.replay_from)}'"
+            condition = f"({condition} OR {replayed})"
+        return condition
+
+    def postgres_open(self, alias: str) -> sql.Composable:
+        """The same, as a Postgres condition on ``alias`` (``t``, ``EXCLUDED``)."""
+        table = sql.SQL(alias)
+        condition: sql.Composable = sql.SQL("{}.{} > {}").format(
+            table, sql.Identifier(self.end_column), sql.Literal(self.until)
+        )
+        if self.replay_from is not None and self.start_column is not None:
+            condition = sql.SQL("({} OR {}.{} >= {})").format(
+                condition, table, sql.Identifier(self.start_column), sql.Literal(self.replay_from)
+            )
+        return condition
+
+    def arrow_open(self, rows: pa.Table) -> pa.Array:
+        """The same, as a mask over a batch's rows."""
+        end = rows.column(self.end_column)
+        mask = pc.greater(end, pa.scalar(self.until, end.type))
+        if self.replay_from is not None and self.start_column is not None:
+            start = rows.column(self.start_column)
+            mask = pc.or_(mask, pc.greater_equal(start, pa.scalar(self.replay_from, start.type)))
+        return mask
+
+
+def _iso(instant: datetime) -> str:
+    return instant.astimezone(UTC).isoformat()
+
+
 class BatchTarget(ABC):
     kind: str
     #: How a batch is written at most once (``BatchLedger.write``): "ledger", in its
@@ -61,15 +110,14 @@ class BatchTarget(ABC):
 
     def __init__(self, description: str) -> None:
         self.description = description
-        #: (window end column, time): a window ending at or before the time was written
-        #: complete by an earlier checkpoint lineage: insert it if absent, never update
-        #: it (a fresh lineage may have seen only part of its rows).
-        self.closed: tuple[str, datetime] | None = None
+        #: windows an earlier checkpoint lineage wrote complete: inserted if absent,
+        #: never updated (a fresh lineage may have seen only part of their rows)
+        self.closed: ClosedWindows | None = None
         #: session windows emitted "current": what a row supersedes
         self.supersede: Supersede | None = None
 
-    def protect_closed_windows(self, end_column: str, until: datetime) -> None:
-        self.closed = (end_column, until)
+    def protect_closed_windows(self, closed: ClosedWindows) -> None:
+        self.closed = closed
 
     @abstractmethod
     def ensure(self) -> None:
@@ -110,10 +158,8 @@ class DeltaBatchTarget(BatchTarget):
         if rows.num_rows:
             update_if = delete_if = None
             if self.closed is not None:
-                column, until = self.closed
-                bound = f"'{until.astimezone(UTC).isoformat()}'"
-                update_if = f"s.`{column}` > {bound}"
-                delete_if = f"t.`{column}` > {bound}"
+                update_if = self.closed.delta_open("s")
+                delete_if = self.closed.delta_open("t")
             merged = self.table.merge(
                 rows,
                 txn=(app_id, entry.batch_id),
@@ -265,10 +311,7 @@ class PostgresBatchTarget(BatchTarget):
             ),
         ]
         if self.closed is not None:  # an earlier lineage's closed windows stay
-            column, until = self.closed
-            conditions.append(
-                sql.SQL("{}.{} > {}").format(t, sql.Identifier(column), sql.Literal(until))
-            )
+            conditions.append(self.closed.postgres_open("t"))
         deleted = conn.execute(
             sql.SQL("DELETE FROM {} AS t USING flow_batch AS s WHERE {}").format(
                 self._table, sql.SQL(" AND ").join(conditions)
@@ -281,10 +324,7 @@ class PostgresBatchTarget(BatchTarget):
         values = [n for n in names if n not in self.natural_key]
         only_open = sql.SQL("")
         if self.closed is not None:
-            column, until = self.closed
-            only_open = sql.SQL(" WHERE EXCLUDED.{} > {}").format(
-                sql.Identifier(column), sql.Literal(until)
-            )
+            only_open = sql.SQL(" WHERE {}").format(self.closed.postgres_open("EXCLUDED"))
         action = (
             sql.SQL("DO UPDATE SET {}{}").format(
                 sql.SQL(", ").join(
@@ -366,9 +406,7 @@ class KafkaBatchTarget(BatchTarget):
 
         producer = self._producer
         if self.closed is not None:  # an append-only topic cannot insert "if absent"
-            column, until = self.closed
-            bound = pa.scalar(until, rows.schema.field(column).type)
-            rows = rows.filter(pc.greater(rows.column(column), bound))
+            rows = rows.filter(self.closed.arrow_open(rows))
         for row in rows.to_pylist():
             key = to_json([row[c] for c in self.natural_key])
             while True:

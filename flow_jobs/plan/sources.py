@@ -86,7 +86,7 @@ def read_kafka(
         spark.readStream.format(SOURCE_FORMAT)
         .option("bootstrap_servers", source.bootstrap_servers)
         .option("topic", source.topic)
-        .option("starting_offsets", source.starting_offsets)
+        .option("starting_offsets", source.starting_option())
         .option("fail_on_data_loss", str(source.fail_on_data_loss).lower())
         .option("retries", str(source.retries))
         .option("retry_backoff_ms", str(source.retry_backoff_ms))

@@ -72,6 +72,20 @@ def read_offset_log(checkpoint: str, batch_id: int, spec: PipelineSpec) -> Offse
     return OffsetLogEntry(offsets, watermark)
 
 
+def has_committed_batch(checkpoint: str) -> bool:
+    """Whether Spark committed a micro-batch in the checkpoint: if not, the query starts
+    its sources at their ``starting_offsets`` (Spark calls ``initialOffset``). A
+    checkpoint not on the local file system counts as not committed: a start by time
+    applied to it is harmless, since Spark reads it only where nothing is committed."""
+    root = _local(checkpoint)
+    if root is None:
+        return False
+    try:
+        return any(p.name.isdigit() for p in (root / "commits").iterdir())
+    except OSError:
+        return False
+
+
 def describe_batch_in_flight(checkpoint: str, spec: PipelineSpec) -> str | None:
     """The newest micro-batch that has offsets but no commit (the one a failure stopped),
     as ``micro-batch N (source: topic[partition] first..last, ...)``; None if unknown."""

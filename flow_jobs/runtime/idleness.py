@@ -173,5 +173,7 @@ def _has_records(source: KafkaSource, begin: dict[int, int] | None) -> bool:
     if begin is None:  # a fresh checkpoint starts at starting_offsets
         if source.starting_offsets == "latest":
             return False
+        # "earliest", or a time: by time, in doubt it has records (any record may be
+        # stamped after the time; finding out costs a lookup per partition).
         return any(high > low for low, high in marks.values())
     return any(high > begin.get(p, low) for p, (low, high) in marks.items())

@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
 
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
@@ -27,7 +28,11 @@ from flow_jobs.io.targets import (
 from flow_jobs.plan.compile import CompiledPipeline, compile_pipeline
 from flow_jobs.plan.sizing import GB, estimate_state
 from flow_jobs.runtime.caps import GroupCap, WindowStateCapHit
-from flow_jobs.runtime.checkpoint import checkpoint_location, describe_batch_in_flight
+from flow_jobs.runtime.checkpoint import (
+    checkpoint_location,
+    describe_batch_in_flight,
+    has_committed_batch,
+)
 from flow_jobs.runtime.display import Display, SourceExtent, run_extents
 from flow_jobs.runtime.idleness import IdleSources, replay_targets
 from flow_jobs.runtime.metrics import MetricsListener, serve
@@ -130,6 +135,8 @@ class PipelineRunner:
     def _run(self, ledger: StateStore, available_now: bool) -> RunSummary:
         # Refuses a checkpoint whose spec changed incompatibly (IncompatibleSpec).
         state = ledger.open_pipeline(self.spec)
+        if state.replay_from is not None and not has_committed_batch(self.checkpoint):
+            self._start_sources_at(state.replay_from)
         ledger.record_natural_key(self.spec.name, self.compiled.natural_key)
         if self.spec.dead_letter.kind == "state_store":
             self.dead_letters.store = ledger
@@ -138,7 +145,13 @@ class PipelineRunner:
         self.dead_letters.ensure()
         batches = BatchLedger(ledger)
         sink = self.sink = WindowBatchSink(
-            self.spec, target, self.dead_letters, batches, self.checkpoint, state.state_version
+            self.spec,
+            target,
+            self.dead_letters,
+            batches,
+            self.checkpoint,
+            state.state_version,
+            state.replay_from,
         )
         estimate = estimate_state(self.spec.window) if self.spec.has_window else None
         if estimate is not None and estimate.total > GB:
@@ -225,6 +238,18 @@ class PipelineRunner:
         summary = tracker.summary(query.id, target.version(), ended_by)
         log.info("%s", summary.describe())
         return summary
+
+    def _start_sources_at(self, instant: datetime) -> None:
+        """A generation started by ``flow-jobs reset --from``, on a fresh checkpoint:
+        every source starts at ``instant`` instead of its ``starting_offsets`` (which the
+        fingerprint leaves out: only a fresh checkpoint reads it), so compile again."""
+        log.info(
+            "%s: a replay from %s: the fresh checkpoint starts every source there",
+            self.spec.name,
+            instant.isoformat(),
+        )
+        self.spec = self.spec.starting_at(instant)
+        self.compiled = compile_pipeline(self.spark, self.spec, self.dead_letters, self.checkpoint)
 
     def _shut_down(
         self, failure: BaseException | None, steps: list[tuple[str, Callable[[], object]]]

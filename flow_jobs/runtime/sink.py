@@ -15,7 +15,7 @@ from pyspark.sql import DataFrame
 
 from flow_jobs.io.dead_letters import DeadLetterTable
 from flow_jobs.io.ledger import BatchEntry, BatchLedger
-from flow_jobs.io.targets import BatchTarget, WriteResult
+from flow_jobs.io.targets import BatchTarget, ClosedWindows, WriteResult
 from flow_jobs.runtime.checkpoint import read_offset_log
 from flow_jobs.runtime.metrics import metrics
 from flow_jobs.runtime.reports import as_dict
@@ -53,6 +53,7 @@ class WindowBatchSink:
         ledger: BatchLedger,
         checkpoint: str,
         state_version: int,
+        replay_from: datetime | None = None,
     ) -> None:
         self.spec = spec
         self.pipeline = spec.name
@@ -61,6 +62,8 @@ class WindowBatchSink:
         self.ledger = ledger
         self.checkpoint = checkpoint
         self.state_version = state_version
+        #: the generation replays from this time (``flow-jobs reset --from``)
+        self.replay_from = replay_from
         self.outcomes: dict[int, BatchOutcome] = {}
         self._query_id: str | None = None
         self._query: Any = None
@@ -90,14 +93,27 @@ class WindowBatchSink:
             # A fresh checkpoint lineage (after a reset, or a lost checkpoint) may start
             # where an earlier one's input is gone (retention, starting_offsets): the
             # windows that lineage completed are never overwritten with partial ones.
+            # A replay from T re-reads every record from T on, so it rewrites the windows
+            # starting at or after T as well.
             until = self.ledger.store.earlier_lineages_watermark(self.pipeline, str(query.id))
             if until is not None:
-                self.target.protect_closed_windows(self.spec.window.window_end_column, until)
+                w = self.spec.window
+                closed = ClosedWindows(
+                    w.window_end_column, until, w.window_start_column, self.replay_from
+                )
+                self.target.protect_closed_windows(closed)
+                replayed = (
+                    f", except those starting at or after {self.replay_from.isoformat()} "
+                    "(replayed from there)"
+                    if self.replay_from is not None
+                    else ""
+                )
                 log.info(
                     "%s: a new checkpoint lineage; windows ending at or before %s (an "
-                    "earlier lineage's watermark) are inserted if absent, never updated",
+                    "earlier lineage's watermark) are inserted if absent, never updated%s",
                     self.pipeline,
                     until.isoformat(),
+                    replayed,
                 )
         self._query_id = str(query.id)  # last: a batch runs only once all is set
 

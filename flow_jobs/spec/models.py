@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import re
 from collections.abc import Callable, Mapping
+from datetime import UTC, date, datetime, timedelta
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -156,6 +157,80 @@ class SpecModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def aware_instant(value: object, key: str) -> datetime:
+    """An instant from an ISO-8601 string or a (TOML) datetime, in UTC; a time without
+    a zone is refused: read on another machine it would mean another instant."""
+    example = "2026-11-01T10:00:00Z"
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise ValueError(
+                f"{key} = {value!r} is not an ISO-8601 time; write e.g. {example!r}"
+            ) from None
+    if not isinstance(value, datetime):  # a bare TOML date, a number
+        shown = value.isoformat() if isinstance(value, date) else repr(value)
+        raise ValueError(f"{key} = {shown} is not a time; write e.g. {example!r}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(
+            f"{key} = {value.isoformat()!r} has no time zone; add one, e.g. "
+            f"{value.isoformat()}Z (UTC) or {value.isoformat()}+01:00"
+        )
+    return value.astimezone(UTC)
+
+
+def epoch_ms(instant: datetime) -> int:
+    """An aware instant as epoch milliseconds (exactly, not through a float)."""
+    return (instant - _EPOCH) // timedelta(milliseconds=1)
+
+
+class StartingTimestamp(SpecModel):
+    """``starting_offsets = { timestamp = "2026-11-01T10:00:00Z" }``: a fresh checkpoint
+    starts each partition at its first record stamped at or after this time."""
+
+    timestamp: datetime
+
+    @field_validator("timestamp", mode="before")
+    @classmethod
+    def _aware(cls, value: object) -> datetime:
+        return aware_instant(value, "starting_offsets.timestamp")
+
+    def option(self) -> str:
+        """What the Kafka reader takes (``flow_jobs.io.kafka_source``)."""
+        return f"timestamp:{epoch_ms(self.timestamp)}"
+
+
+def _starting_offsets(value: Any) -> Any:
+    """``"earliest"``, ``"latest"`` or ``{ timestamp = … }``, with one message for each
+    wrong shape (a bare union would report every branch's complaint)."""
+    shapes = '"earliest", "latest" or { timestamp = "2026-11-01T10:00:00Z" }'
+    if isinstance(value, StartingTimestamp):
+        return value
+    if isinstance(value, str):
+        if value not in ("earliest", "latest"):
+            raise ValueError(f"starting_offsets = {value!r}; use {shapes}")
+        return value
+    if isinstance(value, Mapping):
+        if set(value) != {"timestamp"}:
+            raise ValueError(
+                f"starting_offsets = {dict(value)!r}: a table takes one key, timestamp; "
+                f"use {shapes}"
+            )
+        instant = aware_instant(value["timestamp"], "starting_offsets.timestamp")
+        return StartingTimestamp(timestamp=instant)
+    if isinstance(value, datetime | date):
+        raise ValueError(f"starting_offsets = {value!r}; write {{ timestamp = ... }}: {shapes}")
+    raise ValueError(f"starting_offsets = {value!r}; use {shapes}")
+
+
+StartingOffsets = Annotated[
+    Literal["earliest", "latest"] | StartingTimestamp, BeforeValidator(_starting_offsets)
+]
+
+
 class KafkaSource(SpecModel):
     """``[[sources]]`` with ``kind = "kafka"``: one topic, exposed to SQL as a view."""
 
@@ -169,7 +244,8 @@ class KafkaSource(SpecModel):
     #: schema's types allow (STRING, BIGINT, INT, SMALLINT, TINYINT, DOUBLE, BOOLEAN),
     #: each record Arrow rejects by ``from_json``; "from_json": every record by Spark.
     decoder: Literal["auto", "from_json"] = "auto"
-    starting_offsets: Literal["earliest", "latest"] = "earliest"
+    #: Where a fresh checkpoint starts: "earliest", "latest" or a StartingTimestamp.
+    starting_offsets: StartingOffsets = "earliest"
     max_offsets_per_trigger: Annotated[int, Field(gt=0)] | None = None
     fail_on_data_loss: bool = True
     #: Transient broker errors (connection lost, leader change, timeouts) tolerated in a
@@ -178,6 +254,11 @@ class KafkaSource(SpecModel):
     retry_backoff_ms: Annotated[int, Field(gt=0)] = 250
     #: Extra librdkafka client properties (e.g. ``security.protocol``); kept secret.
     client_config: dict[str, SecretStr] = Field(default_factory=dict)
+
+    def starting_option(self) -> str:
+        """``starting_offsets`` as the Kafka reader's option string."""
+        start = self.starting_offsets
+        return start if isinstance(start, str) else start.option()
 
     def cluster_config(self) -> dict[str, str]:
         """librdkafka settings to reach this source's cluster: the bootstrap servers and
@@ -1028,6 +1109,13 @@ class PipelineSpec(SpecModel):
                 "per window and group"
             )
         return out
+
+    def starting_at(self, instant: datetime) -> PipelineSpec:
+        """This spec with every source starting at ``instant`` (a fresh checkpoint of a
+        generation started by ``flow-jobs reset --from``)."""
+        start = StartingTimestamp(timestamp=instant)
+        sources = [s.model_copy(update={"starting_offsets": start}) for s in self.sources]
+        return self.model_copy(update={"sources": sources})
 
     def checkpoint_location(self) -> str:
         return self.checkpoint.location or f"./.flow/{self.name}/checkpoint"
