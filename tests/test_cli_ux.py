@@ -4,6 +4,7 @@ anywhere on the command line."""
 
 from __future__ import annotations
 
+import logging
 import os
 import pty
 import random
@@ -140,3 +141,25 @@ def test_version_and_verbosity_anywhere(capsys: pytest.CaptureFixture[str]) -> N
     assert not args.verbose and not args.quiet
     with pytest.raises(SystemExit):
         parser.parse_args(["validate", "x.toml", "-v", "-q"])  # one or the other
+
+
+def test_a_refused_batch_after_a_stop_leaves_no_traceback_from_py4j(
+    spark: SparkSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A batch that starts between a stop request and ``query.stop()`` is refused by the
+    sink (``StopRequested``); py4j logs that with a traceback from its callback thread,
+    at any moment around the stop. Once a run has stopped, such a record is dropped;
+    any other error py4j logs still shows."""
+    from flow_jobs.runtime.runner import _quiet_expected_stop
+    from flow_jobs.runtime.sink import StopRequested
+
+    with _quiet_expected_stop(spark):
+        pass
+    logger = logging.getLogger("py4j.clientserver")
+    with caplog.at_level(logging.ERROR, logger="py4j.clientserver"):
+        for error in (StopRequested("batch 7 refused: a stop was requested"), ValueError("x")):
+            try:
+                raise error
+            except Exception:
+                logger.exception("There was an exception while executing the Python Proxy")
+    assert [r.exc_info[1].__class__ for r in caplog.records if r.exc_info] == [ValueError]

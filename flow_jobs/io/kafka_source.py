@@ -572,6 +572,27 @@ def read_watermarks(consumer: Any, options: KafkaSourceOptions) -> dict[int, tup
     }
 
 
+def source_watermarks(source: Any, group_id: str) -> dict[int, tuple[int, int]]:
+    """A spec source's (``KafkaSource``) partitions' (earliest, latest) offsets, asked of
+    the broker with a short-lived consumer (the driver's idleness rule and progress
+    display); raises when the broker cannot say."""
+    from confluent_kafka import Consumer
+
+    options = KafkaSourceOptions(
+        bootstrap_servers=source.bootstrap_servers,
+        topic=source.topic,
+        group_id=group_id,
+        client_config=tuple(
+            sorted((k, v.get_secret_value()) for k, v in source.client_config.items())
+        ),
+    )
+    consumer = Consumer(options.consumer_config())
+    try:
+        return read_watermarks(consumer, options)
+    finally:
+        consumer.close()
+
+
 #: A heartbeat's watermark when a source is idle for a whole availableNow run: Spark's
 #: highest TIMESTAMP less a year, so that adding any lateness_ms stays in range.
 IDLE_FOR_THE_RUN_MS = _MAX_TS_MS - 366 * 86_400_000

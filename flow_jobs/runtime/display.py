@@ -216,30 +216,17 @@ def run_extents(
     checkpoint the topic's start or end as ``starting_offsets`` says) and, available-now,
     its end (the topic's end offsets now, as the reader pins them when the query starts).
     Empty when the broker cannot be asked: the display then shows no totals."""
-    from confluent_kafka import Consumer
-
-    from flow_jobs.io.kafka_source import KafkaSourceOptions, read_watermarks
+    from flow_jobs.io.kafka_source import source_watermarks
     from flow_jobs.runtime.idleness import run_start
 
     begin = run_start(spec, checkpoint)
     extents: dict[str, SourceExtent] = {}
     for source in spec.sources:
-        options = KafkaSourceOptions(
-            bootstrap_servers=source.bootstrap_servers,
-            topic=source.topic,
-            group_id="flow-jobs-progress",
-            client_config=tuple(
-                sorted((k, v.get_secret_value()) for k, v in source.client_config.items())
-            ),
-        )
-        consumer = Consumer(options.consumer_config())
         try:
-            marks = read_watermarks(consumer, options)
+            marks = source_watermarks(source, "flow-jobs-progress")
         except Exception as e:  # a display's figures: never the reason a run fails
             log.debug("%s: no progress totals for source %s: %s", spec.name, source.name, e)
             return {}
-        finally:
-            consumer.close()
         resumed = begin.get(source.name)
         fresh = {p: high if source.starting_offsets == "latest" else low
                  for p, (low, high) in marks.items()}  # fmt: skip

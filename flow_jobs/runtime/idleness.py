@@ -29,12 +29,7 @@ import os
 import time
 from collections.abc import Callable, Iterable
 
-from flow_jobs.io.kafka_source import (
-    IDLE_FOR_THE_RUN_MS,
-    KafkaSourceOptions,
-    local_path,
-    read_watermarks,
-)
+from flow_jobs.io.kafka_source import IDLE_FOR_THE_RUN_MS, local_path, source_watermarks
 from flow_jobs.runtime.checkpoint import read_offset_log
 from flow_jobs.runtime.reports import Progress, source_metrics
 from flow_jobs.spec.models import KafkaSource, PipelineSpec
@@ -152,24 +147,11 @@ def run_start(spec: PipelineSpec, checkpoint: str) -> dict[str, dict[int, int]]:
 
 
 def _has_records(source: KafkaSource, begin: dict[int, int] | None) -> bool:
-    from confluent_kafka import Consumer
-
-    options = KafkaSourceOptions(
-        bootstrap_servers=source.bootstrap_servers,
-        topic=source.topic,
-        group_id="flow-jobs-idleness",
-        client_config=tuple(
-            sorted((k, v.get_secret_value()) for k, v in source.client_config.items())
-        ),
-    )
-    consumer = Consumer(options.consumer_config())
     try:
-        marks = read_watermarks(consumer, options)
+        marks = source_watermarks(source, "flow-jobs-idleness")
     except Exception as e:  # in doubt: it has records (holds the watermark, never lifts it)
         log.warning("source %s: could not read its offsets (%s); not idle", source.name, e)
         return True
-    finally:
-        consumer.close()
     if begin is None:  # a fresh checkpoint starts at starting_offsets
         if source.starting_offsets == "latest":
             return False

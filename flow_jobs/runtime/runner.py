@@ -332,6 +332,12 @@ def _quiet_expected_stop(spark: SparkSession) -> Iterator[None]:
     expected end as "terminated with error" with a Python traceback. The run still sees
     the exception (``_watch`` tells it from a real failure); only that log line goes,
     while the query stops."""
+    for logger in ("py4j.clientserver", "py4j.java_gateway"):
+        # py4j logs the refusal too, with its traceback, from its callback thread, at any
+        # time around query.stop(): a filter that drops only that exception, for good.
+        target = logging.getLogger(logger)
+        if not any(isinstance(f, _DropStopRequested) for f in target.filters):
+            target.addFilter(_DropStopRequested())
     jvm = spark.sparkContext._jvm
     assert jvm is not None
     name = "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution"
@@ -342,6 +348,17 @@ def _quiet_expected_stop(spark: SparkSession) -> Iterator[None]:
         yield
     finally:
         configurator.setLevel(name, before)
+
+
+class _DropStopRequested(logging.Filter):
+    """Drops a log record about a ``StopRequested`` (the sink refusing a batch after a
+    graceful stop was requested: expected, and the run tells it from a failure)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, StopRequested):
+            return False
+        return StopRequested.__name__ not in record.getMessage()
 
 
 def _stop(query: StreamingQuery) -> None:
