@@ -14,6 +14,7 @@ from dagster import AssetKey, AssetSelection, Definitions, define_asset_job
 
 from assets.asset import pipeline_asset, topic_spec
 from assets.checks import pipeline_checks
+from assets.inspect import inspect_job
 from assets.naming import TOPIC_PREFIX
 from assets.schedules import monitoring_schedule, pipeline_schedule
 from assets.sensors import pipeline_sensor
@@ -32,7 +33,7 @@ def pipeline_definitions(spec_path: Path) -> Definitions:
         asset_checks=pipeline_checks(spec, spec_path),
         # Listed, so that dg's component loader (which rewrites definitions' metadata)
         # keeps one job per schedule rather than a copy per user of it.
-        jobs=[s.job for s in schedules],
+        jobs=[*(s.job for s in schedules), inspect_job(spec)],
         sensors=[pipeline_sensor(spec)] if spec.orchestration.sensor else [],
         schedules=schedules,
     )

@@ -38,6 +38,7 @@ from assets.check_rules import (
     check_window_config,
 )
 from assets.checks import pipeline_checks
+from assets.inspect import inspect_job
 from assets.naming import PIPELINE_TAG, asset_name, dead_letter_key
 from assets.resources import (
     DeltaTargetResource,
@@ -117,6 +118,19 @@ def test_materialize_runs_the_pipeline_and_evaluates_its_checks(
     # The run's logs carry the figures `flow-jobs run` shows: offsets done of the total.
     logs = [e.user_message for e in instance.all_logs(result.run_id)]
     assert any("orchestrated progress: clicks 400/400 offsets (100%)" in m for m in logs), logs
+    # `flow-jobs inspect` as a job: the open windows, recorded on the target asset.
+    inspected = inspect_job(spec).execute_in_process(resources=_resources(), instance=instance)
+    assert inspected.success
+    (observation,) = [
+        e.event_specific_data.asset_observation  # type: ignore[union-attr]
+        for e in inspected.all_events
+        if e.event_type == DagsterEventType.ASSET_OBSERVATION
+    ]
+    assert observation.asset_key == AssetKey(asset_name(spec))
+    seen = {k: v.value for k, v in observation.metadata.items()}
+    assert seen["open_windows"] > 0 and seen["state_batch"] == 1
+    assert len(seen["report"]["windows"]) == seen["open_windows"]
+    assert "waiting for clicks" in seen["open"]
 
     by_key = {m.asset_key: m for m in result.asset_materializations_for_node(asset_name(spec))}
     assert set(by_key) == {AssetKey(asset_name(spec)), dead_letter_key(spec)}
