@@ -21,16 +21,16 @@ store when they name none); a deployment sets them from the environment
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from dagster import Definitions, load_from_defs_folder
 
 from assets.deployment import deployment_resources
 from assets.factory import checks_job, with_topics
+from flow_jobs.settings import Settings
 
 ROOT = Path(__file__).parent
-PIPELINES_DIR = Path(os.environ.get("FLOW_JOBS_PIPELINES_DIR", ROOT / "pipelines"))
+PIPELINES_DIR = Settings.from_env().pipelines_dir or ROOT / "pipelines"
 
 resources = deployment_resources()
 

@@ -6,7 +6,6 @@ config keeps their names, not their values."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from dagster import EnvVar
@@ -17,40 +16,43 @@ from assets.resources import (
     PostgresStateStoreResource,
     SparkResource,
 )
+from flow_jobs.settings import Settings
 
 DEPLOYMENTS = ("local", "cluster")
 
 
-def _env(name: str) -> EnvVar | None:
-    """An ``EnvVar`` when the variable is set (resolved at run time, never logged)."""
-    return EnvVar(name) if os.environ.get(name) else None
+def _secret(name: str, value: object | None) -> EnvVar | None:
+    """An ``EnvVar`` when the variable is set: resolved at run time, never logged."""
+    return EnvVar(name) if value is not None else None
 
 
-def _spark(deployment: str) -> SparkResource:
+def _spark(deployment: str, env: Settings) -> SparkResource:
     if deployment == "cluster":
         return SparkResource(
             master=EnvVar("FLOW_JOBS_SPARK_MASTER"), archive=EnvVar("FLOW_JOBS_SPARK_ARCHIVE")
         )
-    return SparkResource(
-        master=os.environ.get("FLOW_JOBS_SPARK_MASTER"),
-        archive=os.environ.get("FLOW_JOBS_SPARK_ARCHIVE"),
-    )
+    return SparkResource(master=env.spark_master, archive=env.spark_archive)
 
 
 def deployment_resources(deployment: str | None = None) -> dict[str, Any]:
-    """The resources of ``deployment`` (default ``$FLOW_JOBS_DEPLOYMENT`` or ``local``)."""
-    deployment = deployment or os.environ.get("FLOW_JOBS_DEPLOYMENT", "local")
+    """The resources of ``deployment`` (default ``$FLOW_JOBS_DEPLOYMENT`` or ``local``),
+    from the environment as ``flow_jobs.settings`` reads it."""
+    env = Settings.from_env()
+    deployment = deployment or env.deployment
     if deployment not in DEPLOYMENTS:
         raise ValueError(f"FLOW_JOBS_DEPLOYMENT={deployment!r}: expected one of {DEPLOYMENTS}")
+    kafka = env.kafka
     return {
-        "spark": _spark(deployment),
+        "spark": _spark(deployment, env),
         "kafka": KafkaResource(
-            bootstrap_servers=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"),
-            security_protocol=os.environ.get("KAFKA_SECURITY_PROTOCOL"),
-            sasl_mechanism=os.environ.get("KAFKA_SASL_MECHANISM"),
-            sasl_username=os.environ.get("KAFKA_SASL_USERNAME"),
-            sasl_password=_env("KAFKA_SASL_PASSWORD"),
+            bootstrap_servers=kafka.bootstrap_servers,
+            security_protocol=kafka.security_protocol,
+            sasl_mechanism=kafka.sasl_mechanism,
+            sasl_username=kafka.sasl_username,
+            sasl_password=_secret("KAFKA_SASL_PASSWORD", kafka.sasl_password),
         ),
-        "state_store": PostgresStateStoreResource(url=_env("FLOW_STATE_STORE_URL")),
-        "delta": DeltaTargetResource(root=os.environ.get("FLOW_DELTA_ROOT")),
+        "state_store": PostgresStateStoreResource(
+            url=_secret("FLOW_STATE_STORE_URL", env.state_store_url)
+        ),
+        "delta": DeltaTargetResource(root=env.delta_root),
     }
