@@ -185,3 +185,35 @@ def test_group_must_name_a_group_by_column(workdir: Path, capsys: pytest.Capture
 
     assert main(["inspect", str(path), "--group", "page=/home"]) == 2
     assert "--group page=/home" in capsys.readouterr().err
+
+
+def test_inspect_lists_a_joins_buffered_rows(
+    spark: SparkSession, broker: EmbeddedBroker, topic: str, workdir: Path
+) -> None:
+    """A join's state is its buffered rows per side. Each listed row is one of that
+    side's events (its key and event time), and every row that can still find a match
+    (event time at or after the watermark: no other side's row can have passed it) is
+    listed; an inner join keeps no row with a NULL key."""
+    from tests.test_joins import _send, _spec, _streams
+
+    broker.create_topic(topic + "-pay", partitions=2)
+    topics = (topic, topic + "-pay")
+    orders, payments = _streams(random.Random("inspect-join"), 120)
+    _send(broker, topics[0], orders)
+    _send(broker, topics[1], payments)
+    spec = _spec(workdir, broker, topics, {"how": "inner", "time_window_ms": 4_000})
+    assert PipelineRunner(spec, spark).run(available_now=True).input_rows > 0
+    report = inspect_state(spark, spec, limit=100_000)
+    assert report.has_state and report.watermark is not None
+    assert report.buffered_join_rows == len(report.join_rows) > 0
+    watermark = _ms(report.watermark)
+    sent = {"left": orders, "right": payments}
+    for side, rows in sent.items():
+        listed = {
+            (r.key["order_id"], _ms(r.event_time)) for r in report.join_rows if r.side == side
+        }
+        events = {(e["order_id"], e["ts"]) for e in rows if e["order_id"] is not None}
+        assert listed <= events, (side, listed - events)
+        still_matchable = {(k, ts) for k, ts in events if ts >= watermark}
+        assert still_matchable <= listed, (side, still_matchable - listed)
+    assert {r.side for r in report.join_rows} == {"left", "right"}
