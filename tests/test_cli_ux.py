@@ -162,4 +162,7 @@ def test_a_refused_batch_after_a_stop_leaves_no_traceback_from_py4j(
                 raise error
             except Exception:
                 logger.exception("There was an exception while executing the Python Proxy")
-    assert [r.exc_info[1].__class__ for r in caplog.records if r.exc_info] == [ValueError]
+    (kept,) = [r for r in caplog.records if r.name == "py4j.clientserver"]
+    # (a handler's RedactingFilter may have turned the traceback into text already)
+    text = kept.exc_text or logging.Formatter().formatException(kept.exc_info)  # type: ignore[arg-type]
+    assert "ValueError: x" in text and "StopRequested" not in text
