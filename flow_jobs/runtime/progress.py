@@ -76,6 +76,7 @@ class ProgressTracker:
         self.ledger = ledger
         self.query_id: str | None = None  # set once the query has started
         self.progress: dict[int, Progress] = {}
+        self._input_rows = 0  # over self.progress
         self._lock = threading.Lock()
         # how far each source's watermark runs behind its highest event time
         window, join = spec.transform.window, spec.transform.join
@@ -90,6 +91,8 @@ class ProgressTracker:
         with self._lock:
             fresh = progress["batchId"] not in self.progress
             self.progress[progress["batchId"]] = progress
+            if fresh:  # a running total: a display asks for it after every batch
+                self._input_rows += int(progress.get("numInputRows", 0))
         if fresh:
             self._log(progress)
             self._to_ledger(progress)
@@ -120,33 +123,35 @@ class ProgressTracker:
     def snapshot(self, extents: dict[str, SourceExtent], elapsed_s: float) -> Snapshot:
         """The run's figures so far, for a progress display (``runtime.display``)."""
         with self._lock:
-            progress = [self.progress[b] for b in sorted(self.progress)]
+            newest = self.progress[max(self.progress)] if self.progress else None
+            batches, input_rows = len(self.progress), self._input_rows
+        # End offsets only grow, and each batch's cover every partition of its topic:
+        # the newest batch says how far every source has read.
         reached: dict[str, dict[int, int]] = {}
-        for p in progress:  # each source's newest end offsets, by topic
-            for source in p.get("sources") or ():
-                end = source.get("endOffset")
-                end = json.loads(end) if isinstance(end, str) else end
-                for topic, offsets in (end or {}).items():
-                    if isinstance(offsets, dict):
-                        reached[topic] = {
-                            int(k): int(v) for k, v in offsets.items() if str(k).isdigit()
-                        }
+        for source in (newest or {}).get("sources") or ():
+            end = source.get("endOffset")
+            end = json.loads(end) if isinstance(end, str) else end
+            for topic, offsets in (end or {}).items():
+                if isinstance(offsets, dict):
+                    reached[topic] = {
+                        int(k): int(v) for k, v in offsets.items() if str(k).isdigit()
+                    }
         merged = [o.merge for o in self.outcomes.values() if o.merge is not None]
         return Snapshot(
             pipeline=self.pipeline,
             done={n: e.done(reached.get(e.topic, {})) for n, e in extents.items()},
             extents=extents,
-            input_rows=sum(int(p.get("numInputRows", 0)) for p in progress),
+            input_rows=input_rows,
             windows_written=sum(m.inserted + m.updated for m in merged if not m.skipped),
             dead_lettered=sum(o.dead_lettered for o in self.outcomes.values()),
-            watermark=watermark(progress[-1]) if progress else None,
-            batches=len(progress),
+            watermark=watermark(newest) if newest else None,
+            batches=batches,
             elapsed_s=elapsed_s,
         )
 
     def input_rows(self) -> int:
         with self._lock:
-            return sum(int(p.get("numInputRows", 0)) for p in self.progress.values())
+            return self._input_rows
 
     def _log(self, p: Progress) -> None:
         outcome = self.outcomes.get(p["batchId"])
