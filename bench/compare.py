@@ -75,7 +75,9 @@ SHAPES: dict[str, dict[str, Any]] = {
 }
 
 
-def window_spec(bootstrap: str, workdir: Path, shape: str, topic: str = TOPIC) -> PipelineSpec:
+def window_spec(
+    bootstrap: str, workdir: Path, shape: str, topic: str = TOPIC, pre_aggregate: bool = True
+) -> PipelineSpec:
     return PipelineSpec.model_validate(
         {
             "name": workdir.name.lower().replace("_", "-"),
@@ -88,6 +90,7 @@ def window_spec(bootstrap: str, workdir: Path, shape: str, topic: str = TOPIC) -
                     "group_by": ["user_id"],
                     "aggregations": AGGREGATIONS,
                     "lateness_ms": LATENESS_MS,
+                    "pre_aggregate": pre_aggregate,
                     **SHAPES[shape],
                 }
             },
@@ -98,7 +101,9 @@ def window_spec(bootstrap: str, workdir: Path, shape: str, topic: str = TOPIC) -
     )
 
 
-def hand_written_window(spark: SparkSession, bootstrap: str, workdir: Path, shape: str) -> int:
+def hand_written_window(
+    spark: SparkSession, bootstrap: str, workdir: Path, shape: str, topic: str = TOPIC
+) -> int:
     """The windowed job as a Spark user writes it by hand; returns the rows read."""
     from deltalake import write_deltalake
     from pyspark.sql import functions as F
@@ -106,7 +111,7 @@ def hand_written_window(spark: SparkSession, bootstrap: str, workdir: Path, shap
     raw = (
         spark.readStream.format("flow_kafka")
         .option("bootstrap_servers", bootstrap)
-        .option("topic", TOPIC)
+        .option("topic", topic)
         .load()
     )
     rows = raw.select(F.from_json(F.col("value").cast("string"), SCHEMA).alias("j")).select("j.*")
@@ -230,9 +235,10 @@ def main() -> int:
             app_name="flow-jobs-bench-compare",
         )
 
-        def ours(shape: str, topic: str = TOPIC) -> Any:
+        def ours(shape: str, topic: str = TOPIC, pre_aggregate: bool = True) -> Any:
             def run(workdir: Path) -> PipelineRunner:
-                runner = PipelineRunner(window_spec(bootstrap, workdir, shape, topic), spark)
+                spec = window_spec(bootstrap, workdir, shape, topic, pre_aggregate)
+                runner = PipelineRunner(spec, spark)
                 runner.run(available_now=True)
                 return runner
 
@@ -243,8 +249,22 @@ def main() -> int:
         spark_run("warm-up (not reported)", produced, ours("tumbling"))
         empty = spark_run("tumbling, empty topic", 0, ours("tumbling", EMPTY_TOPIC))
         print(f"  empty-topic run: {empty.seconds:.1f}s", flush=True)
+        hand_empty = spark_run(
+            "hand-written, empty topic",
+            0,
+            lambda w: hand_written_window(spark, bootstrap, w, "tumbling", EMPTY_TOPIC),
+        )
+        print(f"  hand-written empty-topic run: {hand_empty.seconds:.1f}s", flush=True)
         for shape in (s for s in shapes if s in SHAPES):
             report(spark_run(f"{shape}: flow-jobs", produced, ours(shape)))
+            if shape == "tumbling":  # what pre-aggregation in the reader is worth
+                report(
+                    spark_run(
+                        f"{shape}: flow-jobs, pre_aggregate = false",
+                        produced,
+                        ours(shape, pre_aggregate=False),
+                    )
+                )
             report(
                 spark_run(
                     f"{shape}: hand-written PySpark",
@@ -297,7 +317,8 @@ def main() -> int:
             f"| {_ratio(r.rate, base.get('hand-written PySpark'))} "
             f"| {_ratio(r.rate, base.get('Quix Streams'))} |"
         )
-    tumbling = next((r for r in results if r.name == "tumbling: flow-jobs"), None)
+    by_name = {r.name: r for r in results}
+    tumbling = by_name.get("tumbling: flow-jobs")
     if tumbling is not None:
         net = tumbling.events / (tumbling.seconds - empty.seconds)
         lines += [
@@ -305,6 +326,20 @@ def main() -> int:
             f"Tumbling, N / (T(N) - T(empty)): {tumbling.events:,} / ({tumbling.seconds:.1f} s - "
             f"{empty.seconds:.1f} s) = **{net:,.0f} events/s** (bare read {ceiling:,.0f}).",
         ]
+        hand = by_name.get("tumbling: hand-written PySpark")
+        if hand is not None:
+            hand_net = hand.events / (hand.seconds - hand_empty.seconds)
+            lines.append(
+                f"Hand-written, the same way: {hand.events:,} / ({hand.seconds:.1f} s - "
+                f"{hand_empty.seconds:.1f} s) = {hand_net:,.0f} events/s; flow-jobs / "
+                f"hand-written, both net of their empty-topic run: **{net / hand_net:.2f}**."
+            )
+        quix = by_name.get("tumbling: Quix Streams")
+        if quix is not None:  # Quix's rate leaves its start-up out: like a net rate
+            lines.append(
+                f"flow-jobs net / Quix Streams (timed from its first message to its last): "
+                f"**{net / quix.rate:.2f}**."
+            )
     lines += [f"- {n}" for n in notes]
     print()
     print("\n".join(lines))
@@ -320,6 +355,7 @@ def main() -> int:
                 "join_per_trigger": JOIN_PER_TRIGGER,
                 "quix_limit_per_partition": args.quix_limit,
                 "empty_topic_seconds": empty.seconds,
+                "hand_written_empty_topic_seconds": hand_empty.seconds,
                 "results": [vars(r) | {"events_per_s": r.rate} for r in results],
                 "notes": notes,
             },

@@ -14,6 +14,9 @@ installed from the Python package registries; this source needs nothing but
   rejects is flagged ``_undecoded`` and left to ``from_json`` (``flow_jobs.io.json_decode``);
 * every row carries ``_late_watermark``, the watermark Spark's window operators judge its
   batch by (from the checkpoint's offset log), so late rows can be counted one by one;
+* with ``combine`` set (a ``flow_jobs.io.combine.CombinePlan``), ``read`` folds the
+  records a window would aggregate into partial aggregates, one per (pane, group) and
+  block, in the ``_partial`` column; the others pass through with a NULL one;
 * with ``idle_file`` set, an idle source sends heartbeats: one row with no record and a
   ``_heartbeat`` watermark, which raises the source's own watermark so that it stops
   holding back the pipeline's (``flow_jobs.runtime.idleness`` decides when, and to what);
@@ -62,10 +65,21 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from flow_jobs.io.combine import (
+    PARTIAL,
+    CombinePlan,
+    Folder,
+    RangeRows,
+    partial_type,
+    passthrough,
+)
+from flow_jobs.io.combine import ddl as combine_ddl
 from flow_jobs.io.json_decode import JsonDecoder, arrow_schema
 from flow_jobs.io.kafka_time_offsets import offsets_for_time
 
 SOURCE_FORMAT = "flow_kafka"
+EVENT_TS_COLUMN = "_event_ts"
+_TS = pa.timestamp("us", tz="UTC")
 
 log = logging.getLogger(__name__)
 
@@ -172,6 +186,8 @@ class KafkaSourceOptions:
     source_name: str = ""  # the source's name in the idle file
     #: the payload's Spark schema (``StructType.json()``) to decode with Arrow, or None
     json_schema: str | None = None
+    #: what to pre-aggregate in the reader (``flow_jobs.io.combine.CombinePlan`` as JSON)
+    combine: str | None = None
 
     @classmethod
     def from_options(cls, options: dict[str, str]) -> KafkaSourceOptions:
@@ -203,6 +219,7 @@ class KafkaSourceOptions:
             idle_file=options.get("idle_file") or None,
             source_name=options.get("source_name", ""),
             json_schema=options.get("json_schema") or None,
+            combine=options.get("combine") or None,
             client_config=tuple(
                 sorted(
                     (k[len(_CLIENT_PREFIX) :], v)
@@ -237,6 +254,8 @@ class KafkaRange(InputPartition):
     end: int
     late_watermark_ms: int | None = None  # the previous batch's watermark (offset log)
     heartbeat_ms: int | None = None  # set: not a Kafka range, the source's heartbeat row
+    #: the batch's ``batchTimestampMs`` (offset log): its ``current_timestamp()``
+    batch_timestamp_ms: int | None = None
 
 
 Offsets = dict[str, dict[str, int]]
@@ -530,10 +549,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             beat = None
         if not ranges and beat is None:
             return []
-        mark = late_watermark(self.options.checkpoint_location, end)
-        planned = [KafkaRange(topic, p, first, stop, mark) for p, first, stop in ranges]
+        mark, now = batch_stamps(self.options.checkpoint_location, end)
+        planned = [
+            KafkaRange(topic, p, first, stop, mark, batch_timestamp_ms=now)
+            for p, first, stop in ranges
+        ]
         if beat is not None:
-            planned.append(KafkaRange(topic, -1, 0, 0, mark, int(beat["watermark_ms"])))
+            planned.append(KafkaRange(topic, -1, 0, 0, mark, int(beat["watermark_ms"]), now))
         return planned
 
     def commit(self, end: dict) -> None:
@@ -548,10 +570,20 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- executor side -----------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, KafkaRange)
+        decoder = json_decoder(self.options)
+        plan = combine_plan(self.options)
         if partition.heartbeat_ms is not None:
-            yield _heartbeat_row(partition, json_decoder(self.options))
+            row = _heartbeat_row(partition, decoder)
+            if plan is not None and decoder is not None:
+                row = passthrough(pa.Table.from_batches([row]), plan, decoder.schema)
+                yield from row.to_batches()
+                return
+            yield row
             return
-        yield from read_range(self.options, partition)
+        if plan is None or decoder is None:
+            yield from read_range(self.options, partition)
+            return
+        yield from read_folded(self.options, partition, decoder, plan)
 
 
 def read_watermarks(consumer: Any, options: KafkaSourceOptions) -> dict[int, tuple[int, int]]:
@@ -652,7 +684,14 @@ def local_path(location: str) -> str | None:
 
 def late_watermark(checkpoint: str | None, end: dict) -> int | None:
     """The watermark Spark drops late rows by in the micro-batch that reads up to ``end``:
-    the one the batch before it ran under (epoch ms), or None in a query's first batch.
+    the one the batch before it ran under (epoch ms), or None in a query's first batch."""
+    return batch_stamps(checkpoint, end)[0]
+
+
+def batch_stamps(checkpoint: str | None, end: dict) -> tuple[int | None, int | None]:
+    """(late watermark, batch timestamp) of the micro-batch that reads up to ``end``: the
+    watermark the batch before it ran under (epoch ms; None in a query's first batch),
+    and the batch's own ``batchTimestampMs``, its ``current_timestamp()``.
 
     Spark writes a batch's offsets and the watermark it runs under (``batchWatermarkMs``)
     to ``offsets/<batch id>`` before it plans the batch's partitions, so the newest entry
@@ -661,20 +700,22 @@ def late_watermark(checkpoint: str | None, end: dict) -> int | None:
     also where the checkpoint is not on a file system this process reads."""
     folder = local_path(checkpoint) if checkpoint else None
     if folder is None:
-        return None
+        return None, None
     folder = os.path.join(folder, "offsets")
     try:
         ids = sorted((int(n) for n in os.listdir(folder) if n.isdigit()), reverse=True)
     except OSError:
-        return None
+        return None, None
     for batch in ids[:2]:  # a batch planned again after a restart is still the newest
         lines = _offset_log_lines(folder, batch)
         if lines is None or not any(_same_offsets(line, end) for line in lines[2:]):
             continue
         previous = _offset_log_lines(folder, batch - 1) if batch > 0 else None
-        return _watermark_of(previous) if previous else None
+        stamp = json.loads(lines[1]).get("batchTimestampMs")
+        now = int(stamp) if isinstance(stamp, int) else None
+        return (_watermark_of(previous) if previous else None), now
     log.warning("no offset log entry in %s holds %s: late rows not stamped", folder, end)
-    return None
+    return None, None
 
 
 def _offset_log_lines(folder: str, batch: int) -> list[str] | None:
@@ -698,7 +739,58 @@ def _same_offsets(line: str, end: dict) -> bool:
 
 
 def read_range(options: KafkaSourceOptions, rng: KafkaRange) -> Iterator[pa.RecordBatch]:
-    """Read offsets [rng.start, rng.end) of one partition as Arrow record batches.
+    """Read offsets [rng.start, rng.end) of one partition as Arrow record batches."""
+    decoder = json_decoder(options)
+    for batch, offsets in read_messages(options, rng):
+        yield _to_arrow(rng, batch, offsets, options.processing_time, decoder)
+
+
+def read_folded(
+    options: KafkaSourceOptions, rng: KafkaRange, decoder: JsonDecoder, plan: CombinePlan
+) -> Iterator[pa.RecordBatch]:
+    """``read_range`` with the records the window would aggregate folded into partials
+    (``flow_jobs.io.combine``), without building their Kafka columns: only the records
+    that pass through become full rows."""
+    from confluent_kafka import Message
+
+    payload = decoder.schema
+    ptype = partial_type(plan, payload)
+    schema = _decoded_schema(decoder).append(pa.field(PARTIAL, ptype))
+    late = rng.late_watermark_ms
+    stamp = pa.scalar(None if late is None else late * 1000, _TS)
+    meta = RangeRows(schema, rng.topic, rng.partition, stamp)
+    folder = Folder(plan, payload, meta, rng.batch_timestamp_ms, late)
+    for batch, offsets in read_messages(options, rng):
+        decoded, undecoded = decoder.decode(list(map(Message.value, batch)))
+        stamps = None
+        if plan.time_field == EVENT_TS_COLUMN:
+            ms, missing = _kafka_stamps(batch)
+            stamps = np.where(missing, 0, ms) * 1000, ~missing
+        undecoded_np = undecoded.to_numpy(zero_copy_only=False)
+        ok = folder.add(decoded, undecoded_np, np.asarray(offsets, dtype=np.int64), stamps)
+        if not ok.any():
+            yield _with_partial(_to_arrow(rng, batch, offsets, False, decoder), ptype)
+        elif not ok.all():
+            rest = [m for m, keep in zip(batch, ok, strict=True) if not keep]
+            rest_offsets = [o for o, keep in zip(offsets, ok, strict=True) if not keep]
+            yield _with_partial(_to_arrow(rng, rest, rest_offsets, False, decoder), ptype)
+        if folder.full:
+            yield from _emitted(folder)
+    yield from _emitted(folder)
+
+
+def _emitted(folder: Folder) -> Iterator[pa.RecordBatch]:
+    partials = folder.emit()
+    if partials is not None:
+        yield from partials.to_batches()
+
+
+def _with_partial(batch: pa.RecordBatch, ptype: pa.DataType) -> pa.RecordBatch:
+    return batch.append_column(PARTIAL, pa.nulls(batch.num_rows, ptype))
+
+
+def read_messages(options: KafkaSourceOptions, rng: KafkaRange) -> Iterator[tuple[list, list[int]]]:
+    """Read offsets [rng.start, rng.end) of one partition: (messages, their offsets).
 
     The range is done when a record at or past ``end`` arrives, when the partition's end
     (EOF) is at or past it, or when the consumer's position is: the offsets between the
@@ -709,7 +801,6 @@ def read_range(options: KafkaSourceOptions, rng: KafkaRange) -> Iterator[pa.Reco
     consumer = Consumer(options.consumer_config())
     where = f"Kafka {rng.topic}[{rng.partition}] reading [{rng.start}, {rng.end})"
     backoff = Backoff(options.retries, options.retry_backoff_ms)
-    decoder = json_decoder(options)
     try:
         consumer.assign([TopicPartition(rng.topic, rng.partition, rng.start)])
         next_offset = rng.start
@@ -733,7 +824,7 @@ def read_range(options: KafkaSourceOptions, rng: KafkaRange) -> Iterator[pa.Reco
                 next_offset = batch_offsets[-1] + 1
                 last_progress = time.monotonic()
                 backoff.succeeded()
-                yield _to_arrow(rng, batch, batch_offsets, options.processing_time, decoder)
+                yield batch, batch_offsets
             if done or next_offset >= rng.end:
                 return
             if resume is not None:
@@ -802,6 +893,11 @@ def _sift(
     return batch, done, None
 
 
+def combine_plan(options: KafkaSourceOptions) -> CombinePlan | None:
+    """What this source pre-aggregates in the reader (``flow_jobs.io.combine``), or None."""
+    return CombinePlan.from_json(options.combine) if options.combine else None
+
+
 def json_decoder(options: KafkaSourceOptions) -> JsonDecoder | None:
     """The bulk decoder of a source reading with ``json_schema``, else None."""
     if options.json_schema is None:
@@ -862,12 +958,7 @@ def _to_arrow(
     from confluent_kafka import Message
 
     n = len(batch)
-    # Kafka timestamps are epoch milliseconds; a record without one (type 0) has none.
-    # One outside Spark's TIMESTAMP range (e.g. 2^62) would overflow and fail the read on
-    # every replay: it is NULL instead (a dead letter where it is the event time).
-    stamps = np.array(list(map(Message.timestamp, batch)), dtype=np.int64).reshape(n, 2)
-    kind, ms = stamps[:, 0], stamps[:, 1]
-    missing = (kind == 0) | (ms < _MIN_TS_MS) | (ms > _MAX_TS_MS)
+    ms, missing = _kafka_stamps(batch)
     ts_type = pa.timestamp("us", tz="UTC")
     ts_array = pa.array(np.where(missing, 0, ms) * 1000, ts_type, mask=missing)
     mark = rng.late_watermark_ms
@@ -897,6 +988,18 @@ def _to_arrow(
     return pa.RecordBatch.from_arrays(
         [*columns, _with_corrupt_field(decoded), undecoded], schema=_decoded_schema(decoder)
     )
+
+
+def _kafka_stamps(batch: list) -> tuple[np.ndarray, np.ndarray]:
+    """The records' Kafka timestamps (epoch ms) and where they are missing. A record
+    without one (type 0) has none; one outside Spark's TIMESTAMP range (e.g. 2^62) would
+    overflow and fail the read on every replay: it is missing too (a dead letter where it
+    is the event time)."""
+    from confluent_kafka import Message
+
+    stamps = np.array(list(map(Message.timestamp, batch)), dtype=np.int64).reshape(len(batch), 2)
+    kind, ms = stamps[:, 0], stamps[:, 1]
+    return ms, (kind == 0) | (ms < _MIN_TS_MS) | (ms > _MAX_TS_MS)
 
 
 def _decoded_schema(decoder: JsonDecoder) -> pa.Schema:
@@ -941,10 +1044,17 @@ class KafkaDataSource(DataSource):
         fields = ", ".join(
             f"{_quote(f['name'])}: {_DDL_TYPES[f['type']]}" for f in json.loads(payload)["fields"]
         )
-        return (
+        ddl = (
             f"{KAFKA_COLUMNS_DDL}, {DECODED} STRUCT<{fields}, {CORRUPT_RECORD}: STRING>, "
             f"{UNDECODED} BOOLEAN"
         )
+        combine = self.options.get("combine")
+        if not combine:
+            return ddl
+        schema = arrow_schema(payload)
+        assert schema is not None, "pre-aggregation needs a payload Arrow decodes"
+        partial = partial_type(CombinePlan.from_json(combine), schema)
+        return f"{ddl}, {PARTIAL} {combine_ddl(partial)}"
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         return KafkaStreamReader(KafkaSourceOptions.from_options(dict(self.options)))

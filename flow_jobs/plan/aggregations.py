@@ -55,6 +55,7 @@ from pyspark.sql.types import (
 
 from flow_jobs.operators import aggregators as ops
 from flow_jobs.operators.aggregators import WindowAggregator
+from flow_jobs.plan.combine import Merge
 from flow_jobs.plan.errors import PlanError
 from flow_jobs.spec.models import Aggregation, resolve_import_path
 
@@ -149,6 +150,8 @@ class NativeWindow:
     bounds: tuple[Column, Column]
     group_by: tuple[str, ...]
     pipeline: str
+    #: set: the input holds partial aggregates from the reader (``flow_jobs.plan.combine``)
+    merge: Merge | None = None
 
 
 StateInputs = dict[str, tuple[Column, DataType]]
@@ -211,8 +214,13 @@ class _OneFunctionAgg(Aggregator):
     def function(self, a: AggregationInput) -> Column:
         """The Spark aggregate of the input."""
 
+    def merged(self, a: AggregationInput, merge: Merge) -> Column:
+        """The Spark aggregate of rows and partials alike (``flow_jobs.plan.combine``)."""
+        raise NotImplementedError(f"{self.name} has no partials")
+
     def native(self, a: AggregationInput, w: NativeWindow) -> NativeAggregate:
-        return _simple(self.function(a), a.hidden, a.spec.as_)
+        function = self.function(a) if w.merge is None else self.merged(a, w.merge)
+        return _simple(function, a.hidden, a.spec.as_)
 
     def state(self, a: AggregationInput, column: str | None, pipeline: str) -> WindowAggregator:
         return self.state_class(column, a.spec.output_names())
@@ -229,6 +237,9 @@ class CountAgg(_OneFunctionAgg):
 
     def function(self, a: AggregationInput) -> Column:
         return F.count(F.lit(1)) if a.value is None else F.count(a.value)
+
+    def merged(self, a: AggregationInput, merge: Merge) -> Column:
+        return merge.count(a.value, a.spec.column)
 
 
 class TryAgg(_OneFunctionAgg):
@@ -255,6 +266,12 @@ class TryAgg(_OneFunctionAgg):
 
     def function(self, a: AggregationInput) -> Column:
         return getattr(F, f"try_{self.name}")(_value(a))
+
+    def merged(self, a: AggregationInput, merge: Merge) -> Column:
+        assert a.spec.column is not None
+        if self.name == "sum":
+            return merge.sum(_value(a), a.spec.column)
+        return merge.avg(_value(a), a.spec.column)
 
 
 def _sum_type(t: DataType | None) -> DataType:
@@ -289,6 +306,9 @@ class ExtremeAgg(_PairedAgg):
         super().__init__(name, f"{name}(col)", f"range {name}imum (sparse table)")
 
     def native(self, a: AggregationInput, w: NativeWindow) -> NativeAggregate:
+        if w.merge is not None and a.spec.column is not None:
+            merged = w.merge.extreme(self.name, _value(a), a.spec.column)
+            return _simple(merged, a.hidden, a.spec.as_)
         return _simple(getattr(F, self.name)(_value(a)), a.hidden, a.spec.as_)
 
     def state(self, a: AggregationInput, column: str | None, pipeline: str) -> WindowAggregator:
@@ -322,6 +342,10 @@ class PositionalAgg(_PairedAgg):
     def native(self, a: AggregationInput, w: NativeWindow) -> NativeAggregate:
         value = _value(a)
         ordered = F.when(value.isNotNull(), _ordered(w.order, value))
+        if w.merge is not None and a.spec.column is not None:
+            lane = w.order[1]
+            merged = w.merge.positional(self.name, ordered, lane, a.spec.column)
+            return _simple(merged, a.hidden, a.spec.as_)
         pick = F.min if self.name == "first" else F.max
         return _simple(pick(ordered).getField("v"), a.hidden, a.spec.as_)
 

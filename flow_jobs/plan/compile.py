@@ -12,9 +12,11 @@ from pyspark.errors import ParseException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.utils import AnalysisException
 
+from flow_jobs.io.combine import CombinePlan
 from flow_jobs.io.dead_letters import DeadLetterTable
 from flow_jobs.io.kafka_source import idle_file, local_path
 from flow_jobs.plan.aggregations import AGGREGATORS
+from flow_jobs.plan.combine import Merge, checkpoint_merges, describe, foldable
 from flow_jobs.plan.errors import PlanError
 from flow_jobs.plan.event_time import EventTime
 from flow_jobs.plan.joins import compile_join
@@ -24,6 +26,7 @@ from flow_jobs.plan.sources import (
     carried_by_sources,
     compile_source,
     divert_after_sql,
+    payload_schema,
     source_carries,
 )
 from flow_jobs.plan.windows import WINDOW_KINDS, CompiledWindow, compile_window
@@ -75,6 +78,7 @@ def compile_pipeline(
     late_data = ("drop" if window.reopens else window.late_data) if timed else None
     per_source = timed and per_source_watermarks
     watermark = _source_watermark(spark, spec, checkpoint) if per_source else None
+    combine = _combine_plan(spark, spec, checkpoint)
     views = {}
     for i, source in enumerate(spec.sources):
         view = views[source.name] = compile_source(
@@ -87,6 +91,7 @@ def compile_pipeline(
             late_data,
             checkpoint,
             watermark,
+            combine if i == 0 else None,
         )
         view.createOrReplaceTempView(source.name)
     if late_data == "dlq":
@@ -103,10 +108,33 @@ def compile_pipeline(
         tap = dead_letters.tap("transform.sql", topics)
         frame = divert_after_sql(frame, event_time, tap)
     compiled = compile_window(
-        frame, window, spec.name, source_watermarks=watermark is not None, topics=_topics(spec)
+        frame,
+        window,
+        spec.name,
+        source_watermarks=watermark is not None,
+        topics=_topics(spec),
+        merge=Merge(combine) if combine is not None else None,
     )
     idle = watermark.idle_file if watermark else None
     return _windowed(spec, compiled, lookups, idle)
+
+
+def _combine_plan(
+    spark: SparkSession, spec: PipelineSpec, checkpoint: str | None
+) -> CombinePlan | None:
+    """The reader's pre-aggregation, where the window allows it and the checkpoint takes
+    it (``flow_jobs.plan.combine``)."""
+    source = spec.sources[0]
+    if source.format != "json" or not source.schema_ddl:
+        return None
+    try:
+        payload = payload_schema(source, 0)
+    except PlanError:
+        return None  # compile_source names the bad schema
+    plan = foldable(spec, payload)
+    if plan is None or not checkpoint_merges(plan, checkpoint):
+        return None
+    return plan
 
 
 def _source_watermark(
@@ -212,6 +240,17 @@ def _compile_join_pipeline(
             f"one of {', '.join(sorted(usable))}",
         )
     return _windowed(spec, compile_window(joined.frame, window, spec.name, watermarked_time=time))
+
+
+def _folding(spec: PipelineSpec) -> str | None:
+    """The ``validate --plan`` line of a window that pre-aggregates in the reader."""
+    source = spec.sources[0]
+    if source.format != "json" or not source.schema_ddl:
+        return None
+    try:
+        return describe(spec, payload_schema(source, 0))
+    except PlanError:
+        return None
 
 
 def _topics(spec: PipelineSpec) -> tuple[str, ...]:
@@ -327,8 +366,10 @@ def _window_operators(spec: PipelineSpec) -> tuple[OperatorChoice, ...]:
             f"passes its end, then again ({w.revision_column} + 1) in each batch that "
             "corrects it, until the watermark passes its end; the MERGE keeps the last"
         )
+    folding = _folding(spec)
     return (
         OperatorChoice(f"window kind = {w.kind}", kind),
+        *((OperatorChoice("pre-aggregation", folding),) if folding else ()),
         OperatorChoice(lateness, late),
         OperatorChoice(f"emit = {w.emit}", emit),
         *(

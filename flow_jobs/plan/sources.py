@@ -29,6 +29,7 @@ from pyspark.sql.functions import arrow_udf
 from pyspark.sql.types import DataType, StructType
 from pyspark.sql.utils import AnalysisException
 
+from flow_jobs.io.combine import PARTIAL, CombinePlan
 from flow_jobs.io.dead_letter_tap import DeadLetterTap
 from flow_jobs.io.dead_letters import HEADERS_DDL, RECORD_DDL
 from flow_jobs.io.json_decode import arrow_schema
@@ -40,6 +41,7 @@ from flow_jobs.io.kafka_source import (
     SOURCE_FORMAT,
     UNDECODED,
 )
+from flow_jobs.plan.combine import PARTIAL_VIEW
 from flow_jobs.plan.errors import PlanError
 from flow_jobs.plan.event_time import (
     EPOCH_MILLIS_TYPES,
@@ -79,9 +81,11 @@ def read_kafka(
     checkpoint: str | None = None,
     idle_file: str | None = None,
     json_schema: str | None = None,
+    combine: CombinePlan | None = None,
 ) -> DataFrame:
     """The source's Kafka records; with ``json_schema`` (a payload ``StructType.json()``
-    Arrow decodes), their payloads decoded in the reader too."""
+    Arrow decodes), their payloads decoded in the reader too; with ``combine``, the rows
+    the window would aggregate folded into partials there (``flow_jobs.io.combine``)."""
     reader = (
         spark.readStream.format(SOURCE_FORMAT)
         .option("bootstrap_servers", source.bootstrap_servers)
@@ -100,6 +104,8 @@ def read_kafka(
         reader = reader.option("idle_file", idle_file)
     if json_schema:
         reader = reader.option("json_schema", json_schema)
+    if json_schema and combine is not None:
+        reader = reader.option("combine", combine.to_json())
     if source.max_offsets_per_trigger:
         reader = reader.option("max_offsets_per_trigger", str(source.max_offsets_per_trigger))
     for key, secret in source.client_config.items():
@@ -129,10 +135,13 @@ def compile_source(
     late_data: str | None = None,
     checkpoint: str | None = None,
     watermark: SourceWatermark | None = None,
+    combine: CombinePlan | None = None,
 ) -> DataFrame:
     """The streaming view of one source, bad records already diverted; with
     ``late_data`` ("drop" | "dlq"), late rows too (``flow_jobs.plan.late_rows``); with
-    ``watermark``, the source's own event-time watermark (``SourceWatermark``)."""
+    ``watermark``, the source's own event-time watermark (``SourceWatermark``); with
+    ``combine``, partial aggregates from the reader among the rows, in the hidden column
+    ``__flow_partial`` (``flow_jobs.plan.combine``)."""
     idle = watermark.idle_file if watermark else None
     in_reader = None
     if source.format == "json" and source.decoder == "auto":
@@ -146,7 +155,9 @@ def compile_source(
         checkpoint=checkpoint,
         idle_file=idle,
         json_schema=in_reader,
+        combine=combine if in_reader else None,
     )
+    folds = in_reader is not None and combine is not None
     if source.format == "json":
         frame, payload = _decode_json(frame, source, index, in_reader is not None)
         view = [
@@ -160,6 +171,9 @@ def compile_source(
         view = [F.col(c) for c in RAW_COLUMNS]
         reasons = []
     reasons += _event_time_reasons(event_time, payload, index)
+    if folds:  # a partial holds only rows that passed every check in the reader
+        reasons.insert(0, (F.col(PARTIAL).isNotNull(), None))
+        view.append(F.col(PARTIAL).alias(PARTIAL_VIEW))
     if reasons:  # a heartbeat row has no record: never a dead letter
         frame = _divert(frame, [(F.col(HEARTBEAT).isNotNull(), None), *reasons], tap)
     frame = frame.select(*view, F.col(LATE_WATERMARK), F.col(HEARTBEAT))
@@ -172,7 +186,7 @@ def compile_source(
     frame = frame.observe(
         f"{OBSERVED_PREFIX}{source.name}",
         F.max(F.unix_millis(time)).alias("max_event_time_ms"),  # the JSON shows ms
-        F.count_if(F.col(HEARTBEAT).isNull()).alias("rows"),
+        *_row_counts(folds),
         F.count_if(F.col(LATE)).alias("late_rows"),
     )
     if late_data == "dlq":
@@ -185,6 +199,20 @@ def compile_source(
     if watermark is None:  # no idle_file: the reader sends no heartbeat
         return frame.drop(HEARTBEAT)
     return watermark.apply(frame, time)
+
+
+def _row_counts(folds: bool) -> list[Column]:
+    """``rows``: the source's records (a partial counts the records it holds); with
+    partials, ``folded_rows``: the records Spark did not see one by one (Spark's
+    ``numInputRows`` counts a partial once: ``runtime.reports.input_rows`` adds these)."""
+    if not folds:
+        return [F.count_if(F.col(HEARTBEAT).isNull()).alias("rows")]
+    held = F.col(f"{PARTIAL_VIEW}.n")
+    records = F.when(F.col(HEARTBEAT).isNull(), F.coalesce(held, F.lit(1).cast("bigint")))
+    return [
+        F.coalesce(F.sum(records), F.lit(0).cast("bigint")).alias("rows"),
+        F.coalesce(F.sum(held - 1), F.lit(0).cast("bigint")).alias("folded_rows"),
+    ]
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from flow_jobs.plan.aggregations import NativeWindow, aggregation_input, native_aggregate
+from flow_jobs.plan.combine import Merge
 from flow_jobs.plan.errors import PlanError
 from flow_jobs.plan.event_time import EVENT_TIME, with_event_time
 from flow_jobs.plan.ordering import tie_break
@@ -97,10 +98,12 @@ def compile_window(
     watermarked_time: str | None = None,
     source_watermarks: bool = False,
     topics: Sequence[str] = (),
+    merge: Merge | None = None,
 ) -> CompiledWindow:
     """The windowed aggregation, with the output columns in the seed's order.
     ``topics``: the pipeline's source topics (ties of equal event time follow their
-    Kafka position, ``flow_jobs.plan.ordering``)."""
+    Kafka position, ``flow_jobs.plan.ordering``); ``merge``: the input holds partial
+    aggregates from the reader (``flow_jobs.plan.combine``)."""
     check_group_by(frame, window)
     mode = "update" if window.emit == "current" else "append"
     timed = with_event_time(
@@ -117,7 +120,7 @@ def compile_window(
     aggregates = [
         native_aggregate(
             aggregation_input(a, i, timed),
-            NativeWindow(order, bounds, tuple(window.group_by), pipeline),
+            NativeWindow(order, bounds, tuple(window.group_by), pipeline, merge),
         )
         for i, a in enumerate(window.aggregations)
     ]

@@ -14,6 +14,7 @@ from flow_jobs.runtime.idleness import IdleSources
 from flow_jobs.runtime.reports import (
     Progress,
     as_dict,
+    input_rows,
     late_rows,
     late_rows_by_source,
     max_event_times,
@@ -92,7 +93,7 @@ class ProgressTracker:
             fresh = progress["batchId"] not in self.progress
             self.progress[progress["batchId"]] = progress
             if fresh:  # a running total: a display asks for it after every batch
-                self._input_rows += int(progress.get("numInputRows", 0))
+                self._input_rows += input_rows(progress)
         if fresh:
             self._log(progress)
             self._to_ledger(progress)
@@ -108,7 +109,7 @@ class ProgressTracker:
             self.pipeline,
             self.query_id,
             int(p["batchId"]),
-            input_rows=int(p.get("numInputRows", 0)),
+            input_rows=input_rows(p),
             late_rows=late_rows_by_source(p),
             batch_ms=(p.get("durationMs") or {}).get("triggerExecution"),
             write_ms=outcome.write_seconds * 1000 if outcome else None,
@@ -169,7 +170,7 @@ class ProgressTracker:
             "%s state rows, watermark %s",
             self.pipeline,
             p["batchId"],
-            p.get("numInputRows", 0),
+            input_rows(p),
             merged,
             outcome.dead_lettered if outcome else 0,
             late_rows(p),
@@ -186,7 +187,7 @@ class ProgressTracker:
             pipeline=self.pipeline,
             query_id=query_id,
             batches=len(progress),
-            input_rows=sum(int(p.get("numInputRows", 0)) for p in progress),
+            input_rows=sum(input_rows(p) for p in progress),
             windows_inserted=sum(o.merge.inserted for o in outcomes if o.merge),
             windows_updated=sum(o.merge.updated for o in outcomes if o.merge),
             dead_lettered=sum(o.dead_lettered for o in self.outcomes.values()),

@@ -43,6 +43,14 @@ def late_rows_by_source(progress: Progress) -> dict[str, int]:
     return late
 
 
+def input_rows(progress: Progress) -> int:
+    """The batch's Kafka records (and heartbeat rows): Spark's ``numInputRows``, which
+    counts a partial aggregate from the reader once, plus the records partials hold
+    beyond one each (``folded_rows``, ``flow_jobs.plan.combine``)."""
+    folded = sum(int(m.get("folded_rows") or 0) for m in source_metrics(progress).values())
+    return int(progress.get("numInputRows", 0)) + folded
+
+
 def late_rows(progress: Progress) -> int:
     return sum(late_rows_by_source(progress).values())
 

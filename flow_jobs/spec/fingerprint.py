@@ -21,6 +21,8 @@ resumed under:
 * ``starting_offsets``: only read by a fresh checkpoint;
 * caps and guards that fail or divert, never reshape state:
   ``max_groups_per_window``, ``on_state_cap``, ``max_event_time_skew_ms``;
+* ``pre_aggregate``: the checkpoint keeps the aggregation it started with
+  (``flow_jobs.plan.combine``), and either way the windows are the same;
 * ``[[transform.lookups]]``: static tables are refreshable by design.
 
 A key added to the spec after checkpoints exist, whose default keeps what those
@@ -48,7 +50,9 @@ SAFE_SOURCE_KEYS = frozenset(
         "decoder",
     }
 )
-SAFE_OPERATOR_KEYS = frozenset({"max_groups_per_window", "on_state_cap", "max_event_time_skew_ms"})
+SAFE_OPERATOR_KEYS = frozenset(
+    {"max_groups_per_window", "on_state_cap", "max_event_time_skew_ms", "pre_aggregate"}
+)
 #: Keys added after checkpoints existed, with the default that changes nothing for them.
 ADDED_KEYS: dict[str, Any] = {
     "transform.window.dead_letter_topic": None,

@@ -398,6 +398,9 @@ class WindowSpec(SpecModel):
     #: dead-lettered: one far-future row would otherwise push the watermark ahead and
     #: make every following on-time row late.
     max_event_time_skew_ms: Annotated[int, Field(gt=0)] = 300_000
+    #: Tumbling / hopping windows over one JSON source: the Kafka reader folds records
+    #: into partial aggregates before Spark (flow_jobs.plan.combine). A throughput knob.
+    pre_aggregate: bool = True
     aggregations: list[Aggregation] = Field(min_length=1)
 
     @model_validator(mode="after")

@@ -1,0 +1,493 @@
+"""Pre-aggregation in the Kafka reader: a block of decoded records becomes one partial
+aggregate per (pane, group) before Spark sees it.
+
+Spark's streaming aggregation already aggregates partially before its shuffle, but it
+does so on every row the source hands it, and a string in an aggregation buffer (first /
+last) turns its hash aggregation into a sort aggregation, ~3.8x slower here
+(BENCHMARKS.md). The reader holds the decoded records as Arrow columns anyway, so it
+folds them with Arrow's hash aggregation (C++) into partials, and Spark merges partials:
+a block of 500,000 clicks over 1,000 users in one 60 s window reaches Spark as 1,000
+rows. It is what Flink calls local-global aggregation, done where the data already is.
+
+What makes it exact, whatever the cut (``tests/test_combine.py`` checks each rule):
+
+* **Only rows Spark would aggregate are folded.** A row is folded only if Arrow decoded
+  it, its event time is present and in range, it is not ahead of the micro-batch's
+  processing time by more than ``max_event_time_skew_ms`` (the batch's
+  ``batchTimestampMs``, what ``current_timestamp()`` is in that batch, read from the
+  offset log like the late watermark), and it is not late (event time after the previous
+  batch's watermark). Every other row passes through as it is, to the checks and
+  dead-letter tap of ``flow_jobs.plan.sources``. Without the offset log's stamps (a
+  remote checkpoint) nothing is folded.
+* **Panes, not windows.** Rows fold per pane of gcd(duration, hop) (the duration for a
+  tumbling window): every window boundary is a pane boundary, so a pane lies wholly
+  inside each window that holds any of its rows, and the partial's event time, the
+  highest of its rows, puts it in exactly those windows through Spark's own ``window()``.
+  That highest time is also what Spark's watermark takes the maximum of.
+* **Mergeable parts**: rows (``n``), non-NULL values (``nn``), sums (``sum``; ``dsum`` as
+  DOUBLE for ``avg``, which Spark sums as DOUBLE), minima and maxima with Spark's NaN rule
+  (NaN above every number: Arrow skips NaN, so it is put back), and for first / last the
+  row's (event time, offset, value) at the lowest / highest (event time, offset) among
+  non-NULL values; Spark compares them with its own rows' by (event time, lane, offset).
+* **No overflow.** A chunk whose integers could take a block's sum out of BIGINT
+  (|value| x (block rows + chunk rows) >= 2^62) is not folded: Spark's ``try_sum`` then
+  sees its rows one by one, as before.
+
+The reader (``kafka_source.read_folded``) builds full Kafka rows (key, value, headers,
+...) only for the records that pass through; a folded record's bytes are never copied.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+#: The reader's column holding a row's partial aggregate (NULL on a record passed through).
+PARTIAL = "_partial"
+#: Records folded at once per Kafka partition range (more: fewer partials, more memory).
+BLOCK_ROWS = 500_000
+
+_EVENT_TS = "_event_ts"  # flow_jobs.spec.models.EVENT_TS (io does not import spec)
+_DECODED, _UNDECODED, _CORRUPT = "_decoded", "_undecoded", "__flow_corrupt_record"
+_TS = pa.timestamp("us", tz="UTC")
+_MIN_MS, _MAX_MS = -62_135_596_800_000, 253_402_300_799_999
+_SUM_BOUND = 1 << 62
+#: Parts a payload field may need, in the order of the partial struct's fields.
+PARTS = ("nn", "sum", "dsum", "min", "max", "first", "last")
+
+
+@dataclass(frozen=True)
+class CombinePlan:
+    """What the reader folds: the payload's event-time field (epoch ms) or ``_event_ts``,
+    the pane, the skew bound, the group keys, and per aggregated field the parts needed."""
+
+    time_field: str
+    pane_ms: int
+    skew_ms: int
+    keys: tuple[str, ...]
+    fields: tuple[tuple[str, tuple[str, ...]], ...]
+    #: False: the query merges partials (its checkpoint's layout) but the reader folds none
+    fold: bool = True
+
+    def slot(self, field: str) -> int:
+        return [f for f, _ in self.fields].index(field)
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "time_field": self.time_field,
+                "pane_ms": self.pane_ms,
+                "skew_ms": self.skew_ms,
+                "keys": list(self.keys),
+                "fields": [[f, list(parts)] for f, parts in self.fields],
+                "fold": self.fold,
+            }
+        )
+
+    @staticmethod
+    def from_json(text: str) -> CombinePlan:
+        d = json.loads(text)
+        return CombinePlan(
+            d["time_field"],
+            int(d["pane_ms"]),
+            int(d["skew_ms"]),
+            tuple(d["keys"]),
+            tuple((f, tuple(parts)) for f, parts in d["fields"]),
+            bool(d.get("fold", True)),
+        )
+
+
+def partial_type(plan: CombinePlan, payload: pa.Schema) -> pa.StructType:
+    """The partial struct: ``n``, then per field ``<part><slot>`` for each part it needs."""
+    fields = [pa.field("n", pa.int64())]
+    for i, (name, parts) in enumerate(plan.fields):
+        value = payload.field(name).type
+        for part in PARTS:
+            if part not in parts:
+                continue
+            if part == "nn":
+                fields.append(pa.field(f"nn{i}", pa.int64()))
+            elif part == "sum":
+                fields.append(pa.field(f"sum{i}", _sum_type(value)))
+            elif part == "dsum":
+                fields.append(pa.field(f"dsum{i}", pa.float64()))
+            elif part in ("min", "max"):
+                fields.append(pa.field(f"{part}{i}", value))
+            else:
+                fields.append(pa.field(f"{part}{i}", _positional_type(value)))
+    return pa.struct(fields)
+
+
+def _sum_type(value: pa.DataType) -> pa.DataType:
+    return pa.float64() if pa.types.is_floating(value) else pa.int64()
+
+
+def _positional_type(value: pa.DataType) -> pa.StructType:
+    return pa.struct([("t", _TS), ("pos", pa.int64()), ("v", value)])
+
+
+_DDL = {
+    pa.int64(): "BIGINT",
+    pa.int32(): "INT",
+    pa.int16(): "SMALLINT",
+    pa.int8(): "TINYINT",
+    pa.float64(): "DOUBLE",
+    pa.bool_(): "BOOLEAN",
+    pa.string(): "STRING",
+    _TS: "TIMESTAMP",
+}
+
+
+def ddl(data_type: pa.DataType) -> str:
+    """Spark DDL of a partial struct (for the data source's schema)."""
+    if pa.types.is_struct(data_type):
+        inner = ", ".join(
+            f"{data_type.field(i).name}: {ddl(data_type.field(i).type)}"
+            for i in range(data_type.num_fields)
+        )
+        return f"STRUCT<{inner}>"
+    return _DDL[data_type]
+
+
+def passthrough(table: pa.Table, plan: CombinePlan, payload: pa.Schema) -> pa.Table:
+    """``table`` with no row folded (a NULL partial on every row)."""
+    return table.append_column(PARTIAL, pa.nulls(table.num_rows, partial_type(plan, payload)))
+
+
+def combine(
+    table: pa.Table,
+    plan: CombinePlan,
+    payload: pa.Schema,
+    batch_ts_ms: int | None,
+    late_watermark_ms: int | None,
+) -> pa.Table:
+    """The rows of ``table`` (the reader's columns, decoded) that Spark would aggregate,
+    folded into partials per (pane, keys) as one block (``Folder``); the others
+    unchanged, with a NULL partial."""
+    if table.num_rows == 0:
+        return passthrough(table, plan, payload)
+    meta = RangeRows.of(passthrough(table, plan, payload))  # the schema with _partial
+    folder = Folder(plan, payload, meta, batch_ts_ms, late_watermark_ms, table.num_rows)
+    stamps = None
+    if plan.time_field == _EVENT_TS:  # the reader leaves one outside Spark's range NULL
+        column = table.column(_EVENT_TS).combine_chunks()
+        valid = column.is_valid().to_numpy(zero_copy_only=False)
+        stamps = column.cast(pa.int64()).fill_null(0).to_numpy(), valid
+    ok = folder.add(
+        _struct(table.column(_DECODED)),
+        table.column(_UNDECODED).to_numpy().astype(bool),
+        table.column("offset").to_numpy(),
+        stamps,
+    )
+    partials = folder.emit()
+    rest = passthrough(table.filter(pa.array(~ok)), plan, payload)
+    return rest if partials is None else pa.concat_tables([rest, partials.cast(rest.schema)])
+
+
+class Folder:
+    """Folds one Kafka partition range chunk by chunk, the reader's way
+    (``kafka_source.read_folded``): each chunk's foldable rows join the block, and the
+    block becomes partial rows once it holds ``block_rows`` (and at the range's end)."""
+
+    def __init__(
+        self,
+        plan: CombinePlan,
+        payload: pa.Schema,
+        meta: RangeRows,
+        batch_ts_ms: int | None,
+        late_watermark_ms: int | None,
+        block_rows: int = BLOCK_ROWS,
+    ) -> None:
+        self.plan, self.payload, self.meta = plan, payload, meta
+        self.batch_ts_ms, self.late_watermark_ms = batch_ts_ms, late_watermark_ms
+        self.block_rows = block_rows
+        self.block = Block(plan)
+
+    def add(
+        self,
+        decoded: pa.StructArray,
+        undecoded: np.ndarray,
+        offsets: np.ndarray,
+        kafka_us: tuple[np.ndarray, np.ndarray] | None,
+    ) -> np.ndarray:
+        """Fold what can be of a chunk; returns where it did (the rest passes through)."""
+        if self.batch_ts_ms is None or not self.plan.fold:
+            return np.zeros(len(undecoded), dtype=bool)
+        time_us, ok = fold_mask(
+            decoded, undecoded, kafka_us, self.plan, self.batch_ts_ms, self.late_watermark_ms
+        )
+        if ok.any() and may_overflow(decoded, self.plan, ok, self.block_rows + len(ok)):
+            ok[:] = False  # Spark's try_sum sees these rows one by one
+        if ok.any():
+            self.block.add(decoded, time_us, offsets, ok)
+        return ok
+
+    @property
+    def full(self) -> bool:
+        return self.block.rows >= self.block_rows
+
+    def emit(self) -> pa.Table | None:
+        """The block's partial rows (None: nothing folded since the last emit)."""
+        rows = self.block.take()
+        if rows is None:
+            return None
+        return self.meta.partial_rows(rows, rows.group(self.plan), self.plan, self.payload)
+
+
+def fold_mask(
+    decoded: pa.StructArray,
+    undecoded: np.ndarray,
+    kafka_us: tuple[np.ndarray, np.ndarray] | None,
+    plan: CombinePlan,
+    batch_ts_ms: int,
+    late_watermark_ms: int | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's event time (epoch µs) and whether it folds: Arrow decoded it, its event
+    time is present and in range, not past the batch time + skew, and not late.
+    ``kafka_us``: the Kafka timestamps (µs) and where present, for ``_event_ts``."""
+    if kafka_us is not None:
+        time_us, ok = kafka_us
+        ok = ok.copy()
+    else:
+        ms = decoded.field(plan.time_field)
+        ok = ms.is_valid().to_numpy(zero_copy_only=False) & decoded.is_valid().to_numpy(
+            zero_copy_only=False
+        )
+        values = ms.cast(pa.int64()).fill_null(0).to_numpy()
+        ok &= (values >= _MIN_MS) & (values <= _MAX_MS)
+        time_us = np.where(ok, values, 0) * 1000
+    ok &= ~undecoded
+    ok &= np.floor_divide(time_us, 1000) <= batch_ts_ms + plan.skew_ms
+    if late_watermark_ms is not None:
+        ok &= time_us > late_watermark_ms * 1000
+    return time_us, ok
+
+
+def _struct(column: pa.ChunkedArray) -> pa.StructArray:
+    array = column.combine_chunks()
+    assert isinstance(array, pa.StructArray)
+    return array
+
+
+def may_overflow(decoded: pa.StructArray, plan: CombinePlan, ok: np.ndarray, rows: int) -> bool:
+    """Whether an integer sum over ``rows`` rows of these values could leave BIGINT (the
+    rows are then not folded, and Spark's try_sum sees each of them)."""
+    for name, parts in plan.fields:
+        values = decoded.field(name)
+        if not ({"sum", "dsum"} & set(parts)) or not pa.types.is_integer(values.type):
+            continue
+        kept = values.filter(pa.array(ok)).drop_null().cast(pa.int64()).to_numpy()
+        if len(kept) and max(abs(int(kept.min())), abs(int(kept.max()))) * rows >= _SUM_BOUND:
+            return True
+    return False
+
+
+class Block:
+    """Rows of one Kafka partition range to fold, gathered chunk by chunk (only the
+    columns folding reads: no Kafka bytes are kept)."""
+
+    def __init__(self, plan: CombinePlan) -> None:
+        self.plan = plan
+        self.names = sorted({*plan.keys, *(f for f, _ in plan.fields)})
+        self.chunks: list[tuple[dict[str, pa.Array], np.ndarray, np.ndarray]] = []
+        self.rows = 0
+
+    def add(
+        self, decoded: pa.StructArray, time_us: np.ndarray, offsets: np.ndarray, ok: np.ndarray
+    ) -> None:
+        mask = None if ok.all() else pa.array(ok)
+        fields = {}
+        for name in self.names:
+            column = decoded.field(name)
+            fields[name] = column if mask is None else column.filter(mask)
+        self.chunks.append((fields, time_us[ok], offsets[ok]))
+        self.rows += int(ok.sum())
+
+    def take(self) -> Folded | None:
+        """The gathered rows, and an empty block again."""
+        if not self.chunks:
+            return None
+        chunks, self.chunks, self.rows = self.chunks, [], 0
+        fields = {n: pa.concat_arrays([c[0][n] for c in chunks]) for n in self.names}
+        times = np.concatenate([c[1] for c in chunks])
+        offsets = np.concatenate([c[2] for c in chunks])
+        return Folded.build(fields, times, offsets)
+
+
+@dataclass
+class Folded:
+    """The rows to fold: their event times and offsets, each row's rank in (event time,
+    offset) order and the payload fields by name."""
+
+    times: np.ndarray
+    offsets: np.ndarray
+    rank: np.ndarray
+    order: np.ndarray  # order[rank] = row
+    fields: dict[str, pa.Array]
+
+    @staticmethod
+    def build(fields: dict[str, pa.Array], times: np.ndarray, offsets: np.ndarray) -> Folded:
+        order = np.lexsort((offsets, times))  # by event time, then offset
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order), dtype=order.dtype)
+        return Folded(times, offsets, rank.astype(np.int64), order, fields)
+
+    def group(self, plan: CombinePlan) -> pa.Table:
+        """One row per (pane, keys): the aggregates of Arrow's hash aggregation."""
+        work: dict[str, pa.Array] = {
+            "__pane": pa.array(np.floor_divide(self.times, plan.pane_ms * 1000)),
+            "__t": pa.array(self.times),
+        }
+        keys = ["__pane"]
+        for j, key in enumerate(plan.keys):
+            work[f"__k{j}"] = self.fields[key]
+            keys.append(f"__k{j}")
+        aggs: list[tuple[str, str]] = [("__t", "max"), ("__t", "count")]
+        for i, (name, parts) in enumerate(plan.fields):
+            value = self.fields[name]
+            work[f"__v{i}"] = value
+            valid = value.is_valid().to_numpy(zero_copy_only=False)
+            if {"nn", "min", "max"} & set(parts):
+                aggs.append((f"__v{i}", "count"))
+            if "sum" in parts:
+                aggs.append((f"__v{i}", "sum"))
+            if "dsum" in parts:
+                work[f"__d{i}"] = value.cast(pa.float64())
+                aggs.append((f"__d{i}", "sum"))
+            for part in ("min", "max"):
+                if part in parts:
+                    aggs.append((f"__v{i}", part))
+            if pa.types.is_floating(value.type) and {"min", "max"} & set(parts):
+                nan = np.isnan(value.fill_null(0.0).to_numpy()) & valid
+                work[f"__nan{i}"] = pa.array(nan.astype(np.int64))
+                aggs.append((f"__nan{i}", "sum"))
+            if {"first", "last"} & set(parts):
+                work[f"__r{i}"] = pa.array(self.rank, mask=~valid)
+                aggs += [(f"__r{i}", "min"), (f"__r{i}", "max")]
+        return pa.table(work).group_by(keys, use_threads=False).aggregate(aggs)
+
+    def at_rank(self, ranks: pa.Array, value: pa.Array) -> pa.StructArray:
+        """struct(t, pos, v) of the rows of the given ranks (NULL where the rank is)."""
+        missing = ranks.is_null()
+        rows = pa.array(self.order).take(ranks)
+        return pa.StructArray.from_arrays(
+            [
+                pa.array(self.times).take(rows).cast(_TS),
+                pa.array(self.offsets).take(rows),
+                value.take(rows),
+            ],
+            fields=list(_positional_type(value.type)),
+            mask=missing,
+        )
+
+
+@dataclass(frozen=True)
+class RangeRows:
+    """What partial rows of one Kafka partition range carry besides their partial: the
+    reader's schema (with ``_partial``), the topic and partition, the late watermark."""
+
+    schema: pa.Schema
+    topic: str
+    partition: int
+    late_watermark: Any  # a timestamp scalar (NULL in a first batch)
+
+    @staticmethod
+    def of(table: pa.Table) -> RangeRows:
+        return RangeRows(
+            table.schema,
+            table.column("topic")[0].as_py(),
+            table.column("partition")[0].as_py(),
+            table.column("_late_watermark")[0],
+        )
+
+    def partial_rows(
+        self, rows: Folded, g: pa.Table, plan: CombinePlan, payload: pa.Schema
+    ) -> pa.Table:
+        """The partials as rows of the reader's schema (no Kafka record: key, value,
+        offset NULL; the decoded payload holds the keys and the highest event time)."""
+        k = g.num_rows
+        t_max = g.column("__t_max").combine_chunks()
+        ptype = partial_type(plan, payload)
+        parts = _parts(rows, g, plan)
+        partial = pa.StructArray.from_arrays([parts[f.name] for f in ptype], fields=list(ptype))
+        event_ts = t_max.cast(_TS) if plan.time_field == _EVENT_TS else pa.nulls(k, _TS)
+        columns: dict[str, pa.Array] = {
+            "key": pa.nulls(k, pa.binary()),
+            "value": pa.nulls(k, pa.binary()),
+            "topic": pa.repeat(pa.scalar(self.topic, pa.string()), k),
+            "partition": pa.repeat(pa.scalar(self.partition, pa.int32()), k),
+            "offset": pa.nulls(k, pa.int64()),
+            "timestamp": pa.nulls(k, _TS),
+            "headers": pa.nulls(k, self.schema.field("headers").type),
+            _EVENT_TS: event_ts,
+            "_late_watermark": pa.repeat(self.late_watermark, k),
+            "_heartbeat": pa.nulls(k, _TS),
+            _DECODED: _payload_rows(g, t_max, plan, payload),
+            _UNDECODED: pa.repeat(pa.scalar(False), k),
+            PARTIAL: partial,
+        }
+        names = [n for n in self.schema.names if n != PARTIAL] + [PARTIAL]
+        return pa.table({c: columns[c] for c in names})
+
+
+def _parts(rows: Folded, g: pa.Table, plan: CombinePlan) -> dict[str, pa.Array]:
+    parts: dict[str, pa.Array] = {"n": g.column("__t_count").combine_chunks()}
+    for i, (name, needs) in enumerate(plan.fields):
+        value = rows.fields[name]
+        counted = f"__v{i}_count" in g.column_names
+        count = g.column(f"__v{i}_count").combine_chunks() if counted else None
+        if "nn" in needs:
+            parts[f"nn{i}"] = count
+        if "sum" in needs:
+            parts[f"sum{i}"] = g.column(f"__v{i}_sum").combine_chunks().cast(_sum_type(value.type))
+        if "dsum" in needs:
+            parts[f"dsum{i}"] = g.column(f"__d{i}_sum").combine_chunks()
+        for part in ("min", "max"):
+            if part in needs:
+                parts[f"{part}{i}"] = _extreme(g, i, part, count, value.type)
+        for part, pick in (("first", "min"), ("last", "max")):
+            if part in needs:
+                ranks = g.column(f"__r{i}_{pick}").combine_chunks()
+                parts[f"{part}{i}"] = rows.at_rank(ranks, value)
+    return parts
+
+
+def _extreme(
+    g: pa.Table, i: int, part: str, count: pa.Array | None, value_type: pa.DataType
+) -> pa.Array:
+    """min / max per group with Spark's rule for NaN (above every number): Arrow skips
+    NaN, so a group holding one has NaN as its max, and as its min when all are NaN."""
+    result = g.column(f"__v{i}_{part}").combine_chunks()
+    if not pa.types.is_floating(value_type):
+        return result
+    nans = g.column(f"__nan{i}_sum").combine_chunks().to_numpy()
+    assert count is not None
+    non_null = count.to_numpy()
+    use_nan = nans > 0 if part == "max" else (nans > 0) & (nans == non_null)
+    values = result.fill_null(0.0).to_numpy(zero_copy_only=False).copy()
+    values[use_nan] = math.nan
+    valid = result.is_valid().to_numpy(zero_copy_only=False) | use_nan
+    return pa.array(values, value_type, mask=~valid)
+
+
+def _payload_rows(
+    g: pa.Table, t_max: pa.Array, plan: CombinePlan, payload: pa.Schema
+) -> pa.StructArray:
+    """The decoded payload of each partial: its keys, its highest event time, else NULL."""
+    k = g.num_rows
+    arrays = []
+    for f in payload:
+        if f.name in plan.keys:
+            arrays.append(g.column(f"__k{plan.keys.index(f.name)}").combine_chunks())
+        elif f.name == plan.time_field:
+            ms = np.floor_divide(t_max.to_numpy(), 1000)
+            arrays.append(pa.array(ms).cast(f.type))
+        else:
+            arrays.append(pa.nulls(k, f.type))
+    arrays.append(pa.nulls(k, pa.string()))
+    return pa.StructArray.from_arrays(arrays, fields=[*payload, pa.field(_CORRUPT, pa.string())])

@@ -1,0 +1,201 @@
+"""Which windows pre-aggregate in the Kafka reader (``flow_jobs.io.combine``), and how
+Spark merges the partials.
+
+A window pre-aggregates when everything it reads comes straight from one JSON source that
+Arrow decodes: no ``[transform].sql`` nor lookups, a tumbling or hopping window on the
+native engine in event time, the event time an epoch-milliseconds field of the payload
+(or ``_event_ts``), group keys of a type Spark and Arrow group alike (STRING, integers,
+BOOLEAN: a DOUBLE key has NaN and -0.0 rules of its own), and only count, sum, avg, min,
+max, first and last over payload fields (sum / avg over integers or DOUBLE, min / max
+over those or STRING). Anything else runs as before; ``flow-jobs validate --plan`` says
+which.
+
+Spark then aggregates each row as a partial of one where the reader did not fold it:
+``count`` is the sum of ``n``, ``sum`` the ``try_sum`` of partial sums, ``avg`` the sum
+of DOUBLE sums over the sum of counts, ``min`` / ``max`` the extreme of partial extremes,
+``first`` / ``last`` the lowest / highest ``struct(event time, lane, offset, value)``.
+These aggregation buffers differ from the plain ones, so the choice belongs to the
+checkpoint: a new checkpoint takes it (``pre_aggregate = true``, the default) and marks
+itself (``flow_pre_aggregate`` in the checkpoint folder); a checkpoint that ran before
+without the mark keeps the plain aggregation for good. With ``pre_aggregate = false`` a
+marked checkpoint keeps the merging aggregation and the reader folds nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    BooleanType,
+    ByteType,
+    DataType,
+    DoubleType,
+    IntegerType,
+    IntegralType,
+    LongType,
+    ShortType,
+    StringType,
+    StructType,
+)
+
+from flow_jobs.io.combine import CombinePlan
+from flow_jobs.io.json_decode import arrow_schema
+from flow_jobs.io.kafka_source import local_path
+from flow_jobs.spec.models import EVENT_TS, PipelineSpec
+
+#: The partial struct in a source view (hidden from ``[transform].sql``-visible columns).
+PARTIAL_VIEW = "__flow_partial"
+#: A checkpoint whose windows merge partials carries this file.
+MARKER = "flow_pre_aggregate"
+
+_KEY_TYPES = (StringType, LongType, IntegerType, ShortType, ByteType, BooleanType)
+_NUMBER_TYPES = (LongType, IntegerType, ShortType, ByteType, DoubleType)
+_PARTS = {
+    "count": ("nn",),
+    "sum": ("sum",),
+    "avg": ("nn", "dsum"),
+    "min": ("nn", "min"),
+    "max": ("nn", "max"),
+    "first": ("first",),
+    "last": ("last",),
+}
+
+
+def foldable(spec: PipelineSpec, payload: StructType | None) -> CombinePlan | None:
+    """The reader's plan for ``spec`` if its window can pre-aggregate, else None
+    (``payload``: the source's declared schema)."""
+    w, t = spec.transform.window, spec.transform
+    if w is None or t.join is not None or t.sql or t.lookups or payload is None:
+        return None
+    source = spec.sources[0]
+    if source.format != "json" or source.decoder != "auto" or w.engine != "native":
+        return None
+    if w.kind not in ("tumbling", "hopping") or w.time_mode != "event":
+        return None
+    if arrow_schema(payload.json()) is None:
+        return None
+    types = {f.name: f.dataType for f in payload.fields}
+    time = w.event_time_column
+    if time != EVENT_TS and not isinstance(types.get(time), IntegralType):
+        return None
+    if not all(isinstance(types.get(k), _KEY_TYPES) for k in w.group_by):
+        return None
+    fields: dict[str, set[str]] = {}
+    for a in w.aggregations:
+        if a.agg not in _PARTS:
+            return None
+        if a.column is None:
+            if a.agg != "count":
+                return None
+            continue
+        value = types.get(a.column)
+        if value is None or not _fits(a.agg, value):
+            return None
+        fields.setdefault(a.column, set()).update(_PARTS[a.agg])
+    assert w.duration_ms is not None
+    pane = math.gcd(w.duration_ms, w.hop_ms or w.duration_ms)
+    return CombinePlan(
+        time,
+        pane,
+        w.max_event_time_skew_ms,
+        tuple(w.group_by),
+        tuple((f, tuple(sorted(parts))) for f, parts in fields.items()),
+        fold=w.pre_aggregate,
+    )
+
+
+def _fits(agg: str, value: DataType) -> bool:
+    if agg in ("sum", "avg"):
+        return isinstance(value, _NUMBER_TYPES)
+    if agg in ("min", "max"):
+        return isinstance(value, (*_NUMBER_TYPES, StringType))
+    return True
+
+
+def checkpoint_merges(plan: CombinePlan, checkpoint: str | None) -> bool:
+    """Whether the query on ``checkpoint`` merges partials: a marked checkpoint does; a new
+    one does when ``pre_aggregate`` is on (and is marked now); one that ran without the
+    mark does not (its state holds the plain aggregation's buffers). A checkpoint this
+    process cannot read as files (remote) does not: the reader could not read the batch's
+    stamps from its offset log."""
+    folder = local_path(checkpoint) if checkpoint else None
+    if folder is None:
+        return False
+    marker = os.path.join(folder, MARKER)
+    if os.path.exists(marker):
+        return True
+    offsets = os.path.join(folder, "offsets")
+    ran = os.path.isdir(offsets) and any(n.isdigit() for n in os.listdir(offsets))
+    if ran or not plan.fold:
+        return False
+    os.makedirs(folder, exist_ok=True)
+    with open(marker, "w", encoding="utf-8") as f:
+        f.write("partial aggregates from the Kafka reader (flow_jobs.plan.combine)\n")
+    return True
+
+
+class Merge:
+    """How a native window aggregates rows and partials alike: each column a partial's
+    part, or what the row is as a partial of one."""
+
+    def __init__(self, plan: CombinePlan) -> None:
+        self.plan = plan
+        self.partial = F.col(PARTIAL_VIEW)
+
+    def _part(self, name: str, column: str | None) -> Column:
+        slot = "" if column is None else str(self.plan.slot(column))
+        return self.partial.getField(f"{name}{slot}")
+
+    def _either(self, part: Column, row: Column) -> Column:
+        return F.when(self.partial.isNull(), row).otherwise(part)
+
+    def count(self, value: Column | None, column: str | None) -> Column:
+        if value is None:
+            return F.sum(F.coalesce(self._part("n", None), F.lit(1).cast("bigint")))
+        one = F.when(value.isNotNull(), F.lit(1).cast("bigint")).otherwise(F.lit(0).cast("bigint"))
+        return F.sum(self._either(self._part("nn", column), one))
+
+    def sum(self, value: Column, column: str) -> Column:
+        return F.try_sum(self._either(self._part("sum", column), value))
+
+    def avg(self, value: Column, column: str) -> Column:
+        one = F.when(value.isNotNull(), F.lit(1).cast("bigint")).otherwise(F.lit(0).cast("bigint"))
+        total = F.try_sum(self._either(self._part("dsum", column), value.cast("double")))
+        return F.try_divide(total, F.sum(self._either(self._part("nn", column), one)))
+
+    def extreme(self, name: str, value: Column, column: str) -> Column:
+        pick = F.min if name == "min" else F.max
+        return pick(self._either(self._part(name, column), value))
+
+    def positional(self, name: str, row: Column, lane: Column, column: str) -> Column:
+        """``row``: the row's ``struct(t, lane, pos, v)`` (NULL for a NULL value)."""
+        part = self._part(name, column)
+        folded = F.when(
+            part.isNotNull(),
+            F.struct(
+                part.getField("t").alias("t"),
+                lane.alias("lane"),
+                part.getField("pos").alias("pos"),
+                part.getField("v").alias("v"),
+            ),
+        )
+        pick = F.min if name == "first" else F.max
+        return pick(self._either(folded, row)).getField("v")
+
+
+def describe(spec: PipelineSpec, payload: Any) -> str | None:
+    """The ``validate --plan`` line of a window that pre-aggregates, or None."""
+    plan = foldable(spec, payload)
+    if plan is None:
+        return None
+    keys = ", ".join(plan.keys) or "no key"
+    state = "on" if plan.fold else "off (pre_aggregate = false)"
+    return (
+        f"{state}: the Kafka reader folds each block of decoded records into one partial "
+        f"per ({plan.pane_ms} ms pane, {keys}) with Arrow; Spark merges the partials "
+        "(new checkpoints; one that ran without it keeps the plain aggregation)"
+    )

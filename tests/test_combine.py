@@ -1,0 +1,458 @@
+"""Pre-aggregation in the Kafka reader (issue 12): partials equal what Spark computes from
+the rows, whatever the cut.
+
+The unit half (no Spark) checks ``flow_jobs.io.combine.combine`` against a reference
+written from the rules in ``docs/spec-reference.md`` ("Pre-aggregation"): which rows fold
+(decoded, event time present and in range, not past the batch time + skew, after the
+late watermark), the pane, and each part (Spark's NaN rule for min / max, first / last by
+event time then offset among non-NULL values); and that folding the same rows in blocks
+of any size, then merging, gives the same partials.
+
+The integration half runs one messy stream through the pipeline with ``pre_aggregate``
+on and off, in one micro-batch and in tiny ones, and compares the windows, the dead
+letters, the late rows and the rows read; it also checks that partials did reach Spark
+(fewer Spark rows than records), so it cannot pass with folding silently off.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import random
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pyspark.sql import SparkSession
+
+from flow_jobs.io.combine import PARTIAL, CombinePlan, Folder, RangeRows, combine
+from flow_jobs.io.delta import read_delta
+from flow_jobs.io.json_decode import JsonDecoder
+from flow_jobs.io.kafka_source import _ARROW_SCHEMA, _decoded_schema, _with_corrupt_field
+from flow_jobs.runtime.runner import PipelineRunner
+from flow_jobs_dev.broker import EmbeddedBroker
+from flow_jobs_dev.producer import Record
+from tests.support import BASE_MS, make_spec, send
+
+PAYLOAD = pa.schema(
+    [("user_id", pa.string()), ("page", pa.string()), ("amount", pa.float64()),
+     ("qty", pa.int64()), ("ts", pa.int64())]
+)  # fmt: skip
+PLAN = CombinePlan(
+    time_field="ts",
+    pane_ms=20_000,
+    skew_ms=300_000,
+    keys=("user_id",),
+    fields=(
+        ("amount", ("dsum", "max", "min", "nn", "sum")),
+        ("qty", ("nn", "sum", "dsum", "min", "max")),
+        ("page", ("first", "last", "nn", "min", "max")),
+    ),
+)
+NOW_MS = BASE_MS + 600_000  # the micro-batch's batchTimestampMs
+TS = pa.timestamp("us", tz="UTC")
+
+
+def reader_table(payloads: Sequence[bytes | None], offsets: Sequence[int]) -> pa.Table:
+    """Rows as the reader builds them (``kafka_source._to_arrow``), decoded by Arrow."""
+    decoder = JsonDecoder(PAYLOAD, smallest_piece=1)  # a bad record alone is undecoded
+    n = len(payloads)
+    decoded, undecoded = decoder.decode(list(payloads))
+    columns = [
+        pa.nulls(n, pa.binary()),
+        pa.array(payloads, pa.binary()),
+        pa.repeat(pa.scalar("t", pa.string()), n),
+        pa.repeat(pa.scalar(1, pa.int32()), n),
+        pa.array(offsets, pa.int64()),
+        pa.nulls(n, TS),
+        pa.nulls(n, _ARROW_SCHEMA.field("headers").type),
+        pa.nulls(n, TS),
+        pa.repeat(pa.scalar(None, TS), n),
+        pa.nulls(n, TS),
+        _with_corrupt_field(decoded),
+        undecoded,
+    ]
+    return pa.Table.from_batches(
+        [pa.RecordBatch.from_arrays(columns, schema=_decoded_schema(decoder))]
+    )
+
+
+# -- the reference: the rules, row by row -------------------------------------------------
+
+
+def folds(row: dict[str, Any] | None, late_ms: int | None) -> bool:
+    """Spark would aggregate this row: decoded, an event time in range, not too far ahead
+    of the batch, not late."""
+    if row is None or not isinstance(row.get("ts"), int):
+        return False
+    ts = row["ts"]
+    if not -62_135_596_800_000 <= ts <= 253_402_300_799_999:
+        return False
+    return ts <= NOW_MS + PLAN.skew_ms and (late_ms is None or ts > late_ms)
+
+
+def ieee_sum(values: list[Any]) -> Any:
+    """The exact sum, with IEEE's rules for NaN and infinities."""
+    if any(math.isnan(v) for v in values) or {math.inf, -math.inf} <= set(values):
+        return math.nan
+    for inf in (math.inf, -math.inf):
+        if inf in values:
+            return inf
+    return math.fsum(values)
+
+
+def spark_min(values: list[Any]) -> Any:
+    """Spark's min: NaN is above every number, so it is the min only when all are NaN."""
+    if not values:
+        return None
+    numbers = [v for v in values if not (isinstance(v, float) and math.isnan(v))]
+    return min(numbers) if numbers else math.nan
+
+
+def spark_max(values: list[Any]) -> Any:
+    if not values:
+        return None
+    if any(isinstance(v, float) and math.isnan(v) for v in values):
+        return math.nan
+    return max(values)
+
+
+def reference(rows: list[tuple[int, dict[str, Any]]]) -> dict[tuple, dict[str, Any]]:
+    """{(pane, user): parts} of the folded (offset, row) pairs."""
+    groups: dict[tuple, list[tuple[int, dict[str, Any]]]] = {}
+    for offset, row in rows:
+        groups.setdefault((row["ts"] // PLAN.pane_ms, row.get("user_id")), []).append((offset, row))
+    out = {}
+    for key, members in groups.items():
+        parts: dict[str, Any] = {"n": len(members), "t": max(r["ts"] for _, r in members)}
+        for i, (name, _) in enumerate(PLAN.fields):
+            present = [(r["ts"], o, r[name]) for o, r in members if r.get(name) is not None]
+            values = [v for *_, v in present]
+            parts[f"nn{i}"] = len(values)
+            if name != "page":
+                parts[f"sum{i}"] = ieee_sum(values) if values else None
+                # a float sum depends on the order of its terms: within this of the exact
+                finite = [abs(v) for v in values if math.isfinite(v)]
+                parts[f"err{i}"] = 1e-15 * len(values) * math.fsum(finite)
+                parts[f"min{i}"], parts[f"max{i}"] = spark_min(values), spark_max(values)
+            else:
+                parts[f"min{i}"] = min(values) if values else None
+                parts[f"max{i}"] = max(values) if values else None
+                parts[f"first{i}"] = min(present)[::2] if present else None  # (ts, value)
+                parts[f"last{i}"] = max(present)[::2] if present else None
+        out[key] = parts
+    return out
+
+
+def ours(table: pa.Table) -> dict[tuple, dict[str, Any]]:
+    """{(pane, user): parts} of the partial rows of ``table``."""
+    out = {}
+    for row in table.filter(table.column(PARTIAL).is_valid()).to_pylist():
+        p, payload = row[PARTIAL], row["_decoded"]
+        key = (payload["ts"] // PLAN.pane_ms, payload["user_id"])
+        assert key not in out, f"two partials for {key} in one block"
+        parts: dict[str, Any] = {"n": p["n"], "t": payload["ts"]}
+        for i, (name, _) in enumerate(PLAN.fields):
+            parts[f"nn{i}"] = p[f"nn{i}"]
+            if name != "page":
+                parts[f"sum{i}"] = p[f"sum{i}"]
+            parts[f"min{i}"], parts[f"max{i}"] = p[f"min{i}"], p[f"max{i}"]
+            if name == "page":
+                for part in ("first", "last"):
+                    v = p[f"{part}{i}"]
+                    parts[f"{part}{i}"] = None if v is None else (_ms(v["t"]), v["v"])
+        out[key] = parts
+    return out
+
+
+def _ms(t: datetime) -> int:
+    return (t - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(milliseconds=1)
+
+
+def same(a: Any, b: Any) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        if math.isnan(a) or math.isnan(b):
+            return math.isnan(a) and math.isnan(b)
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9) or a == b
+    return a == b or (isinstance(a, (int, float)) and isinstance(b, (int, float)) and a == b)
+
+
+def assert_same_parts(got: dict[tuple, dict], want: dict[tuple, dict]) -> None:
+    assert got.keys() == want.keys()
+    for key, parts in want.items():
+        for name, value in parts.items():
+            if name.startswith("err"):
+                continue
+            finite = isinstance(value, (int, float)) and math.isfinite(value)
+            if name.startswith("sum") and finite and got[key][name] is not None:
+                error = parts[f"err{name[3:]}"]
+                assert abs(got[key][name] - value) <= error + 1e-12, (key, name, got[key][name])
+                continue
+            assert same(got[key][name], value), (key, name, got[key][name], value)
+
+
+# -- generated rows: equal times, disorder, NULLs, NaN, inf, 1e17, bad records -------------
+
+_AMOUNT = st.one_of(
+    st.none(),
+    st.sampled_from([math.nan, math.inf, -math.inf, 1e17, -1e17, 0.5, -2.5, 3.0]),
+    st.floats(-100, 100, allow_nan=False),
+)
+_ROW = st.fixed_dictionaries(
+    {
+        "user_id": st.sampled_from(["a", "b", "c", None]),
+        "page": st.sampled_from(["/home", "/cart", "/pay", None]),
+        "amount": _AMOUNT,
+        "qty": st.one_of(st.none(), st.integers(-5, 9)),
+        # few distinct times: equal timestamps; spread over panes, some ahead of the
+        # batch (skew), some out of range, some missing
+        "ts": st.one_of(
+            st.sampled_from([BASE_MS + d for d in (0, 1, 19_999, 20_000, 45_000, 59_999)]),
+            st.integers(BASE_MS - 30_000, BASE_MS + 90_000),
+            st.sampled_from([NOW_MS + 300_000, NOW_MS + 300_001, 10**17, -(10**17), None]),
+        ),
+    }
+)
+_ITEM = st.one_of(_ROW, st.sampled_from(["not json", '{"ts": "x"}', "", None]))
+
+
+def _encode(item: Any) -> bytes | None:
+    if item is None or isinstance(item, str):
+        return None if item is None else item.encode()
+    return json.dumps({k: v for k, v in item.items() if v is not None}).encode()
+
+
+def _rows(items: list[Any]) -> list[dict[str, Any] | None]:
+    """What each record decodes to for folding (None: Arrow leaves it to from_json).
+    NaN and Infinity are not JSON, but Arrow reads them (as from_json does)."""
+    return [item if isinstance(item, dict) else None for item in items]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    items=st.lists(_ITEM, min_size=1, max_size=80),
+    late=st.sampled_from([None, BASE_MS - 1, BASE_MS + 19_999]),
+    seed=st.integers(0, 2**16),
+    chunk=st.integers(1, 30),
+    block=st.integers(1, 60),
+)
+def test_partials_equal_the_reference_in_any_block_size(
+    items: list[Any], late: int | None, seed: int, chunk: int, block: int
+) -> None:
+    offsets = list(range(100, 100 + len(items)))
+    random.Random(seed).shuffle(items)  # disorder: offsets do not follow event time
+    payloads = [_encode(i) for i in items]
+    table = reader_table(payloads, offsets)
+    # which records Arrow decodes is the decoder's contract (tests/test_json_decode.py)
+    arrow = [not u for u in table.column("_undecoded").to_pylist()]
+    decoded = [r if ok else None for r, ok in zip(_rows(items), arrow, strict=True)]
+    folded = [(o, r) for o, r in zip(offsets, decoded, strict=True) if folds(r, late)]
+
+    out = combine(table, PLAN, PAYLOAD, NOW_MS, late)
+
+    # every other record passes through, unchanged
+    passed = out.filter(out.column(PARTIAL).is_null())
+    assert sorted(passed.column("offset").to_pylist()) == sorted(
+        set(offsets) - {o for o, _ in folded}
+    )
+    assert passed.column("value").to_pylist() == [
+        payloads[offsets.index(o)] for o in passed.column("offset").to_pylist()
+    ]
+    assert_same_parts(ours(out), reference(folded))
+    # the reader's way: chunks of ``chunk`` records, a block emitted once it holds
+    # ``block``; merged, the partials are the same, and so are the rows passed through
+    folder = Folder(PLAN, PAYLOAD, RangeRows.of(out), NOW_MS, late, block_rows=block)
+    blocks, kept = [], []
+    for piece in _pieces(table, chunk):
+        ok = folder.add(
+            piece.column("_decoded").combine_chunks(),
+            piece.column("_undecoded").to_numpy().astype(bool),
+            piece.column("offset").to_numpy(),
+            None,
+        )
+        kept += [o for o, k in zip(piece.column("offset").to_pylist(), ok, strict=True) if k]
+        if folder.full:
+            blocks.append(ours(folder.emit()))
+    last = folder.emit()
+    blocks += [ours(last)] if last is not None else []
+    assert sorted(kept) == sorted(o for o, _ in folded)
+    assert_same_parts(merge(blocks), reference(folded))
+
+
+def test_no_batch_time_or_fold_off_folds_nothing() -> None:
+    table = reader_table([b'{"user_id": "a", "ts": %d}' % BASE_MS] * 3, [0, 1, 2])
+    for plan, now in ((PLAN, None), (dataclasses.replace(PLAN, fold=False), NOW_MS)):
+        out = combine(table, plan, PAYLOAD, now, None)
+        assert out.num_rows == 3 and out.column(PARTIAL).null_count == 3
+
+
+def test_an_integer_sum_that_could_overflow_is_left_to_spark() -> None:
+    big = 2**62
+    rows = [b'{"user_id": "a", "qty": %d, "ts": %d}' % (big, BASE_MS)] * 2
+    out = combine(reader_table(rows, [0, 1]), PLAN, PAYLOAD, NOW_MS, None)
+    assert out.column(PARTIAL).null_count == 2  # try_sum sees both rows: NULL, not a wrap
+
+
+def _pieces(table: pa.Table, size: int) -> list[pa.Table]:
+    return [table.slice(i, size) for i in range(0, table.num_rows, size)]
+
+
+def merge(blocks: list[dict[tuple, dict]]) -> dict[tuple, dict]:
+    """Partials of several blocks merged the way the window merges them in Spark."""
+    out: dict[tuple, dict] = {}
+    for block in blocks:
+        for key, p in block.items():
+            if key not in out:
+                out[key] = dict(p)
+                continue
+            q = out[key]
+            q["n"] += p["n"]
+            for i in range(len(PLAN.fields)):
+                q[f"err{i}"] = q.get(f"err{i}", 0) + p.get(f"err{i}", 0)
+            q["t"] = max(q["t"], p["t"])
+            for i, (name, _) in enumerate(PLAN.fields):
+                q[f"nn{i}"] += p[f"nn{i}"]
+                if name != "page":
+                    sums = [v for v in (q[f"sum{i}"], p[f"sum{i}"]) if v is not None]
+                    q[f"sum{i}"] = sum(sums) if sums else None
+                    both = [v for v in (q[f"min{i}"], p[f"min{i}"]) if v is not None]
+                    q[f"min{i}"] = spark_min(both)
+                    both = [v for v in (q[f"max{i}"], p[f"max{i}"]) if v is not None]
+                    q[f"max{i}"] = spark_max(both)
+                else:
+                    for part, pick in (("min", min), ("max", max), ("first", min), ("last", max)):
+                        both = [v for v in (q[f"{part}{i}"], p[f"{part}{i}"]) if v is not None]
+                        q[f"{part}{i}"] = pick(both) if both else None
+    return out
+
+
+# -- end to end: the same windows with pre-aggregation on and off --------------------------
+
+AGGREGATIONS = [
+    {"agg": "count", "as": "n"},
+    {"agg": "count", "column": "amount", "as": "n_amount"},
+    {"agg": "sum", "column": "amount", "as": "amount_sum"},
+    {"agg": "sum", "column": "qty", "as": "qty_sum"},
+    {"agg": "avg", "column": "qty", "as": "qty_avg"},
+    {"agg": "min", "column": "amount", "as": "amount_min"},
+    {"agg": "max", "column": "amount", "as": "amount_max"},
+    {"agg": "min", "column": "page", "as": "page_min"},
+    {"agg": "first", "column": "page", "as": "first_page"},
+    {"agg": "last", "column": "page", "as": "last_page"},
+]
+SCHEMA = "user_id STRING, page STRING, amount DOUBLE, qty BIGINT, ts BIGINT"
+
+
+def _messy_stream(rng: random.Random, n: int) -> list[Record]:
+    """Three partitions; equal timestamps, disorder within and beyond the lateness, NULL
+    keys and values, NaN / inf / 1e17, a malformed record, a missing and a far-future
+    event time."""
+    records = []
+    for i in range(n):
+        ts = BASE_MS + (i // 3) * 200 - rng.choice([0, 0, 0, 2_000, 15_000])
+        amount: Any = rng.choice([None, 1.5, -2.25, 1e17, 7.0, 100.125])
+        doc: dict[str, Any] = {
+            "user_id": rng.choice(["a", "b", "c", "d", None]),
+            "page": rng.choice(["/home", "/cart", "/pay", None]),
+            "qty": rng.choice([None, 1, 2, -3, 9]),
+            "ts": ts,
+        }
+        value = json.dumps({**doc, **({"amount": amount} if amount is not None else {})})
+        if i % 97 == 5:
+            value = value[:-1] + ', "amount": NaN}'
+        if i % 89 == 7:
+            value = value[:-1] + ', "amount": Infinity}'
+        if i % 83 == 11:
+            value = "{not json"
+        if i % 101 == 13:
+            value = json.dumps({**doc, "ts": None})
+        if i % 103 == 17:
+            value = json.dumps({**doc, "ts": BASE_MS + 10**12})  # ~32 years ahead
+        records.append(Record(value=value.encode(), partition=i % 3, timestamp_ms=ts))
+    return records
+
+
+def _read_all(path: str, key: Sequence[str]) -> dict[tuple, dict[str, Any]]:
+    rows = read_delta(path).to_pylist()
+    out = {tuple(r[c] for c in key): r for r in rows}
+    assert len(out) == len(rows), "a natural key twice"
+    return out
+
+
+def _run(
+    spark: SparkSession, workdir: Path, tag: str, bootstrap: str, topic: str, window: dict,
+    per_trigger: int | None,
+) -> tuple[Any, dict, set, int]:  # fmt: skip
+    spec = make_spec(
+        workdir / tag,
+        bootstrap,
+        topic,
+        window,
+        name=f"combine-{tag}",
+        schema=SCHEMA,
+        source={"max_offsets_per_trigger": per_trigger} if per_trigger else {},
+    )
+    runner = PipelineRunner(spec, spark)
+    summary = runner.run(available_now=True)
+    spark_rows = sum(int(p.get("numInputRows", 0)) for p in runner.progress.progress.values())
+    dead = {
+        (r["partition"], r["offset"], r["reason"])
+        for r in read_delta(spec.dead_letter_path()).to_pylist()
+    }
+    return summary, _read_all(spec.target.path, spec.natural_key()), dead, spark_rows
+
+
+@pytest.mark.parametrize(
+    "shape, per_trigger",
+    [("tumbling", None), ("tumbling", 60), ("hopping", 60)],
+)
+def test_windows_are_the_same_with_and_without_pre_aggregation(
+    shape: str,
+    per_trigger: int | None,
+    spark: SparkSession,
+    broker: EmbeddedBroker,
+    workdir: Path,
+) -> None:
+    topic = f"combine-{shape}-{per_trigger}-{random.randrange(10**6)}"
+    broker.create_topic(topic, partitions=3)
+    records = _messy_stream(random.Random(f"{shape}{per_trigger}"), 600)
+    send(broker.bootstrap_servers, topic, records)
+    sizes = {"duration_ms": 20_000, **({"hop_ms": 5_000} if shape == "hopping" else {})}
+    window = {
+        "kind": shape,
+        **sizes,
+        "event_time_column": "ts" if shape == "tumbling" else "_event_ts",
+        "lateness_ms": 4_000,
+        "late_data": "dlq",
+        "group_by": ["user_id"],
+        "aggregations": AGGREGATIONS,
+    }
+    on = _run(spark, workdir, "on", broker.bootstrap_servers, topic, window, per_trigger)
+    off = _run(
+        spark, workdir, "off", broker.bootstrap_servers, topic,
+        {**window, "pre_aggregate": False}, per_trigger,
+    )  # fmt: skip
+    (s_on, w_on, dead_on, spark_on), (s_off, w_off, dead_off, spark_off) = on, off
+
+    assert s_on.input_rows == s_off.input_rows == len(records)
+    assert spark_off == len(records)
+    assert spark_on < len(records), "no partial reached Spark: nothing was folded"
+    assert dead_on == dead_off and dead_off, "the same dead letters, with their reasons"
+    assert s_on.late_rows == s_off.late_rows
+    if per_trigger:
+        assert s_off.late_rows > 0, "the stream must hold late rows"
+    assert w_on.keys() == w_off.keys() and w_off
+    for key, row in w_off.items():
+        for column, value in row.items():
+            assert same(w_on[key][column], value), (key, column, w_on[key][column], value)
+    nan_windows = [r for r in w_off.values() if isinstance(r["amount_max"], float)
+                   and math.isnan(r["amount_max"])]  # fmt: skip
+    assert nan_windows, "a window must hold a NaN next to folded rows"
+    assert np.isinf([r["amount_sum"] for r in w_off.values() if r["amount_sum"] is not None]).any()
