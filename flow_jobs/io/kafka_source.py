@@ -682,12 +682,6 @@ def local_path(location: str) -> str | None:
     return location.removeprefix("file://")
 
 
-def late_watermark(checkpoint: str | None, end: dict) -> int | None:
-    """The watermark Spark drops late rows by in the micro-batch that reads up to ``end``:
-    the one the batch before it ran under (epoch ms), or None in a query's first batch."""
-    return batch_stamps(checkpoint, end)[0]
-
-
 def batch_stamps(checkpoint: str | None, end: dict) -> tuple[int | None, int | None]:
     """(late watermark, batch timestamp) of the micro-batch that reads up to ``end``: the
     watermark the batch before it ran under (epoch ms; None in a query's first batch),
