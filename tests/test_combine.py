@@ -11,7 +11,9 @@ of any size, then merging, gives the same partials.
 The integration half runs one messy stream through the pipeline with ``pre_aggregate``
 on and off, in one micro-batch and in tiny ones, and compares the windows, the dead
 letters, the late rows and the rows read; it also checks that partials did reach Spark
-(fewer Spark rows than records), so it cannot pass with folding silently off.
+(fewer Spark rows than records), so it cannot pass with folding silently off. A last
+test resumes checkpoints across a change of ``pre_aggregate``: each keeps the aggregation
+it started with (Spark refuses other state buffers).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from flow_jobs.io.combine import PARTIAL, CombinePlan, Folder, RangeRows, combin
 from flow_jobs.io.delta import read_delta
 from flow_jobs.io.json_decode import JsonDecoder
 from flow_jobs.io.kafka_source import _ARROW_SCHEMA, _decoded_schema, _with_corrupt_field
+from flow_jobs.plan.combine import MARKER
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs_dev.broker import EmbeddedBroker
 from flow_jobs_dev.producer import Record
@@ -456,3 +459,72 @@ def test_windows_are_the_same_with_and_without_pre_aggregation(
                    and math.isnan(r["amount_max"])]  # fmt: skip
     assert nan_windows, "a window must hold a NaN next to folded rows"
     assert np.isinf([r["amount_sum"] for r in w_off.values() if r["amount_sum"] is not None]).any()
+
+
+def test_a_checkpoint_keeps_the_aggregation_it_started_with(
+    spark: SparkSession, broker: EmbeddedBroker, workdir: Path
+) -> None:
+    """A checkpoint that ran without pre-aggregation (one from before it existed, or
+    ``pre_aggregate = false``) keeps Spark's plain aggregation when it is turned on: its
+    state holds the plain buffers. A marked one keeps merging partials when it is turned
+    off. Both resume, and both end with the windows of one run over all the events."""
+    topic = f"combine-keep-{random.randrange(10**6)}"
+    broker.create_topic(topic, partitions=3)
+    rng = random.Random("keep")
+    events = [
+        {"user_id": rng.choice(["a", "b", None]), "page": rng.choice(["/x", "/y", None]),
+         "amount": rng.choice([None, 1.5, -2.0, 7.25]), "qty": rng.choice([None, 1, 4]),
+         "ts": BASE_MS + i * 150 - rng.randint(0, 2_000)}
+        for i in range(400)
+    ]  # fmt: skip
+    records = [
+        Record(value=json.dumps(e).encode(), partition=i % 3, timestamp_ms=e["ts"])
+        for i, e in enumerate(events)
+    ]
+    window = {
+        "kind": "tumbling",
+        "duration_ms": 10_000,
+        "event_time_column": "ts",
+        "lateness_ms": 3_000,
+        "group_by": ["user_id"],
+        "aggregations": AGGREGATIONS,
+    }
+
+    def run(tag: str, pre_aggregate: bool) -> tuple[Any, int]:
+        spec = make_spec(
+            workdir / tag,
+            broker.bootstrap_servers,
+            topic,
+            {**window, "pre_aggregate": pre_aggregate},
+            name=f"combine-keep-{tag}",
+            schema=SCHEMA,
+        )
+        runner = PipelineRunner(spec, spark)
+        summary = runner.run(available_now=True)
+        seen = sum(int(p.get("numInputRows", 0)) for p in runner.progress.progress.values())
+        return summary, seen
+
+    send(broker.bootstrap_servers, topic, records[:200])
+    plain, seen = run("plain", pre_aggregate=False)
+    assert seen == 200 and not (workdir / "plain" / "checkpoint" / MARKER).exists()
+    marked, seen = run("marked", pre_aggregate=True)
+    assert seen < 200 and (workdir / "marked" / "checkpoint" / MARKER).exists()
+
+    send(broker.bootstrap_servers, topic, records[200:])
+    plain, seen = run("plain", pre_aggregate=True)  # resumes its plain aggregation
+    assert plain.input_rows == seen == 200, "a checkpoint that ran without it never folds"
+    assert not (workdir / "plain" / "checkpoint" / MARKER).exists()
+    marked, seen = run("marked", pre_aggregate=False)  # resumes merging, folds nothing
+    assert marked.input_rows == seen == 200
+
+    one_run, _ = run("one-run", pre_aggregate=True)
+    assert one_run.input_rows == len(events) and one_run.late_rows == 0
+    key = ("window_start", "window_end", "user_id")
+    expected = _read_all(str(workdir / "one-run" / "target"), key)
+    assert expected
+    for tag in ("plain", "marked"):
+        got = _read_all(str(workdir / tag / "target"), key)
+        assert got.keys() == expected.keys(), tag
+        for k, row in expected.items():
+            for column, value in row.items():
+                assert same(got[k][column], value), (tag, k, column, got[k][column], value)
