@@ -139,6 +139,8 @@ def assert_same_windows(actual: dict[tuple, dict], expected: dict[tuple, dict]) 
         for column, value in want.items():
             if value is Ellipsis:  # a sketch: checked by its own test
                 assert isinstance(got[column], bytes) and got[column], (key, column)
+            elif isinstance(value, float) and math.isnan(value):  # NaN equals only NaN
+                assert isinstance(got[column], float) and math.isnan(got[column]), (key, column)
             elif isinstance(value, float) and got[column] is not None:
                 assert math.isclose(got[column], value, rel_tol=1e-9, abs_tol=1e-9), (
                     key,

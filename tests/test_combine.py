@@ -1,7 +1,7 @@
 """Pre-aggregation in the Kafka reader (issue 12): partials equal what Spark computes from
 the rows, whatever the cut.
 
-The unit half (no Spark) checks ``flow_jobs.io.combine.combine`` against a reference
+The unit half (no Spark) checks ``flow_jobs.io.combine.Folder`` against a reference
 written from the rules in ``docs/spec-reference.md`` ("Pre-aggregation"): which rows fold
 (decoded, event time present and in range, not past the batch time + skew, after the
 late watermark), the pane, and each part (Spark's NaN rule for min / max, first / last by
@@ -34,7 +34,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
-from flow_jobs.io.combine import PARTIAL, CombinePlan, Folder, RangeRows, combine
+from flow_jobs.io.combine import PARTIAL, CombinePlan, Folder, RangeRows, partial_type
 from flow_jobs.io.delta import read_delta
 from flow_jobs.io.json_decode import JsonDecoder
 from flow_jobs.io.kafka_source import _ARROW_SCHEMA, _decoded_schema, _with_corrupt_field
@@ -42,7 +42,7 @@ from flow_jobs.plan.combine import MARKER
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs_dev.broker import EmbeddedBroker
 from flow_jobs_dev.producer import Record
-from tests.support import BASE_MS, make_spec, send
+from tests.support import BASE_MS, assert_same_windows, make_spec, read_windows, send
 
 PAYLOAD = pa.schema(
     [("user_id", pa.string()), ("page", pa.string()), ("amount", pa.float64()),
@@ -258,7 +258,7 @@ def test_partials_equal_the_reference_in_any_block_size(
     decoded = [r if ok else None for r, ok in zip(_rows(items), arrow, strict=True)]
     folded = [(o, r) for o, r in zip(offsets, decoded, strict=True) if folds(r, late)]
 
-    out = combine(table, PLAN, PAYLOAD, NOW_MS, late)
+    out = combine(table, PLAN, NOW_MS, late)
 
     # every other record passes through, unchanged
     passed = out.filter(out.column(PARTIAL).is_null())
@@ -271,15 +271,10 @@ def test_partials_equal_the_reference_in_any_block_size(
     assert_same_parts(ours(out), reference(folded))
     # the reader's way: chunks of ``chunk`` records, a block emitted once it holds
     # ``block``; merged, the partials are the same, and so are the rows passed through
-    folder = Folder(PLAN, PAYLOAD, RangeRows.of(out), NOW_MS, late, block_rows=block)
+    folder = Folder(PLAN, PAYLOAD, range_rows(table, PLAN), NOW_MS, late, block_rows=block)
     blocks, kept = [], []
     for piece in _pieces(table, chunk):
-        ok = folder.add(
-            piece.column("_decoded").combine_chunks(),
-            piece.column("_undecoded").to_numpy().astype(bool),
-            piece.column("offset").to_numpy(),
-            None,
-        )
+        ok = _add(folder, piece)
         kept += [o for o, k in zip(piece.column("offset").to_pylist(), ok, strict=True) if k]
         if folder.full:
             blocks.append(ours(folder.emit()))
@@ -292,15 +287,42 @@ def test_partials_equal_the_reference_in_any_block_size(
 def test_no_batch_time_or_fold_off_folds_nothing() -> None:
     table = reader_table([b'{"user_id": "a", "ts": %d}' % BASE_MS] * 3, [0, 1, 2])
     for plan, now in ((PLAN, None), (dataclasses.replace(PLAN, fold=False), NOW_MS)):
-        out = combine(table, plan, PAYLOAD, now, None)
+        out = combine(table, plan, now, None)
         assert out.num_rows == 3 and out.column(PARTIAL).null_count == 3
 
 
 def test_an_integer_sum_that_could_overflow_is_left_to_spark() -> None:
     big = 2**62
     rows = [b'{"user_id": "a", "qty": %d, "ts": %d}' % (big, BASE_MS)] * 2
-    out = combine(reader_table(rows, [0, 1]), PLAN, PAYLOAD, NOW_MS, None)
+    out = combine(reader_table(rows, [0, 1]), PLAN, NOW_MS, None)
     assert out.column(PARTIAL).null_count == 2  # try_sum sees both rows: NULL, not a wrap
+
+
+def range_rows(table: pa.Table, plan: CombinePlan) -> RangeRows:
+    """What the reader knows of the range ``table``'s rows come from."""
+    schema = table.schema.append(pa.field(PARTIAL, partial_type(plan, PAYLOAD)))
+    topic, partition = table.column("topic")[0].as_py(), table.column("partition")[0].as_py()
+    return RangeRows(schema, topic, partition, table.column("_late_watermark")[0])
+
+
+def _add(folder: Folder, piece: pa.Table) -> np.ndarray:
+    return folder.add(
+        piece.column("_decoded").combine_chunks(),
+        piece.column("_undecoded").to_numpy().astype(bool),
+        piece.column("offset").to_numpy(),
+        None,
+    )
+
+
+def combine(table: pa.Table, plan: CombinePlan, now: int | None, late: int | None) -> pa.Table:
+    """``table`` folded as one block the reader's way (``Folder``): the rows passed
+    through (with a NULL partial), then the partials."""
+    folder = Folder(plan, PAYLOAD, range_rows(table, plan), now, late, table.num_rows)
+    ok = _add(folder, table)
+    rest = table.filter(pa.array(~ok))
+    rest = rest.append_column(PARTIAL, pa.nulls(rest.num_rows, partial_type(plan, PAYLOAD)))
+    partials = folder.emit()
+    return rest if partials is None else pa.concat_tables([rest, partials.cast(rest.schema)])
 
 
 def _pieces(table: pa.Table, size: int) -> list[pa.Table]:
@@ -382,13 +404,6 @@ def _messy_stream(rng: random.Random, n: int) -> list[Record]:
     return records
 
 
-def _read_all(path: str, key: Sequence[str]) -> dict[tuple, dict[str, Any]]:
-    rows = read_delta(path).to_pylist()
-    out = {tuple(r[c] for c in key): r for r in rows}
-    assert len(out) == len(rows), "a natural key twice"
-    return out
-
-
 def _run(
     spark: SparkSession, workdir: Path, tag: str, bootstrap: str, topic: str, window: dict,
     per_trigger: int | None,
@@ -409,7 +424,7 @@ def _run(
         (r["partition"], r["offset"], r["reason"])
         for r in read_delta(spec.dead_letter_path()).to_pylist()
     }
-    return summary, _read_all(spec.target.path, spec.natural_key()), dead, spark_rows
+    return summary, read_windows(spec.target.path, spec.natural_key()), dead, spark_rows
 
 
 @pytest.mark.parametrize(
@@ -451,10 +466,7 @@ def test_windows_are_the_same_with_and_without_pre_aggregation(
     assert s_on.late_rows == s_off.late_rows
     if per_trigger:
         assert s_off.late_rows > 0, "the stream must hold late rows"
-    assert w_on.keys() == w_off.keys() and w_off
-    for key, row in w_off.items():
-        for column, value in row.items():
-            assert same(w_on[key][column], value), (key, column, w_on[key][column], value)
+    assert_same_windows(w_on, w_off)
     nan_windows = [r for r in w_off.values() if isinstance(r["amount_max"], float)
                    and math.isnan(r["amount_max"])]  # fmt: skip
     assert nan_windows, "a window must hold a NaN next to folded rows"
@@ -505,6 +517,11 @@ def test_a_checkpoint_keeps_the_aggregation_it_started_with(
         return summary, seen
 
     send(broker.bootstrap_servers, topic, records[:200])
+    compiled = PipelineRunner(  # as validate --plan does: compiling marks nothing
+        make_spec(workdir / "compiled", broker.bootstrap_servers, topic, window, schema=SCHEMA),
+        spark,
+    ).compiled
+    assert compiled.pre_aggregates and not (workdir / "compiled" / "checkpoint").exists()
     plain, seen = run("plain", pre_aggregate=False)
     assert seen == 200 and not (workdir / "plain" / "checkpoint" / MARKER).exists()
     marked, seen = run("marked", pre_aggregate=True)
@@ -520,11 +537,6 @@ def test_a_checkpoint_keeps_the_aggregation_it_started_with(
     one_run, _ = run("one-run", pre_aggregate=True)
     assert one_run.input_rows == len(events) and one_run.late_rows == 0
     key = ("window_start", "window_end", "user_id")
-    expected = _read_all(str(workdir / "one-run" / "target"), key)
-    assert expected
+    expected = read_windows(workdir / "one-run" / "target", key)
     for tag in ("plain", "marked"):
-        got = _read_all(str(workdir / tag / "target"), key)
-        assert got.keys() == expected.keys(), tag
-        for k, row in expected.items():
-            for column, value in row.items():
-                assert same(got[k][column], value), (tag, k, column, got[k][column], value)
+        assert_same_windows(read_windows(workdir / tag / "target", key), expected)

@@ -52,7 +52,8 @@ PARTIAL = "_partial"
 #: Records folded at once per Kafka partition range (more: fewer partials, more memory).
 BLOCK_ROWS = 500_000
 
-_EVENT_TS = "_event_ts"  # flow_jobs.spec.models.EVENT_TS (io does not import spec)
+#: The Kafka timestamp column (``flow_jobs.spec.models.EVENT_TS``; io does not import spec).
+EVENT_TS = "_event_ts"
 _DECODED, _UNDECODED, _CORRUPT = "_decoded", "_undecoded", "__flow_corrupt_record"
 _TS = pa.timestamp("us", tz="UTC")
 _MIN_MS, _MAX_MS = -62_135_596_800_000, 253_402_300_799_999
@@ -154,41 +155,6 @@ def ddl(data_type: pa.DataType) -> str:
     return _DDL[data_type]
 
 
-def passthrough(table: pa.Table, plan: CombinePlan, payload: pa.Schema) -> pa.Table:
-    """``table`` with no row folded (a NULL partial on every row)."""
-    return table.append_column(PARTIAL, pa.nulls(table.num_rows, partial_type(plan, payload)))
-
-
-def combine(
-    table: pa.Table,
-    plan: CombinePlan,
-    payload: pa.Schema,
-    batch_ts_ms: int | None,
-    late_watermark_ms: int | None,
-) -> pa.Table:
-    """The rows of ``table`` (the reader's columns, decoded) that Spark would aggregate,
-    folded into partials per (pane, keys) as one block (``Folder``); the others
-    unchanged, with a NULL partial."""
-    if table.num_rows == 0:
-        return passthrough(table, plan, payload)
-    meta = RangeRows.of(passthrough(table, plan, payload))  # the schema with _partial
-    folder = Folder(plan, payload, meta, batch_ts_ms, late_watermark_ms, table.num_rows)
-    stamps = None
-    if plan.time_field == _EVENT_TS:  # the reader leaves one outside Spark's range NULL
-        column = table.column(_EVENT_TS).combine_chunks()
-        valid = column.is_valid().to_numpy(zero_copy_only=False)
-        stamps = column.cast(pa.int64()).fill_null(0).to_numpy(), valid
-    ok = folder.add(
-        _struct(table.column(_DECODED)),
-        table.column(_UNDECODED).to_numpy().astype(bool),
-        table.column("offset").to_numpy(),
-        stamps,
-    )
-    partials = folder.emit()
-    rest = passthrough(table.filter(pa.array(~ok)), plan, payload)
-    return rest if partials is None else pa.concat_tables([rest, partials.cast(rest.schema)])
-
-
 class Folder:
     """Folds one Kafka partition range chunk by chunk, the reader's way
     (``kafka_source.read_folded``): each chunk's foldable rows join the block, and the
@@ -266,12 +232,6 @@ def fold_mask(
     if late_watermark_ms is not None:
         ok &= time_us > late_watermark_ms * 1000
     return time_us, ok
-
-
-def _struct(column: pa.ChunkedArray) -> pa.StructArray:
-    array = column.combine_chunks()
-    assert isinstance(array, pa.StructArray)
-    return array
 
 
 def may_overflow(decoded: pa.StructArray, plan: CombinePlan, ok: np.ndarray, rows: int) -> bool:
@@ -396,15 +356,6 @@ class RangeRows:
     partition: int
     late_watermark: Any  # a timestamp scalar (NULL in a first batch)
 
-    @staticmethod
-    def of(table: pa.Table) -> RangeRows:
-        return RangeRows(
-            table.schema,
-            table.column("topic")[0].as_py(),
-            table.column("partition")[0].as_py(),
-            table.column("_late_watermark")[0],
-        )
-
     def partial_rows(
         self, rows: Folded, g: pa.Table, plan: CombinePlan, payload: pa.Schema
     ) -> pa.Table:
@@ -415,7 +366,7 @@ class RangeRows:
         ptype = partial_type(plan, payload)
         parts = _parts(rows, g, plan)
         partial = pa.StructArray.from_arrays([parts[f.name] for f in ptype], fields=list(ptype))
-        event_ts = t_max.cast(_TS) if plan.time_field == _EVENT_TS else pa.nulls(k, _TS)
+        event_ts = t_max.cast(_TS) if plan.time_field == EVENT_TS else pa.nulls(k, _TS)
         columns: dict[str, pa.Array] = {
             "key": pa.nulls(k, pa.binary()),
             "value": pa.nulls(k, pa.binary()),
@@ -424,7 +375,7 @@ class RangeRows:
             "offset": pa.nulls(k, pa.int64()),
             "timestamp": pa.nulls(k, _TS),
             "headers": pa.nulls(k, self.schema.field("headers").type),
-            _EVENT_TS: event_ts,
+            EVENT_TS: event_ts,
             "_late_watermark": pa.repeat(self.late_watermark, k),
             "_heartbeat": pa.nulls(k, _TS),
             _DECODED: _payload_rows(g, t_max, plan, payload),

@@ -65,20 +65,12 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from flow_jobs.io.combine import (
-    PARTIAL,
-    CombinePlan,
-    Folder,
-    RangeRows,
-    partial_type,
-    passthrough,
-)
+from flow_jobs.io.combine import EVENT_TS, PARTIAL, CombinePlan, Folder, RangeRows, partial_type
 from flow_jobs.io.combine import ddl as combine_ddl
 from flow_jobs.io.json_decode import JsonDecoder, arrow_schema
 from flow_jobs.io.kafka_time_offsets import offsets_for_time
 
 SOURCE_FORMAT = "flow_kafka"
-EVENT_TS_COLUMN = "_event_ts"
 _TS = pa.timestamp("us", tz="UTC")
 
 log = logging.getLogger(__name__)
@@ -575,9 +567,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if partition.heartbeat_ms is not None:
             row = _heartbeat_row(partition, decoder)
             if plan is not None and decoder is not None:
-                row = passthrough(pa.Table.from_batches([row]), plan, decoder.schema)
-                yield from row.to_batches()
-                return
+                row = _with_partial(row, partial_type(plan, decoder.schema))
             yield row
             return
         if plan is None or decoder is None:
@@ -757,7 +747,7 @@ def read_folded(
     for batch, offsets in read_messages(options, rng):
         decoded, undecoded = decoder.decode(list(map(Message.value, batch)))
         stamps = None
-        if plan.time_field == EVENT_TS_COLUMN:
+        if plan.time_field == EVENT_TS:
             ms, missing = _kafka_stamps(batch)
             stamps = np.where(missing, 0, ms) * 1000, ~missing
         undecoded_np = undecoded.to_numpy(zero_copy_only=False)

@@ -15,10 +15,11 @@ Spark then aggregates each row as a partial of one where the reader did not fold
 of DOUBLE sums over the sum of counts, ``min`` / ``max`` the extreme of partial extremes,
 ``first`` / ``last`` the lowest / highest ``struct(event time, lane, offset, value)``.
 These aggregation buffers differ from the plain ones, so the choice belongs to the
-checkpoint: a new checkpoint takes it (``pre_aggregate = true``, the default) and marks
-itself (``flow_pre_aggregate`` in the checkpoint folder); a checkpoint that ran before
-without the mark keeps the plain aggregation for good. With ``pre_aggregate = false`` a
-marked checkpoint keeps the merging aggregation and the reader folds nothing.
+checkpoint: a new checkpoint takes it (``pre_aggregate = true``, the default) and the
+run marks it as its query starts (``flow_pre_aggregate`` in the checkpoint folder); a
+checkpoint that ran before without the mark keeps the plain aggregation for good. With
+``pre_aggregate = false`` a marked checkpoint keeps the merging aggregation and the
+reader folds nothing.
 """
 
 from __future__ import annotations
@@ -118,24 +119,31 @@ def _fits(agg: str, value: DataType) -> bool:
 
 def checkpoint_merges(plan: CombinePlan, checkpoint: str | None) -> bool:
     """Whether the query on ``checkpoint`` merges partials: a marked checkpoint does; a new
-    one does when ``pre_aggregate`` is on (and is marked now); one that ran without the
-    mark does not (its state holds the plain aggregation's buffers). A checkpoint this
-    process cannot read as files (remote) does not: the reader could not read the batch's
-    stamps from its offset log."""
+    one does when ``pre_aggregate`` is on (the run marks it as its query starts:
+    ``mark_checkpoint``); one that ran without the mark does not (its state holds the
+    plain aggregation's buffers). A checkpoint this process cannot read as files
+    (remote) does not: the reader could not read the batch's stamps from its offset log.
+    Reads only: compiling (``validate --plan`` too) leaves the checkpoint as it is."""
     folder = local_path(checkpoint) if checkpoint else None
     if folder is None:
         return False
-    marker = os.path.join(folder, MARKER)
-    if os.path.exists(marker):
+    if os.path.exists(os.path.join(folder, MARKER)):
         return True
     offsets = os.path.join(folder, "offsets")
     ran = os.path.isdir(offsets) and any(n.isdigit() for n in os.listdir(offsets))
-    if ran or not plan.fold:
-        return False
+    return plan.fold and not ran
+
+
+def mark_checkpoint(checkpoint: str) -> None:
+    """Mark a checkpoint whose query merges partials (before the query starts on it)."""
+    folder = local_path(checkpoint)
+    assert folder is not None, "only a local checkpoint merges partials"
+    marker = os.path.join(folder, MARKER)
+    if os.path.exists(marker):
+        return
     os.makedirs(folder, exist_ok=True)
     with open(marker, "w", encoding="utf-8") as f:
         f.write("partial aggregates from the Kafka reader (flow_jobs.plan.combine)\n")
-    return True
 
 
 class Merge:
@@ -156,16 +164,15 @@ class Merge:
     def count(self, value: Column | None, column: str | None) -> Column:
         if value is None:
             return F.sum(F.coalesce(self._part("n", None), F.lit(1).cast("bigint")))
-        one = F.when(value.isNotNull(), F.lit(1).cast("bigint")).otherwise(F.lit(0).cast("bigint"))
-        return F.sum(self._either(self._part("nn", column), one))
+        return F.sum(self._either(self._part("nn", column), _present(value)))
 
     def sum(self, value: Column, column: str) -> Column:
         return F.try_sum(self._either(self._part("sum", column), value))
 
     def avg(self, value: Column, column: str) -> Column:
-        one = F.when(value.isNotNull(), F.lit(1).cast("bigint")).otherwise(F.lit(0).cast("bigint"))
         total = F.try_sum(self._either(self._part("dsum", column), value.cast("double")))
-        return F.try_divide(total, F.sum(self._either(self._part("nn", column), one)))
+        count = F.sum(self._either(self._part("nn", column), _present(value)))
+        return F.try_divide(total, count)
 
     def extreme(self, name: str, value: Column, column: str) -> Column:
         pick = F.min if name == "min" else F.max
@@ -185,6 +192,11 @@ class Merge:
         )
         pick = F.min if name == "first" else F.max
         return pick(self._either(folded, row)).getField("v")
+
+
+def _present(value: Column) -> Column:
+    """A row as a partial of one: 1 non-NULL value, or 0 (BIGINT, as ``nn``)."""
+    return F.when(value.isNotNull(), F.lit(1)).otherwise(F.lit(0)).cast("bigint")
 
 
 def describe(spec: PipelineSpec, payload: Any) -> str | None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from pyspark.errors import ParseException
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
 from pyspark.sql.utils import AnalysisException
 
 from flow_jobs.io.combine import CombinePlan
@@ -52,6 +53,8 @@ class CompiledPipeline:
     lookups: tuple[Lookup, ...] = ()
     #: where the run publishes idle sources for their readers (None: no idleness)
     idle_file: str | None = None
+    #: the window merges partials from the reader: the run marks its checkpoint
+    pre_aggregates: bool = False
 
 
 def compile_pipeline(
@@ -116,7 +119,7 @@ def compile_pipeline(
         merge=Merge(combine) if combine is not None else None,
     )
     idle = watermark.idle_file if watermark else None
-    return _windowed(spec, compiled, lookups, idle)
+    return _windowed(spec, compiled, lookups, idle, combine is not None)
 
 
 def _combine_plan(
@@ -124,17 +127,22 @@ def _combine_plan(
 ) -> CombinePlan | None:
     """The reader's pre-aggregation, where the window allows it and the checkpoint takes
     it (``flow_jobs.plan.combine``)."""
+    plan = foldable(spec, _first_payload(spec))
+    if plan is None or not checkpoint_merges(plan, checkpoint):
+        return None
+    return plan
+
+
+def _first_payload(spec: PipelineSpec) -> StructType | None:
+    """The first source's declared JSON payload schema (None: raw, or not valid DDL,
+    which ``compile_source`` names)."""
     source = spec.sources[0]
     if source.format != "json" or not source.schema_ddl:
         return None
     try:
-        payload = payload_schema(source, 0)
+        return payload_schema(source, 0)
     except PlanError:
-        return None  # compile_source names the bad schema
-    plan = foldable(spec, payload)
-    if plan is None or not checkpoint_merges(plan, checkpoint):
         return None
-    return plan
 
 
 def _source_watermark(
@@ -182,6 +190,7 @@ def _windowed(
     compiled: CompiledWindow,
     lookups: list[Lookup] | None = None,
     idle: str | None = None,
+    pre_aggregates: bool = False,
 ) -> CompiledPipeline:
     """A windowed pipeline (over sources or a join): keyed by window and group."""
     columns = compiled.frame.columns
@@ -195,6 +204,7 @@ def _windowed(
         tuple(spec.window.group_by),
         tuple(lookups or ()),
         idle,
+        pre_aggregates,
     )
 
 
@@ -240,17 +250,6 @@ def _compile_join_pipeline(
             f"one of {', '.join(sorted(usable))}",
         )
     return _windowed(spec, compile_window(joined.frame, window, spec.name, watermarked_time=time))
-
-
-def _folding(spec: PipelineSpec) -> str | None:
-    """The ``validate --plan`` line of a window that pre-aggregates in the reader."""
-    source = spec.sources[0]
-    if source.format != "json" or not source.schema_ddl:
-        return None
-    try:
-        return describe(spec, payload_schema(source, 0))
-    except PlanError:
-        return None
 
 
 def _topics(spec: PipelineSpec) -> tuple[str, ...]:
@@ -366,7 +365,7 @@ def _window_operators(spec: PipelineSpec) -> tuple[OperatorChoice, ...]:
             f"passes its end, then again ({w.revision_column} + 1) in each batch that "
             "corrects it, until the watermark passes its end; the MERGE keeps the last"
         )
-    folding = _folding(spec)
+    folding = describe(spec, _first_payload(spec))
     return (
         OperatorChoice(f"window kind = {w.kind}", kind),
         *((OperatorChoice("pre-aggregation", folding),) if folding else ()),

@@ -25,6 +25,7 @@ from flow_jobs.io.targets import (
     KafkaBatchTarget,
     PostgresBatchTarget,
 )
+from flow_jobs.plan.combine import mark_checkpoint
 from flow_jobs.plan.compile import CompiledPipeline, compile_pipeline
 from flow_jobs.plan.sizing import GB, estimate_state
 from flow_jobs.runtime.caps import GroupCap, WindowStateCapHit
@@ -197,6 +198,8 @@ class PipelineRunner:
                 log.warning("%s: metrics not served on port %s: %s", self.spec.name, port, e)
         listener = MetricsListener({self.spec.name: tracker.lateness_ms})
         self.spark.streams.addListener(listener)
+        if self.compiled.pre_aggregates:  # its state will hold partial-merging buffers
+            mark_checkpoint(self.checkpoint)
         try:
             query = writer.start()
         except BaseException as e:
