@@ -148,8 +148,9 @@ def reference(rows: list[tuple[int, dict[str, Any]]]) -> dict[tuple, dict[str, A
             else:
                 parts[f"min{i}"] = min(values) if values else None
                 parts[f"max{i}"] = max(values) if values else None
-                parts[f"first{i}"] = min(present)[::2] if present else None  # (ts, value)
-                parts[f"last{i}"] = max(present)[::2] if present else None
+                # (ts, offset, value): the offset breaks ties of equal event time
+                parts[f"first{i}"] = min(present) if present else None
+                parts[f"last{i}"] = max(present) if present else None
         out[key] = parts
     return out
 
@@ -170,7 +171,7 @@ def ours(table: pa.Table) -> dict[tuple, dict[str, Any]]:
             if name == "page":
                 for part in ("first", "last"):
                     v = p[f"{part}{i}"]
-                    parts[f"{part}{i}"] = None if v is None else (_ms(v["t"]), v["v"])
+                    parts[f"{part}{i}"] = None if v is None else (_ms(v["t"]), v["pos"], v["v"])
         out[key] = parts
     return out
 
