@@ -609,6 +609,24 @@ RULES = [
         "sources[1].name = 'events' repeats sources[0].name",
     ),
     (
+        "a [spark] conf that breaks a Spark contract (tests/test_spark_contracts.py)",
+        VALID + '\n[spark.conf]\n"spark.sql.streaming.multipleWatermarkPolicy" = "max"\n',
+        "spark.conf",
+        "spark.conf.spark.sql.streaming.multipleWatermarkPolicy = 'max' is refused",
+    ),
+    (
+        "asynchronous progress tracking in [spark] conf",
+        VALID + '\n[spark.conf]\nasyncProgressTrackingEnabled = "true"\n',
+        "spark.conf",
+        "foreachBatch",
+    ),
+    (
+        "no-data micro-batches off",
+        VALID + '\n[spark.conf]\n"spark.sql.streaming.noDataMicroBatches.enabled" = "false"\n',
+        "spark.conf",
+        "closed window waits for new data",
+    ),
+    (
         "TOML syntax",
         edit("duration_ms = 60000", "duration_ms = = 60000"),
         "TOML syntax error",
@@ -658,8 +676,9 @@ def test_validate_rejects_naming_the_key(
         + VALID.split("[target]")[1],
         edit("lateness_ms = 5000", REOPEN_KEYS),
         edit('kind = "tumbling"', 'kind = "hopping"\nhop_ms = 20000', REOPEN),
+        VALID + '\n[spark.conf]\n"spark.sql.streaming.multipleWatermarkPolicy" = "MIN"\n',
     ],
-    ids=["drop", "dlq", "dlq-topic", "join-dlq-topic", "reopen", "reopen-hopping"],
+    ids=["drop", "dlq", "dlq-topic", "join-dlq-topic", "reopen", "reopen-hopping", "conf-min"],
 )
 def test_validate_accepts_a_valid_spec(
     text: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -1,9 +1,12 @@
 """Late rows, row by row: which rows are behind the watermark, before any window sees them.
 
-Spark's window operators drop a micro-batch's late rows themselves: rows whose event
-time is at or below the watermark the *previous* batch ran under (Spark 4's late-event
-watermark; the current batch's one only evicts state), so a row below the current
-watermark still counts when its window closes in that same batch. They do it after
+Spark's window operators drop a micro-batch's late rows themselves, by the watermark
+the *previous* batch ran under (Spark 4's late-event watermark; the current batch's one
+only evicts state), but per window: a row whose window ended at or before it (pinned in
+``tests/test_spark_contracts.py``). Any such row is late by the row rule below, which is
+stricter (a row behind the watermark whose window is still open is late too), so a row
+below the current watermark still counts when its window closes in that same batch, and
+Spark's filter finds nothing left to drop. They do it after
 partial aggregation, though, so ``numRowsDroppedByWatermark`` counts partial aggregates,
 not rows (one late row in three hopping windows counts 3; five late rows of one group and
 window, 1), and the rows themselves are gone. The source view applies the same rule

@@ -904,6 +904,41 @@ class SparkSpec(SpecModel):
     archive: str | None = None
     conf: dict[str, str] = Field(default_factory=dict)
 
+    @field_validator("conf")
+    @classmethod
+    def _no_contract_breaking_conf(cls, conf: dict[str, str]) -> dict[str, str]:
+        for key, value in conf.items():
+            name = key.strip().lower()
+            why = REFUSED_SPARK_CONF.get(name)
+            if why is not None and value.strip().lower() != REFUSED_SPARK_CONF_SAFE.get(name):
+                raise ValueError(f"spark.conf.{key} = {value!r} is refused: {why}")
+        return conf
+
+
+#: ``[spark] conf`` settings that would break a Spark behaviour flow-jobs relies on
+#: (each pinned by ``tests/test_spark_contracts.py``), with why; keys in lower case.
+REFUSED_SPARK_CONF: dict[str, str] = {
+    "asyncprogresstrackingenabled": (
+        "asynchronous progress tracking is a query option Spark refuses for the "
+        "foreachBatch sink flow-jobs writes through, and would let Spark plan a batch "
+        "before the one before it commits (the ledger and late-row stamps read each "
+        "batch's own offset log entry); remove it"
+    ),
+    "spark.sql.streaming.nodatamicrobatches.enabled": (
+        "windows with emit = final close in the batch Spark runs when only the watermark "
+        "moved; without it a closed window waits for new data; remove it"
+    ),
+    "spark.sql.streaming.multiplewatermarkpolicy": (
+        "the pipeline's watermark is the minimum over its sources (spec reference, "
+        '"Watermarks over several sources"); only "min" keeps that; remove it'
+    ),
+}
+#: The one value of a refused key that is what flow-jobs runs with anyway.
+REFUSED_SPARK_CONF_SAFE: dict[str, str] = {
+    "spark.sql.streaming.nodatamicrobatches.enabled": "true",
+    "spark.sql.streaming.multiplewatermarkpolicy": "min",
+}
+
 
 class RuntimeSpec(SpecModel):
     """``[runtime]``: how often a continuous run triggers a micro-batch."""

@@ -1,0 +1,365 @@
+"""Spark's contracts that flow-jobs relies on, pinned against the Spark we ship.
+
+Each test states one behaviour of Spark (not of flow-jobs) and names the code in
+flow-jobs that depends on it: a Spark upgrade that changes the behaviour fails here,
+where the cause is plain, rather than as a wrong window somewhere else. The queries are
+tiny and read JSON files or a probe source, one file (or one offset) per micro-batch,
+with ``processAllAvailable`` between them. Where a test needs exact batch boundaries it
+turns Spark's no-data batches off for its own query (the setting is per query, kept in
+its offset log) and says so.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
+
+from tests.contract_sources import OffsetLogProbe
+
+pytestmark = pytest.mark.spark
+
+_SCHEMA = "k STRING, t TIMESTAMP"
+
+
+class Files:
+    """A folder a file stream reads, one new file per micro-batch."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+        self.n = 0
+
+    def add(self, *seconds: int, key: str = "a") -> None:
+        rows = [{"k": key, "t": f"1970-01-01T00:00:{s:02d}Z"} for s in seconds]
+        staging = self.folder / f".{self.n}.tmp"
+        staging.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+        staging.rename(self.folder / f"{self.n:04d}.json")  # the source lists whole files
+        self.n += 1
+
+    def stream(self, spark: SparkSession) -> DataFrame:
+        return (
+            spark.readStream.schema(_SCHEMA).option("maxFilesPerTrigger", 1).json(str(self.folder))
+        )
+
+
+def _offsets(checkpoint: Path, batch: int) -> tuple[list[str], dict[str, Any]]:
+    lines = (checkpoint / "offsets" / str(batch)).read_text(encoding="utf-8").splitlines()
+    return lines, json.loads(lines[1])
+
+
+def _newest(checkpoint: Path, folder: str) -> int:
+    return max(int(p.name) for p in (checkpoint / folder).iterdir() if p.name.isdigit())
+
+
+@pytest.fixture
+def no_data_batches_off(spark: SparkSession) -> Iterator[None]:
+    """Exact batch boundaries: one micro-batch per file, no watermark-only batches."""
+    key = "spark.sql.streaming.noDataMicroBatches.enabled"
+    spark.conf.set(key, "false")
+    try:
+        yield
+    finally:
+        spark.conf.unset(key)
+
+
+def _consume(batch: DataFrame, batch_id: int) -> None:
+    # Spark 4.2 fails a batch whose stateful operators never ran (its state stores are
+    # not committed): a sink must run the batch's plan, as flow-jobs' sink always does.
+    batch.collect()
+
+
+def _stop(query: StreamingQuery) -> None:
+    query.stop()
+    query.awaitTermination()
+
+
+# -- the offset log -------------------------------------------------------------------
+
+
+def test_a_batch_s_offset_log_entry_is_the_newest_when_its_partitions_are_planned(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Spark writes ``offsets/<N>`` (a version line, a metadata line with
+    ``batchWatermarkMs`` and ``batchTimestampMs``, then one line per source in plan
+    order, the source's own offset JSON) before it asks a Python source for batch N's
+    partitions, and nothing newer exists then; ``batchTimestampMs`` is what
+    ``current_timestamp()`` is in the batch's streaming plan.
+
+    Depends on it: ``flow_jobs.io.kafka_source.batch_stamps`` (the late-row stamp and
+    the skew bound of pre-aggregation take the newest entry holding the batch's end
+    offsets), ``flow_jobs.runtime.checkpoint.read_offset_log`` (the ledger's offsets and
+    watermark per batch) and ``flow_jobs.runtime.idleness.run_start``."""
+    spark.dataSource.register(OffsetLogProbe)
+    checkpoint, probe, latest = tmp_path / "ckpt", tmp_path / "probe.jsonl", tmp_path / "n"
+    seen: dict[int, int] = {}
+
+    def record(batch: DataFrame, batch_id: int) -> None:
+        now = batch.select("now").limit(1).collect()
+        if now:
+            seen[batch_id] = int(now[0]["now"].timestamp() * 1000)
+
+    latest.write_text("2")
+    query = (
+        spark.readStream.format("flow_contract_probe")
+        .option("latest", str(latest))
+        .option("checkpoint", str(checkpoint))
+        .option("probe", str(probe))
+        .load()
+        # in the streaming plan (a query on the batch inside foreachBatch is a new one)
+        .withColumn("now", F.current_timestamp())
+        .writeStream.foreachBatch(record)
+        .option("checkpointLocation", str(checkpoint))
+        .start()
+    )
+    try:
+        query.processAllAvailable()
+        latest.write_text("5")
+        query.processAllAvailable()
+    finally:
+        _stop(query)
+    calls = [json.loads(line) for line in probe.read_text(encoding="utf-8").splitlines()]
+    assert [c["end"] for c in calls] == [{"block": 2}, {"block": 5}]
+    assert [c["newest"] for c in calls] == [0, 1]
+    for batch, call in enumerate(calls):
+        lines = call["lines"]
+        assert lines[0] == "v1"
+        metadata = json.loads(lines[1])
+        assert isinstance(metadata["batchWatermarkMs"], int)
+        assert json.loads(lines[2]) == call["end"]  # the one source's line, as it gave it
+        assert len(lines) == 3
+        assert metadata["batchTimestampMs"] == seen[batch]
+        # what Spark committed: the same file, unchanged since the reader saw it
+        assert _offsets(checkpoint, batch)[0] == lines
+
+
+def test_a_window_drops_rows_whose_window_closed_by_the_previous_batch_s_watermark(
+    spark: SparkSession, tmp_path: Path, no_data_batches_off: None
+) -> None:
+    """``batchWatermarkMs`` of ``offsets/<N>`` is the highest event time of batches
+    before N less the delay, and Spark evicts (closes) windows by it in batch N; but a
+    window aggregation drops batch N's late rows by the watermark of batch N - 1 (its
+    ``offsets/<N-1>`` entry), and judges the row's *window*, not its event time: a row
+    is dropped when its window ends at or before W(N-1). So a row below W(N) whose window
+    closes in batch N still counts in it, and a row below W(N-1) whose window is still
+    open is aggregated too.
+
+    Depends on it: ``flow_jobs.plan.late_rows`` (the spec reference's "Late rows"): the
+    Kafka reader stamps each row with W(N-1) (``flow_jobs.io.kafka_source.batch_stamps``)
+    and a row is late when its event time is at or below it; every row Spark would drop
+    (its window ended at or before W(N-1)) is therefore late by that rule already, and
+    Spark's own filter finds nothing left to drop, so the late-row count and the dead
+    letters hold every row a window misses."""
+    files, checkpoint = Files(tmp_path / "in"), tmp_path / "ckpt"
+    out: list[tuple[int, int]] = []
+    windows = (
+        files.stream(spark)
+        .withWatermark("t", "0 seconds")
+        .groupBy(F.window("t", "10 seconds"))
+        .count()
+    )
+
+    def collect(batch: DataFrame, batch_id: int) -> None:
+        out.extend((int(r["window"]["start"].timestamp()), r["count"]) for r in batch.collect())
+
+    query = (
+        windows.writeStream.outputMode("append")
+        .foreachBatch(collect)
+        .option("checkpointLocation", str(checkpoint))
+        .start()
+    )
+    try:
+        files.add(15)  # batch 0 runs under 0
+        query.processAllAvailable()
+        # batch 1 runs under 15 s, drops by 0: 4 s counts in [0, 10), closed by 15 s
+        files.add(12, 25, 4)
+        query.processAllAvailable()
+        # batch 2 runs under 25 s, drops by 15 s: 3 s ([0, 10) ended) is dropped, 13 s
+        # (below 15 s, but [10, 20) is open) counts in [10, 20), closed by 25 s
+        files.add(13, 3)
+        query.processAllAvailable()
+        files.add(45)
+        query.processAllAvailable()
+    finally:
+        _stop(query)
+    marks = [_offsets(checkpoint, n)[1]["batchWatermarkMs"] for n in range(4)]
+    progress = {p["batchId"]: p for p in query.recentProgress}
+    dropped = [progress[n]["stateOperators"][0]["numRowsDroppedByWatermark"] for n in range(4)]
+    assert marks == [0, 15_000, 25_000, 25_000]
+    assert dropped == [0, 0, 1, 0]
+    assert out == [(0, 1), (10, 3)]
+
+
+def test_the_commit_log_holds_the_next_batch_s_watermark(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """``commits/<N>`` is ``v1`` then ``{"nextBatchWatermarkMs": ...}``: the watermark
+    batch N computed, which a restart resumes from.
+
+    Depends on it: ``flow_jobs.runtime.inspect`` and the ledger read a stopped query's
+    watermark from the checkpoint, and a restart must not reopen what it closed."""
+    files, checkpoint = Files(tmp_path / "in"), tmp_path / "ckpt"
+    frame = files.stream(spark).withWatermark("t", "2 seconds").groupBy(F.window("t", "5 seconds"))
+    query = (
+        frame.count()
+        .writeStream.outputMode("append")
+        .foreachBatch(_consume)
+        .option("checkpointLocation", str(checkpoint))
+        .start()
+    )
+    try:
+        files.add(30)
+        query.processAllAvailable()
+    finally:
+        _stop(query)
+    last = _newest(checkpoint, "commits")
+    lines = (checkpoint / "commits" / str(last)).read_text(encoding="utf-8").splitlines()
+    assert lines[0] == "v1"
+    assert json.loads(lines[1]) == {"nextBatchWatermarkMs": 28_000}
+
+
+# -- watermarks over several sources --------------------------------------------------
+
+
+def test_per_source_watermarks_do_not_survive_a_restart(
+    spark: SparkSession, tmp_path: Path, no_data_batches_off: None
+) -> None:
+    """Spark keeps one watermark per ``withWatermark`` node and takes the lowest
+    (``multipleWatermarkPolicy = min``), but only the global one is checkpointed: after
+    a restart a node that has had no row since holds the minimum at 0, wherever it
+    stood before, so the global watermark does not move until every node has rows
+    again (it never goes back either).
+
+    Depends on it: ``flow_jobs.plan.sources.SourceWatermark`` (one node per source) and
+    ``flow_jobs.runtime.idleness``: an idle source's heartbeat is what lifts its node,
+    after a restart as before, so a quiet topic cannot stall the windows of a busy one."""
+    fast, slow, checkpoint = Files(tmp_path / "a"), Files(tmp_path / "b"), tmp_path / "ckpt"
+
+    def start() -> StreamingQuery:
+        a = fast.stream(spark).withWatermark("t", "0 seconds")
+        b = slow.stream(spark).withWatermark("t", "0 seconds")
+        return (
+            a.unionByName(b)
+            .groupBy(F.window("t", "5 seconds"))
+            .count()
+            .writeStream.outputMode("append")
+            .foreachBatch(_consume)
+            .option("checkpointLocation", str(checkpoint))
+            .start()
+        )
+
+    def watermark() -> int:
+        last = _newest(checkpoint, "commits")
+        lines = (checkpoint / "commits" / str(last)).read_text(encoding="utf-8").splitlines()
+        return int(json.loads(lines[1])["nextBatchWatermarkMs"])
+
+    query = start()
+    try:
+        fast.add(40)
+        slow.add(20)
+        query.processAllAvailable()
+        first = watermark()
+        slow.add(30)  # the fast node, still at 40 s, is not the minimum: 30 s is
+        query.processAllAvailable()
+        running = watermark()
+    finally:
+        _stop(query)
+    query = start()
+    try:
+        slow.add(35)  # after the restart the fast node has no row: it holds the min at 0
+        query.processAllAvailable()
+        restarted = watermark()
+        fast.add(41)
+        query.processAllAvailable()
+        both = watermark()
+    finally:
+        _stop(query)
+    assert (first, running, restarted, both) == (20_000, 30_000, 30_000, 35_000)
+
+
+def test_a_column_carrying_the_watermark_delay_metadata_is_watermarked(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """``withWatermark`` marks its column with ``spark.watermarkDelayMs`` in the column's
+    metadata, and Spark's window aggregation treats any column carrying that mark as the
+    watermarked event time (append mode accepts it, windows close by it); without the
+    mark append mode is refused.
+
+    Depends on it: ``flow_jobs.plan.event_time.with_event_time`` with per-source
+    watermarks: the window's time column only carries the mark, since Spark refuses a
+    second ``withWatermark`` downstream of the sources' own nodes."""
+    files = Files(tmp_path / "in")
+    marked = files.stream(spark).withWatermark("t", "1 second")
+    assert marked.schema["t"].metadata == {"spark.watermarkDelayMs": 1000}
+    hidden = (
+        files.stream(spark)
+        .withColumn("hidden", F.col("t"))
+        .withWatermark("hidden", "1 second")
+        .drop("hidden")
+    )
+    out: list[int] = []
+
+    def collect(batch: DataFrame, batch_id: int) -> None:
+        out.extend(int(r["window"]["start"].timestamp()) for r in batch.collect())
+
+    def start(frame: DataFrame, name: str) -> StreamingQuery:
+        return (
+            frame.groupBy(F.window("when", "5 seconds"))
+            .count()
+            .writeStream.outputMode("append")
+            .foreachBatch(collect)
+            .option("checkpointLocation", str(tmp_path / name))
+            .start()
+        )
+
+    bare = hidden.withColumn("when", F.col("t"))
+    with pytest.raises(Exception, match=r"STREAMING_OUTPUT_MODE\.UNSUPPORTED_OPERATION"):
+        start(bare, "bare")
+    carried = hidden.withColumn(
+        "when", F.col("t").alias("when", metadata={"spark.watermarkDelayMs": 1000})
+    )
+    query = start(carried, "marked")
+    try:
+        files.add(1, 3)
+        query.processAllAvailable()
+        files.add(20)
+        query.processAllAvailable()
+    finally:
+        _stop(query)
+    assert out == [0]
+
+
+# -- settings flow-jobs cannot run under ----------------------------------------------
+
+
+def test_async_progress_tracking_is_refused_for_a_foreach_batch_sink(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Asynchronous progress tracking lets Spark plan batch N + 1 (and write its offset
+    log entry) before batch N commits, which would break "the newest ``offsets/<N>`` is
+    the batch being planned"; Spark refuses it for ``foreachBatch`` sinks, the only kind
+    flow-jobs writes through.
+
+    Depends on it: ``flow_jobs.io.kafka_source.batch_stamps`` and the sink's ledger row
+    per batch (``flow_jobs.runtime.sink``); ``[spark] conf`` refuses the setting too
+    (``flow_jobs.spec.models``), since it is a query option there is no place for."""
+    files = Files(tmp_path / "in")
+    files.add(1)
+    writer = (
+        files.stream(spark)
+        .writeStream.foreachBatch(_consume)
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .option("asyncProgressTrackingEnabled", "true")
+    )
+    with pytest.raises(Exception, match="does not support async progress tracking"):
+        query = writer.start()
+        try:
+            query.processAllAvailable()
+        finally:
+            _stop(query)
