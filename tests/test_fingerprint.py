@@ -5,8 +5,14 @@ from __future__ import annotations
 import pytest
 
 from flow_jobs.spec import parse_spec
-from flow_jobs.spec.fingerprint import changed_fields, fingerprint_fields, fingerprint_of
-from tests.test_spec_rules import VALID, edit
+from flow_jobs.spec.fingerprint import (
+    changed_fields,
+    comparable,
+    earlier_fingerprint,
+    fingerprint_fields,
+    fingerprint_of,
+)
+from tests.test_spec_rules import JOIN, PAYMENTS, VALID, edit
 
 
 def _fingerprint(text: str) -> tuple[str, dict]:
@@ -96,3 +102,146 @@ def test_a_window_that_moved_to_the_state_api_needs_a_new_checkpoint() -> None:
     _, after = _fingerprint(edit('agg = "sum"\ncolumn = "amount"', exact))
     assert 'transform.window.state_api: "<absent>" -> true' in changed_fields(before, after)
     assert "transform.window.state_api" not in BASE_FIELDS
+
+
+# -- orders: what keeps the state's types but changes its meaning ------------------------
+
+AGGREGATIONS = """
+[[transform.window.aggregations]]
+agg = "sum"
+column = "amount"
+as = "total"
+
+[[transform.window.aggregations]]
+agg = "max"
+column = "amount"
+as = "hi"
+
+[[transform.window.aggregations]]
+agg = "first"
+column = "amount"
+as = "opening"
+"""
+SUM, MAX, FIRST = (block.strip() for block in AGGREGATIONS.split("\n\n"))
+ORDERED = edit(
+    'group_by = ["user_id"]\n\n[[transform.window.aggregations]]\nagg = "count"\nas = "n"\n\n'
+    '[[transform.window.aggregations]]\nagg = "sum"\ncolumn = "amount"\nas = "amount_sum"\n',
+    'group_by = ["user_id", "region"]\n' + AGGREGATIONS,
+    edit("amount DOUBLE", "region STRING, amount DOUBLE, price DOUBLE"),
+)
+ORDERED_FP, ORDERED_FIELDS = _fingerprint(ORDERED)
+ORDER = "transform.window.aggregations.order"
+
+
+def test_the_aggregations_order_is_a_field_of_its_own() -> None:
+    assert ORDERED_FIELDS[ORDER] == ["total", "hi", "opening"]
+    assert BASE_FIELDS[ORDER] == ["n", "amount_sum"]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "changes"),
+    [
+        # Swapped: the buffers (two DOUBLEs) keep their types, Spark would resume.
+        (f"{SUM}\n\n{MAX}", f"{MAX}\n\n{SUM}",
+         [f'{ORDER}: ["total", "hi", "opening"] -> ["hi", "total", "opening"]']),
+        # Moved last; inserted in the middle; removed.
+        (f"{SUM}\n\n{MAX}\n\n{FIRST}", f"{MAX}\n\n{FIRST}\n\n{SUM}",
+         [f'{ORDER}: ["total", "hi", "opening"] -> ["hi", "opening", "total"]']),
+        (f"{SUM}\n\n{MAX}", f'{SUM}\n\n[[transform.window.aggregations]]\nagg = "min"\n'
+         f'column = "amount"\nas = "lo"\n\n{MAX}', [
+             f'{ORDER}: ["total", "hi", "opening"] -> ["total", "lo", "hi", "opening"]',
+             "transform.window.aggregations.lo.*",
+         ]),
+        (f"{MAX}\n\n{FIRST}", FIRST, [
+            f'{ORDER}: ["total", "hi", "opening"] -> ["total", "opening"]',
+            "transform.window.aggregations.hi.*",
+        ]),
+        # The aliases stay where they are, their aggregates change: per-alias keys.
+        (f'{SUM}\n\n{MAX}', f"{SUM.replace('sum', 'max', 1)}\n\n{MAX.replace('max', 'sum', 1)}", [
+            'transform.window.aggregations.hi.agg: "max" -> "sum"',
+            'transform.window.aggregations.total.agg: "sum" -> "max"',
+        ]),
+        (FIRST, FIRST.replace('"first"', '"last"'),
+         ['transform.window.aggregations.opening.agg: "first" -> "last"']),
+        # Another column of the same type (DOUBLE): the same buffer type.
+        (SUM, SUM.replace('"amount"', '"price"'),
+         ['transform.window.aggregations.total.column: "amount" -> "price"']),
+        # The group key's columns swap places in the state's key row.
+        ('group_by = ["user_id", "region"]', 'group_by = ["region", "user_id"]',
+         ['transform.window.group_by: ["user_id", "region"] -> ["region", "user_id"]']),
+    ],
+    ids=["swap", "move", "insert", "remove", "sum-max", "first-last", "column", "group_by"],
+)  # fmt: skip
+def test_a_change_the_state_s_types_cannot_show_is_refused_naming_it(
+    old: str, new: str, changes: list[str]
+) -> None:
+    """``changes``: what the refusal names (``KEY.*``: every key of an added or removed
+    aggregation, each from or to ``"<absent>"``)."""
+    fingerprint, fields = _fingerprint(edit(old, new, ORDERED))
+    assert fingerprint != ORDERED_FP
+    named = changed_fields(ORDERED_FIELDS, fields)
+    prefixes = tuple(c[:-1] for c in changes if c.endswith(".*"))
+    assert sorted(c for c in named if not c.startswith(prefixes)) == sorted(
+        c for c in changes if not c.endswith(".*")
+    ), named
+    for prefix in prefixes:
+        assert f"{prefix}agg: " in "; ".join(named), named
+
+
+def test_the_join_keys_order_is_in_their_values() -> None:
+    """Both key lists reordered together pair the same columns, but the join's state key
+    row holds them in the new order."""
+    two = ('left_keys = ["user_id", "amount"]', 'right_keys = ["user_id", "paid"]')
+    head = VALID.split("[transform.window]")[0]
+    join = JOIN.replace('left_keys = ["user_id"]', two[0]).replace(
+        'right_keys = ["user_id"]', two[1]
+    )
+    text = f'{head}{PAYMENTS}{join}\n[target]\nkind = "delta"\npath = "./data/joined"\n'
+    before, fields = _fingerprint(text)
+    swapped = text.replace(two[0], 'left_keys = ["amount", "user_id"]').replace(
+        two[1], 'right_keys = ["paid", "user_id"]'
+    )
+    after, swapped_fields = _fingerprint(swapped)
+    assert after != before
+    assert changed_fields(fields, swapped_fields) == [
+        'transform.join.left_keys: ["user_id", "amount"] -> ["amount", "user_id"]',
+        'transform.join.right_keys: ["user_id", "paid"] -> ["paid", "user_id"]',
+    ]
+
+
+def test_the_order_of_sources_is_not_fingerprinted() -> None:
+    """``[transform].sql`` (or the join's sides) places the sources in Spark's plan, not
+    the order of ``[[sources]]`` (tests/test_state_store.py resumes a reorder)."""
+    payments = PAYMENTS.replace("paid DOUBLE", "amount DOUBLE")  # the union's columns
+    union = '[transform]\nsql = "SELECT * FROM events UNION ALL SELECT * FROM payments"\n\n'
+    head, tail = VALID.split("[transform.window]")
+    events = head[head.index("[[sources]]") :]
+    first = f'name = "rules-check"\n\n{events}{payments}\n{union}[transform.window]{tail}'
+    second = f'name = "rules-check"\n\n{payments}\n{events}{union}[transform.window]{tail}'
+    assert [s.name for s in parse_spec(second).sources] == ["payments", "events"]
+    assert _fingerprint(first) == _fingerprint(second)
+
+
+# -- checkpoints registered before the order fields --------------------------------------
+
+
+def test_an_earlier_fingerprint_is_the_current_fields_without_the_order() -> None:
+    earlier = {k: v for k, v in ORDERED_FIELDS.items() if k != ORDER}  # what it stored
+    assert earlier_fingerprint(ORDERED_FIELDS) == fingerprint_of(earlier) != ORDERED_FP
+    # A reorder is invisible to it: the limitation of the upgrade (spec reference).
+    _, swapped = _fingerprint(edit(f"{SUM}\n\n{MAX}", f"{MAX}\n\n{SUM}", ORDERED))
+    assert earlier_fingerprint(swapped) == earlier_fingerprint(ORDERED_FIELDS)
+    # Any other change is not.
+    _, longer = _fingerprint(edit("duration_ms = 60000", "duration_ms = 1000", ORDERED))
+    assert earlier_fingerprint(longer) != fingerprint_of(earlier)
+    # Fields without aggregations (a join) have no order: the same fingerprint as before.
+    assert earlier_fingerprint({"transform.window": None}) is None
+
+
+def test_a_checkpoint_without_the_order_is_not_named_as_reordered() -> None:
+    earlier = {k: v for k, v in ORDERED_FIELDS.items() if k != ORDER}
+    _, fields = _fingerprint(edit("duration_ms = 60000", "duration_ms = 1000", ORDERED))
+    assert changed_fields(earlier, comparable(earlier, fields)) == [
+        "transform.window.duration_ms: 60000 -> 1000"
+    ]
+    assert comparable(ORDERED_FIELDS, fields) == fields

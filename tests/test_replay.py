@@ -13,13 +13,14 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from flow_jobs.cli import main
-from flow_jobs.io.kafka_source import KafkaSourceOptions, KafkaStreamReader
+from flow_jobs.io.kafka_source import IDLE_FOR_THE_RUN_MS, KafkaSourceOptions, KafkaStreamReader
 from flow_jobs.io.kafka_time_offsets import first_offset_at
 from flow_jobs.io.state_store import StateStore
+from flow_jobs.runtime.idleness import replay_targets
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec import SpecError
 from flow_jobs.spec.loader import parse_spec
-from flow_jobs.spec.models import StartingTimestamp
+from flow_jobs.spec.models import PipelineSpec, StartingTimestamp
 from flow_jobs_dev.broker import EmbeddedBroker
 from flow_jobs_dev.producer import Record
 from tests.reference import reference_windows
@@ -265,3 +266,107 @@ def test_reset_from_a_time_without_a_zone_is_refused_naming_the_option(
 ) -> None:
     assert main(["reset", "clicks", "--from", "2026-11-01T10:00:00"]) == 2
     assert "--from = '2026-11-01T10:00:00' has no time zone" in capsys.readouterr().err
+
+
+# -- a replay's idle sources: a source with nothing at or after the time -------------------
+
+UNION = "SELECT user_id, amount, ts FROM live UNION ALL SELECT user_id, amount, ts FROM quiet"
+FROM_MS = BASE_MS + 30_000  # on a window boundary
+
+
+def _two_sources(workdir: Path, broker: EmbeddedBroker, topics: dict[str, str], **source):
+    """A window over two sources (a UNION ALL): the pipeline's watermark is the lowest
+    of the sources' that are not idle (docs/spec-reference.md)."""
+    doc = _replay_spec(workdir, broker, topics["live"], None).to_document()
+    doc["sources"] = [
+        {**doc["sources"][0], "name": name, "topic": topic, **source}
+        for name, topic in topics.items()
+    ]
+    doc["transform"]["sql"] = UNION
+    doc["transform"]["window"]["event_time_column"] = "ts"
+    return PipelineSpec.model_validate(doc)
+
+
+def _before_and_after(broker: EmbeddedBroker, tag: str) -> tuple[dict[str, str], list[dict]]:
+    """``live`` has records on both sides of FROM_MS, ``quiet`` only before it (both in
+    Kafka-timestamp order within a partition, the search's premise); returns the topics
+    and the live rows from FROM_MS on."""
+    suffix = f"{tag}-{random.Random().getrandbits(32):08x}"
+    topics = {name: f"replay-{name}-{suffix}" for name in ("live", "quiet")}
+    for topic in topics.values():
+        broker.create_topic(topic, partitions=2)
+    rng = random.Random(f"replay-idle/{tag}")
+    live = random_clicks(rng, 300, step_ms=200, disorder_ms=1_000, null_rate=0.1)
+    live = sorted(live, key=lambda e: e["ts"] >= FROM_MS)  # stable: disorder kept within
+    quiet = random_clicks(rng, 40, step_ms=500, disorder_ms=1_000)  # all before FROM_MS
+    assert max(e["ts"] for e in quiet) < FROM_MS <= max(e["ts"] for e in live)
+    send(broker.bootstrap_servers, topics["live"], to_records(live))
+    send(broker.bootstrap_servers, topics["quiet"], to_records(quiet))
+    return topics, [e for e in live if e["ts"] >= FROM_MS]
+
+
+def test_a_source_with_nothing_after_the_start_time_is_idle_for_a_replay(
+    broker: EmbeddedBroker, workdir: Path
+) -> None:
+    """Where a fresh checkpoint starts by time, a source is idle for an --available-now
+    run when no partition has a record at or after that time (the reader starts each
+    at its end): found with the same offsets-for-time lookup the reader makes."""
+    topics, _ = _before_and_after(broker, "targets")
+    checkpoint = str(workdir / "checkpoint")
+    at = datetime.fromtimestamp(FROM_MS / 1000, tz=UTC)
+    spec = _two_sources(workdir, broker, topics, starting_offsets={"timestamp": at})
+    assert replay_targets(spec, checkpoint) == {"quiet": IDLE_FOR_THE_RUN_MS}
+    # From earlier on, both have records; from after every record, neither has.
+    for year in (2020, 2030):
+        other = {"timestamp": at.replace(year=year)}
+        assert (
+            replay_targets(
+                _two_sources(workdir, broker, topics, starting_offsets=other), checkpoint
+            )
+            == {}
+        )
+
+
+@pytest.mark.parametrize(
+    ("start", "max_offsets"),
+    [("starting_offsets", None), ("reset --from", 40)],
+    ids=["starting-offsets-one-batch", "reset-from-small-batches"],
+)
+def test_a_replay_from_a_time_closes_windows_beside_a_source_with_nothing_after_it(
+    spark: SparkSession,
+    broker: EmbeddedBroker,
+    workdir: Path,
+    start: str,
+    max_offsets: int | None,
+) -> None:
+    """``quiet``'s records all come before the replay's time: the run has nothing of it
+    to read, so it is idle for the run and ``live``'s watermark closes the windows (were
+    it counted as having records, its watermark would stay at 0 and close none)."""
+    topics, after = _before_and_after(broker, start.split()[0])
+    at = datetime.fromtimestamp(FROM_MS / 1000, tz=UTC)
+    per_trigger = {"max_offsets_per_trigger": max_offsets} if max_offsets else {}
+    if start == "starting_offsets":
+        starting = {"starting_offsets": {"timestamp": at}}
+        spec = _two_sources(workdir, broker, topics, **starting, **per_trigger)
+    else:  # a generation started by `flow-jobs reset --from`: the ledger's replay_from
+        registered = _two_sources(workdir, broker, topics, **per_trigger)
+        StateStore.for_spec(registered).open_pipeline(registered)
+        spec_file = workdir / "two.toml"
+        spec_file.write_text(registered.to_toml(), encoding="utf-8")
+        assert main(["reset", str(spec_file), "--from", at.isoformat()]) == 0
+        spec = fresh_checkpoint(registered, "replay")
+        assert spec.sources[0].starting_offsets == "earliest"
+
+    summary = PipelineRunner(spec, spark).run(available_now=True)
+
+    # live's records from the time on, and quiet's one heartbeat (it is idle for the run)
+    assert summary.input_rows == len(after) + 1 and summary.late_rows == 0
+    reference = reference_windows(
+        after,
+        time_key="ts",
+        duration_ms=WINDOW_MS,
+        group_by=["user_id"],
+        aggregations=AGGREGATIONS,
+        watermark_ms=max(e["ts"] for e in after) - LATENESS,
+    )
+    assert_same_windows(read_windows(spec.target.path, spec.natural_key()), reference)

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import os
 import random
+import uuid
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -16,16 +19,19 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from deltalake import DeltaTable
 from psycopg import sql
+from psycopg.types.json import Jsonb
 from pyspark.sql import SparkSession
 
 from flow_jobs.cli import main
-from flow_jobs.io.state_store import IncompatibleSpec, StateStore
+from flow_jobs.io.state_store import CHECKPOINT_MARKER, IncompatibleSpec, StateStore
 from flow_jobs.runtime.runner import PipelineRunner
+from flow_jobs.spec.fingerprint import ORDER_KEYS, fingerprint_fields, fingerprint_of
 from flow_jobs.spec.models import PipelineSpec
 from flow_jobs_dev.broker import EmbeddedBroker
 from flow_jobs_dev.producer import Record
 from tests.reference import reference_windows
 from tests.support import (
+    aggregation_specs,
     assert_same_windows,
     fresh_checkpoint,
     make_spec,
@@ -321,3 +327,225 @@ def test_without_a_url_the_state_store_is_an_embedded_postgres(
     url = pgserver.get_server(workdir / "pg", cleanup_mode="stop").get_uri()
     ledger = StateStore(url, os.environ["FLOW_STATE_STORE_SCHEMA"])
     assert [r["batch_id"] for r in ledger.recent_batches(spec.name)] == [0, 1]
+
+
+# -- the order of aggregations and of sources ----------------------------------------------
+
+ORDERED_AGGREGATIONS = [("sum", "amount", "total"), ("max", "amount", "hi")]
+
+
+def _ordered_spec(workdir: Path, broker: EmbeddedBroker, topic: str, order: list) -> PipelineSpec:
+    window = {**WINDOW, "aggregations": aggregation_specs(order)}
+    return make_spec(workdir, broker.bootstrap_servers, topic, window)
+
+
+def test_a_reorder_of_aggregations_is_refused_while_windows_are_open(
+    spark: SparkSession, broker: EmbeddedBroker, topic: str, workdir: Path
+) -> None:
+    """Swapping ``sum(amount) as total`` and ``max(amount) as hi`` keeps the state's
+    types (two DOUBLE buffers), which Spark accepts (tests/test_spark_contracts_state.py):
+    each window open at the restart would fold new rows into the other's buffer. The
+    fingerprint's order field refuses it, also beside a change that is safe on its own
+    (another target path: with the same one, the Delta table's column order would refuse
+    it, less plainly), and the checkpoint then resumes unharmed."""
+    rng = random.Random(29)
+    events = random_clicks(rng, 400, step_ms=100, disorder_ms=1_500, null_rate=0.1)
+    send(broker.bootstrap_servers, topic, to_records(events[:250]))
+    spec = _ordered_spec(workdir, broker, topic, ORDERED_AGGREGATIONS)
+    PipelineRunner(spec, spark).run(available_now=True)
+    watermark = max(e["ts"] for e in events[:250]) - LATENESS
+    # Rows in windows the watermark has not closed: their buffers are in the state.
+    assert any((e["ts"] // 10_000 + 1) * 10_000 > watermark for e in events[:250])
+
+    swapped = _ordered_spec(workdir, broker, topic, ORDERED_AGGREGATIONS[::-1])
+    moved = swapped.model_copy(
+        update={"target": swapped.target.model_copy(update={"path": str(workdir / "moved")})}
+    )
+    for changed in (moved, swapped):
+        with pytest.raises(IncompatibleSpec) as refused:
+            PipelineRunner(changed, spark).run(available_now=True)
+        message = str(refused.value)
+        changes = message.split(" — ")[1].split(". Revert")[0]
+        assert changes == 'transform.window.aggregations.order: ["total", "hi"] -> ["hi", "total"]'
+        assert f"`flow-jobs reset {spec.name}`" in message
+    assert not (workdir / "moved").exists()  # refused before anything was written
+
+    send(broker.bootstrap_servers, topic, to_records(events[250:]))
+    resumed = PipelineRunner(spec, spark).run(available_now=True)
+    assert resumed.input_rows == len(events) - 250
+    reference = reference_windows(
+        events,
+        time_key="ts",
+        duration_ms=10_000,
+        group_by=["user_id"],
+        aggregations=ORDERED_AGGREGATIONS,
+        watermark_ms=max(e["ts"] for e in events) - LATENESS,
+    )
+    assert_same_windows(read_windows(spec.target.path, spec.natural_key()), reference)
+
+
+def test_a_reorder_of_sources_resumes_each_topic_from_its_own_offsets(
+    spark: SparkSession, broker: EmbeddedBroker, topic: str, workdir: Path
+) -> None:
+    """Spark's offset log maps offsets to sources by their position in the plan, which
+    ``[transform].sql`` decides, not the order of ``[[sources]]``: that order is not
+    fingerprinted (flow_jobs.spec.fingerprint), and a reorder resumes each topic where
+    it stood (read from another topic's offsets, a source would start again at 0)."""
+    topics = {"left": f"{topic}-l", "right": f"{topic}-r"}
+    for name in topics.values():
+        broker.create_topic(name, partitions=2)
+    rng = random.Random(291)
+    events = {side: random_clicks(rng, 200, step_ms=250, disorder_ms=1_000) for side in topics}
+    for side, name in topics.items():
+        send(broker.bootstrap_servers, name, to_records(events[side][:120]))
+
+    def spec_of(order: list[str]) -> PipelineSpec:
+        doc = make_spec(workdir, broker.bootstrap_servers, topic, WINDOW).to_document()
+        source = doc["sources"][0]
+        doc["sources"] = [{**source, "name": side, "topic": topics[side]} for side in order]
+        doc["transform"]["sql"] = (
+            "SELECT user_id, amount, ts FROM left UNION ALL SELECT user_id, amount, ts FROM right"
+        )
+        return PipelineSpec.model_validate(doc)
+
+    PipelineRunner(spec_of(["left", "right"]), spark).run(available_now=True)
+    for side, name in topics.items():
+        send(broker.bootstrap_servers, name, to_records(events[side][120:]))
+    reordered = spec_of(["right", "left"])
+    resumed = PipelineRunner(reordered, spark).run(available_now=True)
+
+    assert resumed.input_rows == 2 * 80
+    every = events["left"] + events["right"]
+    watermark = min(max(e["ts"] for e in rows) for rows in events.values()) - LATENESS
+    assert_same_windows(
+        read_windows(reordered.target.path, reordered.natural_key()),
+        reference_windows(
+            every,
+            time_key="ts",
+            duration_ms=10_000,
+            group_by=["user_id"],
+            aggregations=AGGREGATIONS,
+            watermark_ms=watermark,
+        ),
+    )
+
+
+# -- checkpoints registered before the order of aggregations was fingerprinted --------------
+
+
+def _earlier(spec: PipelineSpec) -> tuple[str, dict[str, Any]]:
+    """The fingerprint and fields a flow-jobs without the order fields stored for spec."""
+    fields = {k: v for k, v in fingerprint_fields(spec).items() if k not in ORDER_KEYS}
+    return fingerprint_of(fields), fields
+
+
+def _register_as_earlier(ledger: StateStore, spec: PipelineSpec) -> str:
+    """What an earlier flow-jobs left: its ledger row and its checkpoint marker."""
+    earlier, fields = _earlier(spec)
+    with ledger.connect() as conn:
+        conn.execute(
+            ledger.q(
+                "INSERT INTO {s}.pipelines (name, fingerprint, fingerprint_fields) "
+                "VALUES (%s, %s, %s)"
+            ),
+            (spec.name, earlier, Jsonb(fields)),
+        )
+    checkpoint = Path(spec.checkpoint_location())
+    checkpoint.mkdir(parents=True)
+    marker = {"pipeline": spec.name, "fingerprint": earlier, "claimed_at": "2026-11-01T10:00:00"}
+    (checkpoint / CHECKPOINT_MARKER).write_text(json.dumps(marker), encoding="utf-8")
+    return earlier
+
+
+@pytest.fixture
+def ledger(postgres_url: str) -> Iterator[StateStore]:
+    """A state store in a schema of its own (no Spark, no broker)."""
+    schema = "t_" + uuid.uuid4().hex[:12]
+    store = StateStore(postgres_url, schema)
+    store.migrate()
+    yield store
+    with store.connect() as conn:
+        conn.execute(store.q("DROP SCHEMA {s} CASCADE"))
+    store.close()
+
+
+def _ordered(workdir: Path, order: list) -> PipelineSpec:
+    window = {**WINDOW, "aggregations": aggregation_specs(order)}
+    return make_spec(workdir, "127.0.0.1:9092", "clicks", window)
+
+
+def test_an_upgrade_accepts_a_checkpoint_registered_without_the_order_once(
+    ledger: StateStore, workdir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The ledger row and the marker an earlier flow-jobs wrote are accepted and take
+    the fingerprint with the order, so the next reorder is refused."""
+    spec = _ordered(workdir, ORDERED_AGGREGATIONS)
+    earlier = _register_as_earlier(ledger, spec)
+    with caplog.at_level(logging.WARNING, logger="flow_jobs.io.state_store"):
+        state = ledger.open_pipeline(spec)
+    current = fingerprint_of(fingerprint_fields(spec))
+    assert state.fingerprint == current != earlier
+    assert "a reorder made since cannot be told" in caplog.text
+    with ledger.connect() as conn:
+        stored, fields = conn.execute(
+            ledger.q("SELECT fingerprint, fingerprint_fields FROM {s}.pipelines WHERE name = %s"),
+            (spec.name,),
+        ).fetchone()
+    assert (stored, fields) == (current, fingerprint_fields(spec))
+    marker = json.loads((Path(spec.checkpoint_location()) / CHECKPOINT_MARKER).read_text())
+    assert marker["fingerprint"] == current and marker["earlier_fingerprint"] == earlier
+    assert marker["claimed_at"] == "2026-11-01T10:00:00"  # still the same claim
+
+    assert ledger.open_pipeline(spec).fingerprint == current  # and again, unchanged
+    with pytest.raises(IncompatibleSpec) as refused:
+        ledger.open_pipeline(_ordered(workdir, ORDERED_AGGREGATIONS[::-1]))
+    assert 'transform.window.aggregations.order: ["total", "hi"] -> ["hi", "total"]' in str(
+        refused.value
+    )
+
+
+def test_an_upgrade_cannot_see_a_reorder_made_with_it(ledger: StateStore, workdir: Path) -> None:
+    """The documented limitation: the earlier fingerprint holds no order, so a spec
+    reordered before the first run of the new flow-jobs is taken as the checkpoint's."""
+    _register_as_earlier(ledger, _ordered(workdir, ORDERED_AGGREGATIONS))
+    swapped = _ordered(workdir, ORDERED_AGGREGATIONS[::-1])
+    assert ledger.open_pipeline(swapped).fingerprint == fingerprint_of(fingerprint_fields(swapped))
+
+
+def test_an_upgrade_with_another_change_is_refused_naming_only_that_change(
+    ledger: StateStore, workdir: Path
+) -> None:
+    spec = _ordered(workdir, ORDERED_AGGREGATIONS)
+    earlier = _register_as_earlier(ledger, spec)
+    changed = spec.model_copy(
+        update={
+            "transform": spec.transform.model_copy(
+                update={"window": spec.window.model_copy(update={"duration_ms": 5_000})}
+            )
+        }
+    )
+    with pytest.raises(IncompatibleSpec) as refused:
+        ledger.open_pipeline(changed)
+    changes = str(refused.value).split(" — ")[1].split(". Revert")[0]
+    assert changes == "transform.window.duration_ms: 10000 -> 5000"  # no order: none stored
+    marker = json.loads((Path(spec.checkpoint_location()) / CHECKPOINT_MARKER).read_text())
+    assert marker["fingerprint"] == earlier  # a refusal rewrites nothing
+    assert ledger.open_pipeline(spec).fingerprint != earlier  # reverted: the upgrade
+
+
+def test_a_marker_without_the_order_is_upgraded_where_the_ledger_has_no_row(
+    ledger: StateStore, workdir: Path
+) -> None:
+    """A checkpoint whose ledger is elsewhere (or was lost): its marker alone decides."""
+    spec = _ordered(workdir, ORDERED_AGGREGATIONS)
+    _register_as_earlier(ledger, spec)
+    with ledger.connect() as conn:
+        conn.execute(ledger.q("DELETE FROM {s}.pipelines WHERE name = %s"), (spec.name,))
+    # Another spec of the name: its fingerprint, earlier or current, is not the marker's.
+    other = _ordered(workdir, [*ORDERED_AGGREGATIONS, ("min", "amount", "lo")])
+    with pytest.raises(IncompatibleSpec, match="was started under spec fingerprint"):
+        ledger.open_pipeline(other)
+    current = fingerprint_of(fingerprint_fields(spec))
+    assert ledger.open_pipeline(spec).fingerprint == current
+    marker = json.loads((Path(spec.checkpoint_location()) / CHECKPOINT_MARKER).read_text())
+    assert marker["fingerprint"] == current

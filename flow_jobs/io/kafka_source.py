@@ -435,24 +435,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _offsets(self.options.topic, {p: m[pick] for p, m in marks.items()})
 
     def _offsets_at(self, marks: dict[int, tuple[int, int]], at_ms: int) -> dict[int, int]:
-        """Each partition's first offset stamped at or after ``at_ms`` (a consumer of its
-        own: the lookup assigns it, the planning consumer never is)."""
-        from confluent_kafka import Consumer
-
-        o = self.options
-        # Each step of a search re-assigns the consumer, which waits for the fetch in
-        # flight: measured, 0.5 s a step at librdkafka's default fetch.wait.max.ms.
-        consumer = Consumer({**o.consumer_config(), "fetch.wait.max.ms": 10})
-        try:
-            found = retry(
-                lambda: offsets_for_time(consumer, o.topic, marks, at_ms),
-                f"Kafka {o.topic}",
-                o.retries,
-                o.retry_backoff_ms,
-            )
-        finally:
-            consumer.close()
-        log.info("Kafka %s: starting at %s ms, offsets %s", o.topic, at_ms, found)
+        found = time_offsets(self.options, marks, at_ms)
+        log.info("Kafka %s: starting at %s ms, offsets %s", self.options.topic, at_ms, found)
         return found
 
     def _latest(self) -> dict[int, int]:
@@ -594,25 +578,63 @@ def read_watermarks(consumer: Any, options: KafkaSourceOptions) -> dict[int, tup
     }
 
 
+def time_offsets(
+    options: KafkaSourceOptions, marks: dict[int, tuple[int, int]], at_ms: int
+) -> dict[int, int]:
+    """Each partition's first offset stamped at or after ``at_ms``, its latest where
+    there is none: where a start by time begins (``flow_jobs.io.kafka_time_offsets``).
+    A consumer of its own: the lookup assigns it, a planning consumer never is."""
+    from confluent_kafka import Consumer
+
+    # Each step of a search re-assigns the consumer, which waits for the fetch in
+    # flight: measured, 0.5 s a step at librdkafka's default fetch.wait.max.ms.
+    consumer = Consumer({**options.consumer_config(), "fetch.wait.max.ms": 10})
+    try:
+        return retry(
+            lambda: offsets_for_time(consumer, options.topic, marks, at_ms),
+            f"Kafka {options.topic}",
+            options.retries,
+            options.retry_backoff_ms,
+        )
+    finally:
+        consumer.close()
+
+
+def _driver_options(source: Any, group_id: str) -> KafkaSourceOptions:
+    """A spec source's (``KafkaSource``) options for a look-up of the driver's own."""
+    return KafkaSourceOptions(
+        bootstrap_servers=source.bootstrap_servers,
+        topic=source.topic,
+        group_id=group_id,
+        retries=source.retries,
+        retry_backoff_ms=source.retry_backoff_ms,
+        client_config=tuple(
+            sorted((k, v.get_secret_value()) for k, v in source.client_config.items())
+        ),
+    )
+
+
 def source_watermarks(source: Any, group_id: str) -> dict[int, tuple[int, int]]:
     """A spec source's (``KafkaSource``) partitions' (earliest, latest) offsets, asked of
     the broker with a short-lived consumer (the driver's idleness rule and progress
     display); raises when the broker cannot say."""
     from confluent_kafka import Consumer
 
-    options = KafkaSourceOptions(
-        bootstrap_servers=source.bootstrap_servers,
-        topic=source.topic,
-        group_id=group_id,
-        client_config=tuple(
-            sorted((k, v.get_secret_value()) for k, v in source.client_config.items())
-        ),
-    )
+    options = _driver_options(source, group_id)
     consumer = Consumer(options.consumer_config())
     try:
         return read_watermarks(consumer, options)
     finally:
         consumer.close()
+
+
+def source_time_offsets(
+    source: Any, group_id: str, marks: dict[int, tuple[int, int]], at_ms: int
+) -> dict[int, int]:
+    """Where a fresh checkpoint of a spec source (``KafkaSource``) starting at ``at_ms``
+    begins each partition, as its reader finds it (``time_offsets``); raises when the
+    broker cannot say."""
+    return time_offsets(_driver_options(source, group_id), marks, at_ms)
 
 
 #: A heartbeat's watermark when a source is idle for a whole availableNow run: Spark's

@@ -50,7 +50,13 @@ from psycopg_pool import ConnectionPool
 from flow_jobs.io import postgres_pool
 from flow_jobs.secrets import connect_postgres
 from flow_jobs.settings import Settings
-from flow_jobs.spec.fingerprint import changed_fields, fingerprint_fields, fingerprint_of
+from flow_jobs.spec.fingerprint import (
+    changed_fields,
+    comparable,
+    earlier_fingerprint,
+    fingerprint_fields,
+    fingerprint_of,
+)
 from flow_jobs.spec.models import PipelineSpec
 
 log = logging.getLogger(__name__)
@@ -288,9 +294,16 @@ class StateStore:
 
     def open_pipeline(self, spec: PipelineSpec) -> PipelineState:
         """Register the pipeline, or check that its checkpoint may resume under ``spec``:
-        the ledger's fingerprint for this name, then the checkpoint's own marker."""
+        the ledger's fingerprint for this name, then the checkpoint's own marker.
+
+        A fingerprint an earlier flow-jobs stored without the order fields
+        (``flow_jobs.spec.fingerprint.ORDER_KEYS``) that equals this spec's without them
+        is accepted, and this spec's is stored in the ledger and the marker in its place:
+        later changes are judged with the order."""
         fields = fingerprint_fields(spec)
         fingerprint = fingerprint_of(fields)
+        earlier = earlier_fingerprint(fields)
+        location = spec.checkpoint_location()
         with self.connect() as conn:
             row = conn.execute(
                 self.q(
@@ -308,10 +321,13 @@ class StateStore:
                     (spec.name, fingerprint, Jsonb(fields)),
                 )
                 # A refusal rolls the registration back with it.
-                claim_checkpoint(spec.checkpoint_location(), spec.name, fingerprint)
+                claim_checkpoint(location, spec.name, fingerprint, earlier)
                 return PipelineState(spec.name, 0, fingerprint)
             state_version, stored, stored_fields, replay_from = row
-            if stored is None:  # after a reset: this generation takes the current spec
+            upgraded = stored is not None and stored != fingerprint and stored == earlier
+            if stored is None or upgraded:
+                # After a reset this generation takes the current spec; after an upgrade
+                # the fingerprint with the order fields replaces the one without.
                 conn.execute(
                     self.q(
                         "UPDATE {s}.pipelines SET fingerprint = %s, fingerprint_fields = %s, "
@@ -319,8 +335,20 @@ class StateStore:
                     ),
                     (fingerprint, Jsonb(fields), spec.name),
                 )
-            elif stored != fingerprint:
-                changes = changed_fields(stored_fields or {}, fields)
+            if upgraded:
+                log.warning(
+                    "pipeline %s: its checkpoint was registered by an earlier flow-jobs, "
+                    "under fingerprint %s, which left out the order of aggregations; the "
+                    "spec's order is taken as the checkpoint's (a reorder made since "
+                    "cannot be told) and fingerprint %s is stored, so a later reorder is "
+                    "refused",
+                    spec.name,
+                    stored,
+                    fingerprint,
+                )
+            elif stored is not None and stored != fingerprint:
+                stored_fields = stored_fields or {}
+                changes = changed_fields(stored_fields, comparable(stored_fields, fields))
                 raise IncompatibleSpec(
                     f"pipeline {spec.name}: the spec changed in ways its checkpoint "
                     f"(state version {state_version}, fingerprint {stored}) cannot resume "
@@ -329,7 +357,7 @@ class StateStore:
                     "(the old checkpoint is kept; the new one re-reads its sources from "
                     "starting_offsets and MERGEs into the same target)"
                 )
-            claim_checkpoint(spec.checkpoint_location(), spec.name, fingerprint)
+            claim_checkpoint(location, spec.name, fingerprint, earlier)
             return PipelineState(spec.name, int(state_version), fingerprint, replay_from)
 
     def record_natural_key(self, name: str, key: Sequence[str]) -> None:
@@ -531,7 +559,9 @@ class StateStore:
         return inserted
 
 
-def claim_checkpoint(checkpoint: str, name: str, fingerprint: str) -> None:
+def claim_checkpoint(
+    checkpoint: str, name: str, fingerprint: str, earlier: str | None = None
+) -> None:
     """Refuse a checkpoint another pipeline (or another spec of this name) started, else
     mark it as this one's.
 
@@ -539,8 +569,11 @@ def claim_checkpoint(checkpoint: str, name: str, fingerprint: str) -> None:
     first uses the location — an existing checkpoint without one is adopted — and moves
     aside with the checkpoint on reset. A different pipeline name is refused; so is a
     different fingerprint, which the ledger would have refused already unless the two
-    specs keep their ledgers apart (another state store URL or schema). Checkpoints that
-    are not on the local filesystem are not marked."""
+    specs keep their ledgers apart (another state store URL or schema). A marker holding
+    ``earlier``, the spec's fingerprint as an earlier flow-jobs computed it (without the
+    order fields: ``flow_jobs.spec.fingerprint.earlier_fingerprint``), is this spec's and
+    is rewritten with ``fingerprint``. Checkpoints that are not on the local filesystem
+    are not marked."""
     if "://" in checkpoint and not checkpoint.startswith("file://"):
         return
     root = Path(checkpoint.removeprefix("file://")).resolve()
@@ -554,6 +587,12 @@ def claim_checkpoint(checkpoint: str, name: str, fingerprint: str) -> None:
         marker.write_text(json.dumps(mark, indent=2) + "\n", encoding="utf-8")
         return
     owner, started_under = claimed.get("pipeline"), claimed.get("fingerprint")
+    if owner == name and earlier is not None and started_under == earlier:
+        upgraded = {**claimed, "fingerprint": fingerprint, "earlier_fingerprint": earlier}
+        staging = marker.with_name(f".{CHECKPOINT_MARKER}.{os.getpid()}.tmp")
+        staging.write_text(json.dumps(upgraded, indent=2) + "\n", encoding="utf-8")
+        os.replace(staging, marker)  # never a half-written marker, which no start reads
+        return
     if owner != name:
         raise IncompatibleSpec(
             f"pipeline {name}: checkpoint {root} belongs to pipeline {owner} (see its "

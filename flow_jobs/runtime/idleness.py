@@ -18,7 +18,9 @@ records behind the watermark reached meanwhile are late, as they would be in Fli
 The clock rules continuous runs only. An ``--available-now`` run is a replay and does
 not look at it: a source with nothing to read in the run is idle for all of it (its
 reader sends one heartbeat to Spark's highest timestamp, less a year), any other source
-for none; when no source has anything to read, none is idle (``replay_targets``).
+for none; when no source has anything to read, none is idle (``replay_targets``). A
+fresh checkpoint starting by time reads from each partition's first record at or after
+it: a source with none has nothing to read (``_has_records``).
 """
 
 from __future__ import annotations
@@ -29,10 +31,15 @@ import os
 import time
 from collections.abc import Callable, Iterable
 
-from flow_jobs.io.kafka_source import IDLE_FOR_THE_RUN_MS, local_path, source_watermarks
+from flow_jobs.io.kafka_source import (
+    IDLE_FOR_THE_RUN_MS,
+    local_path,
+    source_time_offsets,
+    source_watermarks,
+)
 from flow_jobs.runtime.checkpoint import read_offset_log
 from flow_jobs.runtime.reports import Progress, source_metrics
-from flow_jobs.spec.models import KafkaSource, PipelineSpec
+from flow_jobs.spec.models import KafkaSource, PipelineSpec, epoch_ms
 
 log = logging.getLogger(__name__)
 
@@ -147,15 +154,34 @@ def run_start(spec: PipelineSpec, checkpoint: str) -> dict[str, dict[int, int]]:
 
 
 def _has_records(source: KafkaSource, begin: dict[int, int] | None) -> bool:
+    """Whether the source has records to read from ``begin`` (partition -> offset; None:
+    a fresh checkpoint, which starts at ``starting_offsets``) to the broker's latest
+    offsets. Where the broker cannot say, it has."""
     try:
         marks = source_watermarks(source, "flow-jobs-idleness")
     except Exception as e:  # in doubt: it has records (holds the watermark, never lifts it)
         log.warning("source %s: could not read its offsets (%s); not idle", source.name, e)
         return True
     if begin is None:  # a fresh checkpoint starts at starting_offsets
-        if source.starting_offsets == "latest":
+        start = source.starting_offsets
+        if start == "latest":
             return False
-        # "earliest", or a time: by time, in doubt it has records (any record may be
-        # stamped after the time; finding out costs a lookup per partition).
+        if not isinstance(start, str):
+            # By time (the spec's, or `flow-jobs reset --from`'s: the runner puts it
+            # there): each partition starts at its first record stamped at or after it,
+            # where the reader will look it up too. None after it: nothing to read.
+            try:
+                begin = source_time_offsets(
+                    source, "flow-jobs-idleness", marks, epoch_ms(start.timestamp)
+                )
+            except Exception as e:  # in doubt, as above
+                log.warning(
+                    "source %s: could not find its offsets at %s (%s); not idle",
+                    source.name,
+                    start.timestamp.isoformat(),
+                    e,
+                )
+                return True
+    if begin is None:  # "earliest"
         return any(high > low for low, high in marks.values())
     return any(high > begin.get(p, low) for p, (low, high) in marks.items())

@@ -28,6 +28,24 @@ resumed under:
 A key added to the spec after checkpoints exist, whose default keeps what those
 checkpoints ran (``ADDED_KEYS``), is fingerprinted only when set to something else:
 upgrading flow-jobs must not refuse every existing checkpoint.
+
+Order is part of the state too. Aggregations are keyed by their alias, but Spark lays a
+window's aggregation buffers out in ``agg(...)`` order and its state-schema check
+compares the buffers' types, not their names (``tests/test_spark_contracts_state.py``):
+swapping ``sum(amount) as total`` and ``max(amount) as hi`` would resume, and every open
+window would fold new rows into the other aggregate's buffer. So the aliases in declared
+order are a field of their own (``transform.window.aggregations.order``). Other orders
+are in their keys' values already (``group_by``, the join's ``left_keys`` /
+``right_keys``: lists), or do not reach the state: the order of ``[[sources]]`` does not
+place a source in Spark's plan (``[transform].sql`` or the join's ``left_source`` /
+``right_source`` do, both fingerprinted), so Spark's offset log, which maps offsets to
+sources by their position in the plan, is read the same way after a reorder.
+
+A fingerprint stored before the order fields existed (``ORDER_KEYS``) is the current
+fields' without them (``earlier_fingerprint``): the state store accepts it and stores the
+new one, so the next change is judged with the order. The checkpoint's own order was not
+recorded then, so a reorder made together with the upgrade cannot be told apart from
+the order the checkpoint started with.
 """
 
 from __future__ import annotations
@@ -60,6 +78,9 @@ ADDED_KEYS: dict[str, Any] = {
     "transform.window.revision_column": "revision",
     "transform.window.state_api": None,
 }
+#: Fields added after checkpoints existed that have no default to compare with: each
+#: spec has them. A fingerprint stored without them is accepted once and replaced.
+ORDER_KEYS = ("transform.window.aggregations.order",)
 
 
 def fingerprint_fields(spec: PipelineSpec) -> dict[str, Any]:
@@ -86,6 +107,8 @@ def fingerprint_fields(spec: PipelineSpec) -> dict[str, Any]:
                 for agg in value:
                     for k, v in agg.items():
                         fields[f"transform.window.aggregations.{agg['as']}.{k}"] = v
+                # Buffers sit in this order in the state (the module's note).
+                fields["transform.window.aggregations.order"] = [agg["as"] for agg in value]
             else:
                 fields[f"transform.{part}.{key}"] = value
     window = transform.window
@@ -105,6 +128,20 @@ def fingerprint_fields(spec: PipelineSpec) -> dict[str, Any]:
 def fingerprint_of(fields: dict[str, Any]) -> str:
     canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def earlier_fingerprint(fields: dict[str, Any]) -> str | None:
+    """The fingerprint a flow-jobs without the ``ORDER_KEYS`` gave the spec whose
+    fields are ``fields``; None where the spec has none of them (the same fingerprint)."""
+    if not any(key in fields for key in ORDER_KEYS):
+        return None
+    return fingerprint_of({k: v for k, v in fields.items() if k not in ORDER_KEYS})
+
+
+def comparable(stored: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
+    """``current`` without the ``ORDER_KEYS`` that ``stored`` predates: a checkpoint
+    registered before them recorded no order, so none can be named as changed."""
+    return {k: v for k, v in current.items() if k not in ORDER_KEYS or k in stored}
 
 
 def changed_fields(stored: dict[str, Any], current: dict[str, Any]) -> list[str]:
