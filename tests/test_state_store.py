@@ -343,7 +343,7 @@ def test_a_reorder_of_aggregations_is_refused_while_windows_are_open(
     spark: SparkSession, broker: EmbeddedBroker, topic: str, workdir: Path
 ) -> None:
     """Swapping ``sum(amount) as total`` and ``max(amount) as hi`` keeps the state's
-    types (two DOUBLE buffers), which Spark accepts (tests/test_spark_contracts_state.py):
+    types (two DOUBLE buffers), which Spark accepts (tests/test_spark_contracts.py):
     each window open at the restart would fold new rows into the other's buffer. The
     fingerprint's order field refuses it, also beside a change that is safe on its own
     (another target path: with the same one, the Delta table's column order would refuse

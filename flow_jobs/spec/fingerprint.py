@@ -31,7 +31,7 @@ upgrading flow-jobs must not refuse every existing checkpoint.
 
 Order is part of the state too. Aggregations are keyed by their alias, but Spark lays a
 window's aggregation buffers out in ``agg(...)`` order and its state-schema check
-compares the buffers' types, not their names (``tests/test_spark_contracts_state.py``):
+compares the buffers' types, not their names (``tests/test_spark_contracts.py``):
 swapping ``sum(amount) as total`` and ``max(amount) as hi`` would resume, and every open
 window would fold new rows into the other aggregate's buffer. So the aliases in declared
 order are a field of their own (``transform.window.aggregations.order``). Other orders
