@@ -129,7 +129,7 @@ def test_version_and_verbosity_anywhere(capsys: pytest.CaptureFixture[str]) -> N
     with pytest.raises(SystemExit) as exited:
         main(["--version"])
     assert exited.value.code == 0
-    assert re.match(r"flow-jobs \S+ \(PySpark 4\.2\.\d+, Python 3\.11", capsys.readouterr().out)
+    assert re.match(r"flow-jobs \S+ \(PySpark 4\.3\.\d+, Python 3\.11", capsys.readouterr().out)
     parser = build_parser()
     for argv in (["-v", "validate", "x.toml"], ["validate", "x.toml", "-v"]):
         args = parser.parse_args(argv)
