@@ -48,6 +48,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from flow_jobs.io import postgres_pool
+from flow_jobs.io.checkpoint_files import checkpoint_files
 from flow_jobs.secrets import connect_postgres
 from flow_jobs.settings import Settings
 from flow_jobs.spec.fingerprint import changed_fields, fingerprint_fields, fingerprint_of
@@ -539,19 +540,16 @@ def claim_checkpoint(checkpoint: str, name: str, fingerprint: str) -> None:
     first uses the location — an existing checkpoint without one is adopted — and moves
     aside with the checkpoint on reset. A different pipeline name is refused; so is a
     different fingerprint, which the ledger would have refused already unless the two
-    specs keep their ledgers apart (another state store URL or schema). Checkpoints that
-    are not on the local filesystem are not marked."""
-    if "://" in checkpoint and not checkpoint.startswith("file://"):
-        return
-    root = Path(checkpoint.removeprefix("file://")).resolve()
-    marker = root / CHECKPOINT_MARKER
+    specs keep their ledgers apart (another state store URL or schema). A checkpoint
+    behind a URI is marked the same way, through Spark's Hadoop ``FileSystem``."""
+    files = checkpoint_files(checkpoint)
+    root = str(files)
     try:
-        claimed = json.loads(marker.read_text(encoding="utf-8"))
+        claimed = json.loads(files.read_text(CHECKPOINT_MARKER))
     except FileNotFoundError:
-        root.mkdir(parents=True, exist_ok=True)
         mark = {"pipeline": name, "fingerprint": fingerprint,
                 "claimed_at": datetime.now(UTC).isoformat(timespec="seconds")}  # fmt: skip
-        marker.write_text(json.dumps(mark, indent=2) + "\n", encoding="utf-8")
+        files.write_text(CHECKPOINT_MARKER, json.dumps(mark, indent=2) + "\n")
         return
     owner, started_under = claimed.get("pipeline"), claimed.get("fingerprint")
     if owner != name:
