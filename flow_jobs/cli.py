@@ -17,6 +17,7 @@ import psycopg
 from rich.table import Table
 
 from flow_jobs.cli_inspect import InspectUsageError, add_inspect_command
+from flow_jobs.io.checkpoint_files import local_path
 from flow_jobs.io.state_store import (
     IncompatibleSpec,
     PipelineBusy,
@@ -147,11 +148,20 @@ def _reset(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
+    if local_path(checkpoint) is None:
+        # A checkpoint behind a URI moves through Spark's Hadoop FileSystem, configured
+        # as the spec's runs configure it (flow_jobs.io.checkpoint_files).
+        from flow_jobs.runtime.session import build_spark_session, session_for
+
+        session_for(spec.spark) if spec is not None else build_spark_session()
     try:
         with store.run_lock(name, "reset"):  # never under a running query's feet
             version = store.reset(name, lambda old: retire_checkpoint(checkpoint, old), replay_from)
     except (KeyError, ValueError) as e:
         print(f"error: {e.args[0]}", file=sys.stderr)
+        return EXIT_INVALID
+    except OSError as e:  # the checkpoint could not be moved: the generation is unchanged
+        print(f"error: {e}", file=sys.stderr)
         return EXIT_INVALID
     print(
         f"pipeline {name}: state version {version} starts with the next run (a new "

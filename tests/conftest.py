@@ -60,6 +60,35 @@ def workdir(tmp_path: Path) -> Path:
 
 
 @dataclass(frozen=True)
+class MountedStorage:
+    """A ``viewfs://`` URI root that Hadoop's view file system maps onto a local folder:
+    a checkpoint there goes through Hadoop's ``FileSystem`` as on HDFS or S3 (object
+    storage needs connector jars this machine cannot fetch), its files land in
+    ``folder``."""
+
+    root: str  # viewfs://<authority>/ckpt
+    folder: Path
+
+    def uri(self, name: str) -> str:
+        return f"{self.root}/{name}"
+
+
+@pytest.fixture
+def mounted(spark: SparkSession, tmp_path: Path) -> Iterator[MountedStorage]:
+    """A fresh mount per test: Hadoop caches a ``FileSystem`` per scheme and authority,
+    so each test mounts under an authority of its own, on the SparkContext's Hadoop
+    configuration (every session's Hadoop configuration starts from it)."""
+    authority = f"t{uuid.uuid4().hex[:12]}"
+    folder = tmp_path / "mounted"
+    folder.mkdir()
+    key = f"fs.viewfs.mounttable.{authority}.link./ckpt"
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    conf.set(key, folder.as_uri())
+    yield MountedStorage(f"viewfs://{authority}/ckpt", folder)
+    conf.unset(key)
+
+
+@dataclass(frozen=True)
 class S3Bucket:
     """A bucket on a real S3-compatible endpoint, and the delta-rs storage options (an IAM
     user's key pair: the endpoint checks every request's signature) that reach it."""

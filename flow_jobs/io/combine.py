@@ -18,7 +18,7 @@ What makes it exact, whatever the cut (``tests/test_combine.py`` checks each rul
   offset log like the late watermark), and it is not late (event time after the previous
   batch's watermark). Every other row passes through as it is, to the checks and
   dead-letter tap of ``flow_jobs.plan.sources``. Without the offset log's stamps (a
-  remote checkpoint) nothing is folded.
+  source read without a checkpoint) nothing is folded.
 * **Panes, not windows.** Rows fold per pane of gcd(duration, hop) (the duration for a
   tumbling window): every window boundary is a pane boundary, so a pane lies wholly
   inside each window that holds any of its rows, and the partial's event time, the

@@ -65,6 +65,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from flow_jobs.io.checkpoint_files import CheckpointFiles, ReaderCheckpoint, local_path
 from flow_jobs.io.combine import EVENT_TS, PARTIAL, CombinePlan, Folder, RangeRows, partial_type
 from flow_jobs.io.combine import ddl as combine_ddl
 from flow_jobs.io.json_decode import JsonDecoder, arrow_schema
@@ -87,7 +88,7 @@ HEADERS_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value
 #: The watermark Spark's window operators judge the row's micro-batch by: the one the
 #: previous batch ran under (``batchWatermarkMs`` of Spark's offset log), stamped on every
 #: row so the plan can single out late rows one by one (``flow_jobs.plan.late_rows``).
-#: NULL in a query's first batch and where the reader cannot read the checkpoint.
+#: NULL in a query's first batch (and on a source read without a checkpoint).
 LATE_WATERMARK = "_late_watermark"
 
 #: NULL on every record. On a heartbeat row (no record: key, value and position NULL)
@@ -408,6 +409,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._turn = 0  # where cap_offsets hands out the next uneven rows
         self._run_start: dict[int, int] | None = None  # an availableNow run's first start
         self._heartbeat_sent: int | None = None  # this query run's last heartbeat
+        location = options.checkpoint_location
+        #: the query's checkpoint, opened on first use (a remote one over the driver's JVM)
+        self._checkpoint = ReaderCheckpoint(location) if location else None
 
     # -- driver side -------------------------------------------------------------------
     def _client(self) -> Any:
@@ -525,7 +529,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             beat = None
         if not ranges and beat is None:
             return []
-        mark, now = batch_stamps(self.options.checkpoint_location, end)
+        files = self._checkpoint.files() if self._checkpoint is not None else None
+        mark, now = batch_stamps(files, end)
         planned = [
             KafkaRange(topic, p, first, stop, mark, batch_timestamp_ms=now)
             for p, first, stop in ranges
@@ -542,6 +547,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
+        if self._checkpoint is not None:
+            self._checkpoint.close()
 
     # -- executor side -----------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -686,15 +693,7 @@ def _heartbeat_row(rng: KafkaRange, decoder: JsonDecoder | None = None) -> pa.Re
     return pa.RecordBatch.from_arrays([*columns, decoded, pa.array([True])], schema=schema)
 
 
-def local_path(location: str) -> str | None:
-    """A checkpoint location as a path this process can open: a plain path or a
-    ``file://`` URI; None for remote storage (``s3a://``, ``abfss://``, ``hdfs://``)."""
-    if "://" in location and not location.startswith("file://"):
-        return None
-    return location.removeprefix("file://")
-
-
-def batch_stamps(checkpoint: str | None, end: dict) -> tuple[int | None, int | None]:
+def batch_stamps(files: CheckpointFiles | None, end: dict) -> tuple[int | None, int | None]:
     """(late watermark, batch timestamp) of the micro-batch that reads up to ``end``: the
     watermark the batch before it ran under (epoch ms; None in a query's first batch),
     and the batch's own ``batchTimestampMs``, its ``current_timestamp()``.
@@ -702,34 +701,35 @@ def batch_stamps(checkpoint: str | None, end: dict) -> tuple[int | None, int | N
     Spark writes a batch's offsets and the watermark it runs under (``batchWatermarkMs``)
     to ``offsets/<batch id>`` before it plans the batch's partitions, so the newest entry
     is this batch's (on a replay too: nothing newer is written before it has run), and
-    the entry before it holds the watermark Spark's operators filter this batch by. None
-    also where the checkpoint is not on a file system this process reads."""
-    folder = local_path(checkpoint) if checkpoint else None
-    if folder is None:
+    the entry before it holds the watermark Spark's operators filter this batch by.
+    ``files``: the query's checkpoint, local or remote (``flow_jobs.io.checkpoint_files``);
+    None where the query has none (a source read on its own)."""
+    if files is None:
         return None, None
-    folder = os.path.join(folder, "offsets")
     try:
-        ids = sorted((int(n) for n in os.listdir(folder) if n.isdigit()), reverse=True)
-    except OSError:
+        names = files.names("offsets")
+    except FileNotFoundError:
         return None, None
+    ids = sorted((int(n) for n in names if n.isdigit()), reverse=True)
     for batch in ids[:2]:  # a batch planned again after a restart is still the newest
-        lines = _offset_log_lines(folder, batch)
+        lines = _offset_log_lines(files, batch)
         if lines is None or not any(_same_offsets(line, end) for line in lines[2:]):
             continue
-        previous = _offset_log_lines(folder, batch - 1) if batch > 0 else None
+        previous = _offset_log_lines(files, batch - 1) if batch > 0 else None
         stamp = json.loads(lines[1]).get("batchTimestampMs")
         now = int(stamp) if isinstance(stamp, int) else None
         return (_watermark_of(previous) if previous else None), now
-    log.warning("no offset log entry in %s holds %s: late rows not stamped", folder, end)
+    log.warning(
+        "no offset log entry in %s/offsets holds %s: late rows not stamped", files.location, end
+    )
     return None, None
 
 
-def _offset_log_lines(folder: str, batch: int) -> list[str] | None:
+def _offset_log_lines(files: CheckpointFiles, batch: int) -> list[str] | None:
     try:
-        with open(os.path.join(folder, str(batch)), encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return None
+        lines = files.read_text(f"offsets/{batch}").splitlines()
+    except FileNotFoundError:
+        return None  # purged (Spark keeps the last minBatchesToRetain entries)
     return lines if len(lines) >= 2 else None
 
 

@@ -48,6 +48,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from flow_jobs.io import postgres_pool
+from flow_jobs.io.checkpoint_files import checkpoint_files
 from flow_jobs.secrets import connect_postgres
 from flow_jobs.settings import Settings
 from flow_jobs.spec.fingerprint import (
@@ -572,26 +573,22 @@ def claim_checkpoint(
     specs keep their ledgers apart (another state store URL or schema). A marker holding
     ``earlier``, the spec's fingerprint as an earlier flow-jobs computed it (without the
     order fields: ``flow_jobs.spec.fingerprint.earlier_fingerprint``), is this spec's and
-    is rewritten with ``fingerprint``. Checkpoints that are not on the local filesystem
-    are not marked."""
-    if "://" in checkpoint and not checkpoint.startswith("file://"):
-        return
-    root = Path(checkpoint.removeprefix("file://")).resolve()
-    marker = root / CHECKPOINT_MARKER
+    is rewritten with ``fingerprint``. A checkpoint behind a URI is marked the same way,
+    through Spark's Hadoop ``FileSystem``."""
+    files = checkpoint_files(checkpoint)
+    root = str(files)
     try:
-        claimed = json.loads(marker.read_text(encoding="utf-8"))
+        claimed = json.loads(files.read_text(CHECKPOINT_MARKER))
     except FileNotFoundError:
-        root.mkdir(parents=True, exist_ok=True)
         mark = {"pipeline": name, "fingerprint": fingerprint,
                 "claimed_at": datetime.now(UTC).isoformat(timespec="seconds")}  # fmt: skip
-        marker.write_text(json.dumps(mark, indent=2) + "\n", encoding="utf-8")
+        files.write_text(CHECKPOINT_MARKER, json.dumps(mark, indent=2) + "\n")
         return
     owner, started_under = claimed.get("pipeline"), claimed.get("fingerprint")
     if owner == name and earlier is not None and started_under == earlier:
         upgraded = {**claimed, "fingerprint": fingerprint, "earlier_fingerprint": earlier}
-        staging = marker.with_name(f".{CHECKPOINT_MARKER}.{os.getpid()}.tmp")
-        staging.write_text(json.dumps(upgraded, indent=2) + "\n", encoding="utf-8")
-        os.replace(staging, marker)  # never a half-written marker, which no start reads
+        # staged and renamed over it: never a half-written marker, which no start reads
+        files.write_text(CHECKPOINT_MARKER, json.dumps(upgraded, indent=2) + "\n")
         return
     if owner != name:
         raise IncompatibleSpec(

@@ -25,7 +25,6 @@ reader folds nothing.
 from __future__ import annotations
 
 import math
-import os
 from typing import Any
 
 from pyspark.sql import Column
@@ -43,9 +42,9 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from flow_jobs.io.checkpoint_files import CheckpointFiles
 from flow_jobs.io.combine import CombinePlan
 from flow_jobs.io.json_decode import arrow_schema
-from flow_jobs.io.kafka_source import local_path
 from flow_jobs.spec.models import EVENT_TS, PipelineSpec
 
 #: The partial struct in a source view (hidden from ``[transform].sql``-visible columns).
@@ -117,33 +116,29 @@ def _fits(agg: str, value: DataType) -> bool:
     return True
 
 
-def checkpoint_merges(plan: CombinePlan, checkpoint: str | None) -> bool:
+def checkpoint_merges(plan: CombinePlan, checkpoint: CheckpointFiles | None) -> bool:
     """Whether the query on ``checkpoint`` merges partials: a marked checkpoint does; a new
     one does when ``pre_aggregate`` is on (the run marks it as its query starts:
     ``mark_checkpoint``); one that ran without the mark does not (its state holds the
-    plain aggregation's buffers). A checkpoint this process cannot read as files
-    (remote) does not: the reader could not read the batch's stamps from its offset log.
-    Reads only: compiling (``validate --plan`` too) leaves the checkpoint as it is."""
-    folder = local_path(checkpoint) if checkpoint else None
-    if folder is None:
+    plain aggregation's buffers). Reads only: compiling (``validate --plan`` too) leaves
+    the checkpoint as it is."""
+    if checkpoint is None:
         return False
-    if os.path.exists(os.path.join(folder, MARKER)):
+    if checkpoint.exists(MARKER):
         return True
-    offsets = os.path.join(folder, "offsets")
-    ran = os.path.isdir(offsets) and any(n.isdigit() for n in os.listdir(offsets))
+    try:
+        ran = any(n.isdigit() for n in checkpoint.names("offsets"))
+    except FileNotFoundError:
+        ran = False
     return plan.fold and not ran
 
 
-def mark_checkpoint(checkpoint: str) -> None:
+def mark_checkpoint(checkpoint: CheckpointFiles) -> None:
     """Mark a checkpoint whose query merges partials (before the query starts on it)."""
-    folder = local_path(checkpoint)
-    assert folder is not None, "only a local checkpoint merges partials"
-    marker = os.path.join(folder, MARKER)
-    if os.path.exists(marker):
-        return
-    os.makedirs(folder, exist_ok=True)
-    with open(marker, "w", encoding="utf-8") as f:
-        f.write("partial aggregates from the Kafka reader (flow_jobs.plan.combine)\n")
+    if not checkpoint.exists(MARKER):
+        checkpoint.write_text(
+            MARKER, "partial aggregates from the Kafka reader (flow_jobs.plan.combine)\n"
+        )
 
 
 class Merge:

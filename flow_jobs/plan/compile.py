@@ -13,9 +13,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 from pyspark.sql.utils import AnalysisException
 
+from flow_jobs.io.checkpoint_files import LOCATION_KEY, checkpoint_files
 from flow_jobs.io.combine import CombinePlan
 from flow_jobs.io.dead_letters import DeadLetterTable
-from flow_jobs.io.kafka_source import idle_file, local_path
+from flow_jobs.io.kafka_source import idle_file
 from flow_jobs.plan.aggregations import AGGREGATORS
 from flow_jobs.plan.combine import Merge, checkpoint_merges, describe, foldable
 from flow_jobs.plan.errors import PlanError
@@ -69,8 +70,6 @@ def compile_pipeline(
     ``per_source_watermarks = False`` takes the window's watermark after the SQL, as
     before them (the fastest source's): ``make bench`` measures what they cost."""
     if spec.transform.join is not None:
-        if spec.transform.join.late_data == "dlq":
-            _check_checkpoint_is_readable("transform.join.late_data", checkpoint)
         return _compile_join_pipeline(spark, spec, dead_letters, checkpoint)
     window = spec.window
     event_time = EventTime.of_window(window)
@@ -98,7 +97,7 @@ def compile_pipeline(
         )
         view.createOrReplaceTempView(source.name)
     if late_data == "dlq":
-        _check_late_rows_reach_the_dead_letters(spec, views, checkpoint)
+        _check_late_rows_reach_the_dead_letters(spec, views)
     lookups = register_lookups(spark, spec.transform.lookups)
     frame = _pre_stage(spark, spec)
     if (
@@ -128,9 +127,13 @@ def _combine_plan(
     """The reader's pre-aggregation, where the window allows it and the checkpoint takes
     it (``flow_jobs.plan.combine``)."""
     plan = foldable(spec, _first_payload(spec))
-    if plan is None or not checkpoint_merges(plan, checkpoint):
+    if plan is None or checkpoint is None:
         return None
-    return plan
+    try:
+        merges = checkpoint_merges(plan, checkpoint_files(checkpoint, spark))
+    except OSError as e:  # the plan depends on the checkpoint: never guess it
+        raise PlanError(LOCATION_KEY, str(e).removeprefix(f"{LOCATION_KEY} ")) from e
+    return plan if merges else None
 
 
 def _first_payload(spec: PipelineSpec) -> StructType | None:
@@ -160,7 +163,7 @@ def _source_watermark(
 
 
 def _check_late_rows_reach_the_dead_letters(
-    spec: PipelineSpec, views: dict[str, DataFrame], checkpoint: str | None
+    spec: PipelineSpec, views: dict[str, DataFrame]
 ) -> None:
     """``late_data = "dlq"`` promises every late row in the dead letters: refuse a plan
     where the sources cannot single them out (Spark would drop them, uncounted there)."""
@@ -171,17 +174,6 @@ def _check_late_rows_reach_the_dead_letters(
             f'"dlq" finds late rows at the sources, before [transform].sql, but the event '
             f"time {column!r} is computed in the SQL: take it from a source column, or use "
             '"drop"',
-        )
-    _check_checkpoint_is_readable("transform.window.late_data", checkpoint)
-
-
-def _check_checkpoint_is_readable(key: str, checkpoint: str | None) -> None:
-    if checkpoint is not None and local_path(checkpoint) is None:
-        raise PlanError(
-            key,
-            f'"dlq" reads each micro-batch\'s watermark from the checkpoint, and '
-            f"{checkpoint} is not on a file system this process reads: use a local or "
-            'mounted checkpoint location, or "drop"',
         )
 
 

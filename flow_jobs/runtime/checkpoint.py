@@ -4,6 +4,8 @@ Spark writes ``offsets/<batch id>`` (the batch's end offsets per source and the
 watermark it runs under) before it runs the batch, so the sink can put them in the
 ledger row that commits with the batch's output. The file layout (a version line, a
 metadata line, then one line per source in plan order) is Spark's ``OffsetSeqLog``.
+A checkpoint behind a URI (``s3a://``, ``hdfs://``…) is read through Spark's Hadoop
+``FileSystem``, exactly like a local one (``flow_jobs.io.checkpoint_files``).
 """
 
 from __future__ import annotations
@@ -11,13 +13,12 @@ from __future__ import annotations
 import json
 import logging
 import re
-import shutil
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from flow_jobs.io.kafka_source import local_path
+from flow_jobs.io.checkpoint_files import checkpoint_files
 from flow_jobs.spec.models import PipelineSpec
 
 log = logging.getLogger(__name__)
@@ -40,20 +41,13 @@ def checkpoint_location(location: str) -> str:
     return str(Path(location).resolve())
 
 
-def _local(checkpoint: str) -> Path | None:
-    # Remote checkpoints: the ledger takes offsets from progress instead.
-    path = local_path(checkpoint)
-    return Path(path) if path is not None else None
-
-
 def read_offset_log(checkpoint: str, batch_id: int, spec: PipelineSpec) -> OffsetLogEntry | None:
-    root = _local(checkpoint)
-    if root is None or batch_id < 0:
+    if batch_id < 0:
         return None
     try:
-        lines = (root / "offsets" / str(batch_id)).read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return None  # purged (Spark keeps the last minBatchesToRetain) or not local
+        lines = checkpoint_files(checkpoint).read_text(f"offsets/{batch_id}").splitlines()
+    except FileNotFoundError:
+        return None  # purged (Spark keeps the last minBatchesToRetain)
     if len(lines) < 2:
         return None
     metadata = json.loads(lines[1])
@@ -74,32 +68,25 @@ def read_offset_log(checkpoint: str, batch_id: int, spec: PipelineSpec) -> Offse
 
 def has_committed_batch(checkpoint: str) -> bool:
     """Whether Spark committed a micro-batch in the checkpoint: if not, the query starts
-    its sources at their ``starting_offsets`` (Spark calls ``initialOffset``). A
-    checkpoint not on the local file system counts as not committed: a start by time
-    applied to it is harmless, since Spark reads it only where nothing is committed."""
-    root = _local(checkpoint)
-    if root is None:
-        return False
+    its sources at their ``starting_offsets`` (Spark calls ``initialOffset``)."""
     try:
-        return any(p.name.isdigit() for p in (root / "commits").iterdir())
-    except OSError:
+        return any(n.isdigit() for n in checkpoint_files(checkpoint).names("commits"))
+    except FileNotFoundError:
         return False
 
 
 def describe_batch_in_flight(checkpoint: str, spec: PipelineSpec) -> str | None:
     """The newest micro-batch that has offsets but no commit (the one a failure stopped),
     as ``micro-batch N (source: topic[partition] first..last, ...)``; None if unknown."""
-    root = _local(checkpoint)
-    if root is None:
-        return None
+    files = checkpoint_files(checkpoint)
     try:
-        planned = [int(p.name) for p in (root / "offsets").iterdir() if p.name.isdigit()]
-    except OSError:
+        planned = [int(n) for n in files.names("offsets") if n.isdigit()]
+    except FileNotFoundError:
         return None
     if not planned:
         return None
     batch = max(planned)
-    if (root / "commits" / str(batch)).exists():
+    if files.exists(f"commits/{batch}"):
         return None
     end = read_offset_log(checkpoint, batch, spec)
     if end is None:
@@ -121,17 +108,11 @@ def describe_batch_in_flight(checkpoint: str, spec: PipelineSpec) -> str | None:
 
 
 def retire_checkpoint(checkpoint: str, state_version: int) -> str | None:
-    """Move a local checkpoint aside as ``<location>.v<N>-<UTC time>``; kept, not deleted."""
-    if "://" in checkpoint and not checkpoint.startswith("file://"):
-        raise ValueError(
-            f"checkpoint {checkpoint} is not on the local filesystem: move it aside yourself, "
-            "then run reset again"
-        )
-    path = Path(checkpoint.removeprefix("file://")).resolve()
-    if not path.exists():
-        return None
+    """Move a checkpoint aside as ``<location>.v<N>-<UTC time>``; kept, not deleted. A
+    URI's is renamed through Hadoop's ``FileSystem`` (on object storage a rename copies
+    every object: slow for a large state, and not atomic)."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    retired = path.with_name(f"{path.name}.v{state_version}-{stamp}")
-    shutil.move(str(path), str(retired))
-    log.info("checkpoint %s kept as %s", path, retired)
-    return str(retired)
+    retired = checkpoint_files(checkpoint).move_aside(f".v{state_version}-{stamp}")
+    if retired is not None:
+        log.info("checkpoint %s kept as %s", checkpoint, retired)
+    return retired

@@ -31,12 +31,8 @@ import os
 import time
 from collections.abc import Callable, Iterable
 
-from flow_jobs.io.kafka_source import (
-    IDLE_FOR_THE_RUN_MS,
-    local_path,
-    source_time_offsets,
-    source_watermarks,
-)
+from flow_jobs.io.checkpoint_files import checkpoint_files
+from flow_jobs.io.kafka_source import IDLE_FOR_THE_RUN_MS, source_time_offsets, source_watermarks
 from flow_jobs.runtime.checkpoint import read_offset_log
 from flow_jobs.runtime.reports import Progress, source_metrics
 from flow_jobs.spec.models import KafkaSource, PipelineSpec, epoch_ms
@@ -119,12 +115,9 @@ def replay_targets(spec: PipelineSpec, checkpoint: str) -> dict[str, int]:
     """An --available-now run's idle sources: those with nothing to read from where the
     checkpoint stands to the broker's latest offsets, each lifted to
     ``IDLE_FOR_THE_RUN_MS``, provided another source has records to read. None when no
-    source has (every source idle: the watermark must not move) or when a source's
-    start cannot be told (a remote checkpoint): a source in doubt counts as having
-    records, which can only hold the watermark back, never push it on. Each reader
-    checks again that it has nothing to read before it sends its heartbeat."""
-    if local_path(checkpoint) is None:
-        return {}
+    source has (every source idle: the watermark must not move); a source in doubt
+    counts as having records, which can only hold the watermark back, never push it on.
+    Each reader checks again that it has nothing to read before it sends its heartbeat."""
     begin = run_start(spec, checkpoint)
     empty = [s.name for s in spec.sources if not _has_records(s, begin.get(s.name))]
     if len(empty) == len(spec.sources):
@@ -135,12 +128,13 @@ def replay_targets(spec: PipelineSpec, checkpoint: str) -> dict[str, int]:
 def run_start(spec: PipelineSpec, checkpoint: str) -> dict[str, dict[int, int]]:
     """Where the run's first batch starts reading each source (source -> partition ->
     offset): the newest committed batch's end offsets; {} for a fresh checkpoint."""
-    root = local_path(checkpoint) or ""
+    files = checkpoint_files(checkpoint)
     try:
-        planned = sorted(int(n) for n in os.listdir(os.path.join(root, "offsets")) if n.isdigit())
-    except OSError:
+        planned = sorted(int(n) for n in files.names("offsets") if n.isdigit())
+        done = {int(n) for n in files.names("commits") if n.isdigit()}
+    except FileNotFoundError:
         return {}
-    committed = [b for b in planned if os.path.exists(os.path.join(root, "commits", str(b)))]
+    committed = [b for b in planned if b in done]
     entry = read_offset_log(checkpoint, committed[-1], spec) if committed else None
     if entry is None:
         return {}

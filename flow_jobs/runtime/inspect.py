@@ -28,14 +28,13 @@ import pickle
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from flow_jobs.io.kafka_source import local_path
+from flow_jobs.io.checkpoint_files import CheckpointFiles, checkpoint_files, local_path
 from flow_jobs.operators import count_based, reopen, session, sliding
 from flow_jobs.operators.aggregators import Ranges
 from flow_jobs.operators.frame import EventFrame, to_python
@@ -133,7 +132,8 @@ def inspect_state(
     those that close first."""
     checkpoint = checkpoint_location(spec.checkpoint_location())
     report = StateReport(spec.name, checkpoint)
-    batch = _committed_batch(spark, checkpoint)
+    files = checkpoint_files(checkpoint, spark)
+    batch = _latest_commit(files)
     if batch is None:
         report.note = NO_STATE
         return report
@@ -141,7 +141,7 @@ def inspect_state(
     entry = read_offset_log(checkpoint, batch, spec)
     report.watermark = entry.watermark if entry else None
     if store is not None:
-        ledger_mark, report.source_watermarks = _ledger_watermarks(store, spec, checkpoint)
+        ledger_mark, report.source_watermarks = _ledger_watermarks(store, spec, files)
         report.watermark = report.watermark or ledger_mark
     report.held_back_by = _held_back_by(report.source_watermarks)
     context = _Context(spec, report, dict(groups or {}), limit)
@@ -172,33 +172,24 @@ def inspect_state(
 
 def state_absent(location: str) -> bool:
     """True when a local checkpoint has no committed micro-batch (or does not exist):
-    known without Spark. Remote checkpoints: False (Spark reads them)."""
-    path = local_path(checkpoint_location(location))
-    return path is not None and _local_commit(Path(path)) is None
+    known without Spark. A checkpoint behind a URI: False (read through Spark next)."""
+    checkpoint = checkpoint_location(location)
+    return (
+        local_path(checkpoint) is not None and _latest_commit(checkpoint_files(checkpoint)) is None
+    )
 
 
-def _local_commit(root: Path) -> int | None:
+def _latest_commit(files: CheckpointFiles) -> int | None:
+    """The latest committed micro-batch (``commits/<id>``), None before the first."""
     try:
-        done = [int(p.name) for p in (root / "commits").iterdir() if p.name.isdigit()]
-    except OSError:
+        done = [int(n) for n in files.names("commits") if n.isdigit()]
+    except FileNotFoundError:
         return None
     return max(done) if done else None
 
 
-def _committed_batch(spark: SparkSession, checkpoint: str) -> int | None:
-    """The latest committed micro-batch (``commits/<id>``), None before the first."""
-    path = local_path(checkpoint)
-    if path is not None:
-        return _local_commit(Path(path))
-    try:  # remote storage: Spark's metadata says which batches have state
-        rows = spark.read.format("state-metadata").load(checkpoint).collect()
-    except Exception:  # no checkpoint there (yet)
-        return None
-    return max((int(r["maxBatchId"]) for r in rows), default=None)
-
-
 def _ledger_watermarks(
-    store: StateStore, spec: PipelineSpec, checkpoint: str
+    store: StateStore, spec: PipelineSpec, checkpoint: CheckpointFiles
 ) -> tuple[datetime | None, dict[str, datetime | None]]:
     """The newest ledger row of this checkpoint's query: its global watermark and each
     source's (its highest event time so far minus its lateness)."""
@@ -218,13 +209,10 @@ def _ledger_watermarks(
     return last["global_watermark"], marks
 
 
-def _query_id(checkpoint: str) -> str | None:
-    path = local_path(checkpoint)
-    if path is None:
-        return None
+def _query_id(checkpoint: CheckpointFiles) -> str | None:
     try:
-        return str(json.loads((Path(path) / "metadata").read_text(encoding="utf-8"))["id"])
-    except (OSError, ValueError, KeyError):
+        return str(json.loads(checkpoint.read_text("metadata"))["id"])
+    except (FileNotFoundError, ValueError, KeyError):
         return None
 
 

@@ -15,6 +15,11 @@ from pyspark.sql import SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming import StreamingQuery
 
+from flow_jobs.io.checkpoint_files import (
+    checkpoint_files,
+    publish_driver_gateway,
+    withdraw_driver_gateway,
+)
 from flow_jobs.io.dead_letters import DeadLetterTable, DeadLetterTopic
 from flow_jobs.io.delta import DeltaMergeTable, Supersede
 from flow_jobs.io.ledger import BatchLedger
@@ -199,11 +204,18 @@ class PipelineRunner:
         listener = MetricsListener({self.spec.name: tracker.lateness_ms})
         self.spark.streams.addListener(listener)
         if self.compiled.pre_aggregates:  # its state will hold partial-merging buffers
-            mark_checkpoint(self.checkpoint)
+            mark_checkpoint(checkpoint_files(self.checkpoint, self.spark))
+        # A remote checkpoint's offset log reaches the Kafka reader's planning process
+        # through this driver's JVM (flow_jobs.io.checkpoint_files).
+        publish_driver_gateway(self.spark, self.checkpoint)
+        withdraw = (
+            "withdraw the driver's gateway",
+            lambda: withdraw_driver_gateway(self.checkpoint),
+        )
         try:
             query = writer.start()
         except BaseException as e:
-            self._shut_down(e, [("close the target", target.close)])
+            self._shut_down(e, [("close the target", target.close), withdraw])
             self.spark.streams.removeListener(listener)
             raise
         tracker.query_id = str(query.id)
@@ -232,6 +244,7 @@ class PipelineRunner:
                 failure,
                 [
                     ("stop the query", lambda: _stop(query)),
+                    withdraw,
                     ("read the last progress", lambda: tracker.poll(query)),
                     ("close the target", target.close),
                     ("release the progress listener", lambda: self._release(listener, query)),

@@ -1,0 +1,382 @@
+"""Spark's checkpoint as files, wherever it lives: a local path or any URI Spark writes.
+
+flow-jobs reads what Spark keeps in a query's checkpoint (the offset log
+``offsets/<batch id>`` with its ``batchWatermarkMs`` / ``batchTimestampMs`` line, the
+commit log ``commits/``, the query's ``metadata``) and keeps marker files of its own
+there (``flow-jobs-pipeline.json``, ``flow_pre_aggregate``); a reset moves the whole
+checkpoint aside. ``CheckpointFiles`` is that handful of operations over a checkpoint's
+root, so a URI behaves exactly like a local path:
+
+* a plain path or a ``file://`` URI goes through the local file system (no JVM needed:
+  the CLI's ``reset`` and ``inspect`` run without a SparkSession there);
+* any other URI (``hdfs://``, ``s3a://``, ``abfss://``, ``viewfs://``…) goes through
+  Hadoop's ``FileSystem`` in Spark's JVM, with the Hadoop configuration Spark's own
+  checkpoint uses: a session's ``sessionState().newHadoopConf()``, the SparkContext's
+  Hadoop configuration (``spark.hadoop.*`` given when the session was built) plus the
+  session's SQL settings (un-prefixed Hadoop keys among them). Without a session at hand
+  it is the JVM's default session's: a pipeline's session
+  (``flow_jobs.runtime.session.pipeline_session``) sets only SQL settings Spark lets a
+  session change, never a Hadoop key, so for a file system both are the same.
+
+Spark's Kafka reader plans micro-batches in a Python process of its own, spawned by the
+driver's JVM, with no py4j gateway. For a remote checkpoint the run publishes the
+driver's gateway (port and auth token) in a file only the user can read, keyed by the
+checkpoint (``publish_driver_gateway``), and the reader connects to it
+(``ReaderCheckpoint``), so both read the same files through the same JVM.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import json
+import logging
+import os
+import shutil
+import stat
+import tempfile
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+#: The spec key every error about the checkpoint's storage names.
+LOCATION_KEY = "checkpoint.location"
+
+_T = TypeVar("_T")
+
+
+def local_path(location: str) -> str | None:
+    """A checkpoint location as a path this process opens directly: a plain path or a
+    ``file://`` URI; None for any other URI (read through Hadoop's ``FileSystem``)."""
+    if "://" in location and not location.startswith("file://"):
+        return None
+    return location.removeprefix("file://")
+
+
+class CheckpointFiles(ABC):
+    """A checkpoint's root: names are relative to it (``"offsets/3"``). A missing file or
+    folder raises ``FileNotFoundError``; any other failure an ``OSError`` naming the
+    location, never a silent answer."""
+
+    def __init__(self, location: str) -> None:
+        self.location = location
+
+    @abstractmethod
+    def names(self, folder: str) -> list[str]:
+        """The names in sub-folder ``folder``."""
+
+    @abstractmethod
+    def read_text(self, name: str) -> str:
+        """A whole (small) file, as UTF-8."""
+
+    @abstractmethod
+    def exists(self, name: str = "") -> bool:
+        """Whether ``name`` (the root itself when empty) exists."""
+
+    @abstractmethod
+    def write_text(self, name: str, text: str) -> None:
+        """Write a whole file, creating its folders: into a staging file first, renamed
+        over ``name`` once complete, so a reader never sees half of it."""
+
+    @abstractmethod
+    def move_aside(self, suffix: str) -> str | None:
+        """Rename the whole checkpoint, beside it, to its name followed by ``suffix``; its
+        new location, or None when there is no checkpoint to move."""
+
+    def __str__(self) -> str:
+        return self.location
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.location!r})"
+
+
+class LocalCheckpointFiles(CheckpointFiles):
+    """A checkpoint on this machine's file system (a plain path or ``file://``)."""
+
+    def __init__(self, location: str) -> None:
+        super().__init__(location)
+        path = local_path(location)
+        assert path is not None, location
+        self.root = Path(path)
+
+    def __str__(self) -> str:
+        return str(self.root.resolve())
+
+    def names(self, folder: str) -> list[str]:
+        return [p.name for p in (self.root / folder).iterdir()]
+
+    def read_text(self, name: str) -> str:
+        return (self.root / name).read_text(encoding="utf-8")
+
+    def exists(self, name: str = "") -> bool:
+        return (self.root / name).exists()
+
+    def write_text(self, name: str, text: str) -> None:
+        path = self.root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        staging = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+        staging.write_text(text, encoding="utf-8")
+        os.replace(staging, path)
+
+    def move_aside(self, suffix: str) -> str | None:
+        root = self.root.resolve()
+        if not root.exists():
+            return None
+        retired = root.with_name(root.name + suffix)
+        shutil.move(str(root), str(retired))
+        return str(retired)
+
+
+class HadoopCheckpointFiles(CheckpointFiles):
+    """A checkpoint behind any URI Spark writes, through Hadoop's ``FileSystem`` in a
+    Spark JVM (``jvm``: a py4j view of it; ``conf``: the Hadoop configuration)."""
+
+    def __init__(self, location: str, jvm: Any, conf: Any) -> None:
+        super().__init__(location)
+        self._jvm = jvm
+        self._root = self._call("parse it", lambda: jvm.org.apache.hadoop.fs.Path(location))
+        self._fs = self._call(
+            "open its file system (is the scheme's Hadoop connector, e.g. hadoop-aws for "
+            "s3a://, on Spark's classpath?)",
+            lambda: self._root.getFileSystem(conf),
+        )
+
+    def _path(self, name: str) -> Any:
+        if not name:
+            return self._root
+        return self._jvm.org.apache.hadoop.fs.Path(self._root, name)
+
+    def _call(self, what: str, call: Callable[[], _T], name: str = "") -> _T:
+        """A JVM call; a Java ``FileNotFoundException`` becomes ``FileNotFoundError``,
+        any other JVM error an ``OSError`` naming the location and the cause."""
+        from py4j.protocol import Py4JError, Py4JJavaError
+
+        where = f"{self.location}/{name}" if name else self.location
+        try:
+            return call()
+        except Py4JJavaError as e:
+            cause = e.java_exception
+            if self._jvm.py4j.reflection.TypeUtil.isInstanceOf(
+                "java.io.FileNotFoundException", cause
+            ):
+                raise FileNotFoundError(errno.ENOENT, "no such file or folder", where) from None
+            message = f"{cause.getClass().getName()}: {cause.getMessage()}"
+            raise OSError(f"{LOCATION_KEY} {where}: cannot {what}: {message}") from None
+        except Exception as e:
+            # py4j's own errors (a lost connection), and the JVM errors PySpark's
+            # handler turns into its own types (IllegalArgumentException for a URI
+            # Hadoop rejects); anything else is ours and goes on as it is.
+            if not isinstance(e, Py4JError) and not type(e).__module__.startswith("pyspark"):
+                raise
+            first = (str(e).strip().splitlines() or [repr(e)])[0]
+            raise OSError(f"{LOCATION_KEY} {where}: cannot {what}: {first}") from None
+
+    def names(self, folder: str) -> list[str]:
+        def listing() -> list[str]:
+            # One call per entry: py4j hands a Java array over element by element (an
+            # offset log keeps Spark's minBatchesToRetain, 100, entries).
+            return [status.getPath().getName() for status in self._fs.listStatus(path)]
+
+        path = self._path(folder)
+        return self._call("list it", listing, folder)
+
+    def read_text(self, name: str) -> str:
+        def read() -> bytes:
+            stream = self._fs.open(self._path(name))
+            try:
+                data = self._jvm.org.apache.hadoop.io.IOUtils.readFullyToByteArray(stream)
+            finally:
+                stream.close()
+            return bytes(data)
+
+        return self._call("read it", read, name).decode("utf-8")
+
+    def exists(self, name: str = "") -> bool:
+        return bool(self._call("look it up", lambda: self._fs.exists(self._path(name)), name))
+
+    def write_text(self, name: str, text: str) -> None:
+        target = self._path(name)
+        staging = self._jvm.org.apache.hadoop.fs.Path(
+            target.getParent(), f".{target.getName()}.{uuid.uuid4().hex}.tmp"
+        )
+
+        def write() -> None:
+            out = self._fs.create(staging, False)
+            try:
+                out.write(bytearray(text.encode("utf-8")))
+            finally:
+                out.close()
+            if self._fs.rename(staging, target):
+                return
+            # Hadoop's rename does not replace a file (HDFS, the local file system):
+            # the one there goes first, so a reader may briefly find none.
+            self._fs.delete(target, False)
+            if not self._fs.rename(staging, target):
+                self._fs.delete(staging, False)
+                raise OSError(f"{LOCATION_KEY} {self.location}/{name}: rename refused")
+
+        self._call("write it", write, name)
+
+    def move_aside(self, suffix: str) -> str | None:
+        if not self.exists():
+            return None
+        parent, name = self._root.getParent(), self._root.getName()
+        retired = self._jvm.org.apache.hadoop.fs.Path(parent, name + suffix)
+        if not self._call("move it", lambda: self._fs.rename(self._root, retired)):
+            raise OSError(
+                f"{LOCATION_KEY} {self.location}: Hadoop's file system refused to rename "
+                f"it to {retired.toString()} (is the name taken?)"
+            )
+        return str(retired.toString())
+
+
+def default_hadoop_conf(jvm: Any) -> Any:
+    """The Hadoop configuration of the JVM's default session (the one ``getOrCreate``
+    built), else the SparkContext's: what a pipeline's query writes its checkpoint with
+    (module note)."""
+    session = jvm.org.apache.spark.sql.SparkSession.getDefaultSession()
+    if session.isDefined():
+        return session.get().sessionState().newHadoopConf()
+    return jvm.org.apache.spark.SparkContext.getOrCreate().hadoopConfiguration()
+
+
+def checkpoint_files(location: str, spark: SparkSession | None = None) -> CheckpointFiles:
+    """The files of the checkpoint at ``location``: local ones directly, any other URI
+    through the Spark JVM of ``spark`` (with that session's Hadoop configuration) or of
+    this process's SparkContext (with the default session's)."""
+    if local_path(location) is not None:
+        return LocalCheckpointFiles(location)
+    if spark is not None:
+        jvm = spark.sparkContext._jvm
+        return HadoopCheckpointFiles(
+            location, jvm, spark._jsparkSession.sessionState().newHadoopConf()
+        )
+    from pyspark import SparkContext
+
+    context = SparkContext._active_spark_context
+    if context is None or context._jvm is None:
+        raise OSError(
+            f"{LOCATION_KEY} {location}: a checkpoint behind a URI is read through "
+            "Spark's Hadoop FileSystem, and this process runs no SparkSession"
+        )
+    return HadoopCheckpointFiles(location, context._jvm, default_hadoop_conf(context._jvm))
+
+
+# -- the driver's gateway, for the Kafka reader's planning process ----------------------
+
+
+def _private_folder() -> Path:
+    """``<temp>/flow-jobs-<uid>/gateway``, created 0700; refused where someone else owns
+    it or another user may write it (the files in it hold the driver's auth token)."""
+    parent = Path(tempfile.gettempdir()) / f"flow-jobs-{os.getuid()}"
+    folder = parent / "gateway"
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for path in (parent, folder):
+        info = path.lstat()
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+            raise PermissionError(f"{path}: not a folder of this user's; remove it")
+        if info.st_mode & 0o022:
+            raise PermissionError(f"{path}: other users may write in it; chmod go-w it")
+    folder.chmod(0o700)
+    return folder
+
+
+def gateway_file(location: str) -> Path:
+    """Where the run publishes its driver's gateway for the checkpoint at ``location``."""
+    digest = hashlib.sha256(location.encode()).hexdigest()[:16]
+    return _private_folder() / f"{digest}.json"
+
+
+def publish_driver_gateway(spark: SparkSession, location: str) -> Path | None:
+    """Before a query on a remote checkpoint starts: the driver's py4j gateway (port and
+    auth token) in a file only this user reads, for the Kafka reader's planning process
+    (``ReaderCheckpoint``). None for a local checkpoint (the reader opens its files)."""
+    if local_path(location) is not None:
+        return None
+    params = spark.sparkContext._gateway.gateway_parameters
+    path = gateway_file(location)
+    staging = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}")
+    fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump({"port": params.port, "auth_token": params.auth_token}, f)
+    os.replace(staging, path)
+    return path
+
+
+def withdraw_driver_gateway(location: str) -> None:
+    """Once the query has stopped: the gateway's file goes (its token with it)."""
+    if local_path(location) is not None:
+        return
+    with contextlib.suppress(FileNotFoundError):
+        gateway_file(location).unlink()
+
+
+def _keep_py4j_quiet() -> None:
+    # py4j logs every command it sends at DEBUG, the auth command with its token among
+    # them: never below INFO in a process that connects with one.
+    for name in ("py4j", "py4j.java_gateway", "py4j.clientserver"):
+        logger = logging.getLogger(name)
+        if logger.level < logging.INFO:
+            logger.setLevel(logging.INFO)
+
+
+class ReaderCheckpoint:
+    """The checkpoint's files as Spark's Kafka reader plans a batch, in the Python process
+    the driver's JVM spawns for it: a local checkpoint directly; a remote one through the
+    driver's JVM, over its py4j gateway (``publish_driver_gateway``), connected once, on
+    first use, and closed by ``close`` (the reader's ``stop``)."""
+
+    def __init__(self, location: str) -> None:
+        self.location = location
+        self._files: CheckpointFiles | None = None
+        self._gateway: Any = None
+
+    def files(self) -> CheckpointFiles:
+        if self._files is None:
+            if local_path(self.location) is not None:
+                self._files = LocalCheckpointFiles(self.location)
+            else:
+                self._files = self._through_the_driver()
+        return self._files
+
+    def _through_the_driver(self) -> CheckpointFiles:
+        from py4j.java_gateway import GatewayParameters, JavaGateway
+
+        path = gateway_file(self.location)
+        try:
+            published = json.loads(path.read_text(encoding="utf-8"))
+            port, token = int(published["port"]), str(published["auth_token"])
+        except (OSError, ValueError, KeyError) as e:
+            raise OSError(
+                f"{LOCATION_KEY} {self.location}: the Kafka reader reads this checkpoint "
+                "through the driver's JVM, and no run published its gateway "
+                f"({type(e).__name__}); start queries on a remote checkpoint with "
+                "flow-jobs' runner"
+            ) from None
+        _keep_py4j_quiet()
+        gateway = JavaGateway(
+            gateway_parameters=GatewayParameters(port=port, auth_token=token, auto_convert=True)
+        )
+        try:
+            files = HadoopCheckpointFiles(
+                self.location, gateway.jvm, default_hadoop_conf(gateway.jvm)
+            )
+        except BaseException:
+            gateway.close()
+            raise
+        self._gateway = gateway
+        return files
+
+    def close(self) -> None:
+        """Close this process's connection (never the driver's gateway itself)."""
+        gateway, self._gateway, self._files = self._gateway, None, None
+        if gateway is not None:
+            gateway.close()
