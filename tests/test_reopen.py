@@ -22,13 +22,14 @@ from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
 from flow_jobs.io.state_store import StateStore
-from flow_jobs.operators import reopen
+from flow_jobs.operators import reopen, timers
 from flow_jobs.operators.frame import EventFrame, Values
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec.models import PipelineSpec
 from flow_jobs_dev.broker import EmbeddedBroker
 from flow_jobs_dev.producer import Record
 from tests.reference import reference_windows, window_starts
+from tests.spark_timers import SparkTimers
 from tests.support import assert_same_windows, make_spec, read_windows, send
 
 # -- the operator against the model ---------------------------------------------------
@@ -99,10 +100,14 @@ def drive(
     batches: Sequence[Sequence[Row]], duration: int, hop: int, lateness: int, allowed: int
 ) -> tuple[list[Emit], int]:
     """The operator as Spark runs it: per batch, late rows out, each group's rows
-    through ``add``, then the groups whose timer is below the watermark through
-    ``close``."""
+    through ``add`` and its timer set at ``due``; then each timer at or below the
+    watermark fires (Spark's rule, tests/spark_timers.py): ``close``, the next timer,
+    and Spark deletes the fired one. After each batch, Spark holds exactly the timer
+    each group's state saved."""
     b = reopen.Bounds(duration, hop, allowed)
     states: dict[str, reopen.ReopenState] = {}
+    spark = SparkTimers()
+    saved: dict[str, int | None] = {}
     emits: list[Emit] = []
     late, seq = 0, 0
     highest: int | None = None
@@ -127,14 +132,19 @@ def drive(
             seq += len(rows)
             out(n, group, state, reopened)
             states[group] = state
-        for group in sorted(states):
-            timer = reopen.next_timer(states[group], b)
-            if timer is None or timer >= watermark:  # Spark fires it once W > timer
-                continue
+            due = reopen.due(state, b)
+            saved[group] = timers.settle(spark.handle(group), saved.get(group), due)
+        for group, expiry in spark.expired(watermark):
             before = states[group]
             state, first = reopen.close(before, watermark, b)
             out(n, group, before, first)
             states[group] = state
+            firing = timers.Firing(expiry, watermark)
+            due = reopen.due(state, b)
+            saved[group] = timers.settle(spark.handle(group), saved[group], due, firing)
+            spark.handled(group, expiry)
+        for group in states:
+            assert spark.of(group) == {saved[group]} - {None}
         times = [t for _, t, _ in batch]
         highest = max([*times, *([highest] if highest is not None else [])], default=None)
         previous = watermark
@@ -191,6 +201,21 @@ def test_a_late_row_reopens_a_closed_window_once_per_batch() -> None:
     zero = [(n, rev, count, total) for n, _, start, rev, count, total in emits if start == t0]
     assert zero == [(2, 1, 4, 112), (3, 2, 5, 1112)]  # batch 2: first emit with the 5 s rows
     assert late == 1
+
+
+def test_a_watermark_one_below_a_window_due_does_not_lose_its_timer() -> None:
+    """Issue 29's case: Spark's watermark stops at 7 999, one below the 8 000 at which
+    the [0, 10 s) windows are due (10 s less 2 s allowed lateness). Their timers are at
+    8 000 and do not fire there; a later row moves the watermark past, and both emit."""
+    t0 = 1_700_000_040_000  # a minute boundary
+
+    def row(group: str, ms: int) -> Row:
+        return (group, t0 + ms, 1)
+
+    batches = [[row("a", 1_000), row("b", 9_999)], [], [row("c", 60_000)]]
+    emits, late = drive(batches, 10_000, 10_000, 0, 2_000)
+    assert (emits, late) == model(batches, 10_000, 10_000, 0, 2_000)
+    assert sorted(e[1:] for e in emits) == [("a", t0, 1, 1, 1), ("b", t0, 1, 1, 1)]
 
 
 # -- end to end ---------------------------------------------------------------------------

@@ -117,6 +117,14 @@ def number(
     return kept, complete
 
 
+def due(state: CountState) -> int | None:
+    """The lowest watermark at which ``number`` has work: the oldest pending event's
+    time (numbered once the watermark is at or above it; the group's timer is at it:
+    ``flow_jobs.operators.timers``)."""
+    times = state.pending_times
+    return int(times[0]) if len(times) else None
+
+
 def open_windows(state: CountState, count: int, stride: int) -> Ranges:
     """The windows holding the state's events, as they stand, as ranges into
     ``state.frame``."""

@@ -6,17 +6,19 @@ state calls are round trips to the JVM (≈ 1.5 ms per group and batch measured 
 so one get and one put per group is what keeps the operator fast. The blob lives in
 Spark's state store (RocksDB) inside the checkpoint, like every other operator's state.
 
-Sliding windows use one event-time timer per group, at the end of its oldest pending
-window + 1 ms: Spark fires it once the watermark passes that end. Late rows never reach
-this code: Spark drops rows behind the watermark before the operator and counts them.
-Count windows number their events once the watermark passes them (a timer at the
-oldest pending event's time), so that their order is the events' total order whatever
-the micro-batches (``flow_jobs.operators.count_based``). Tumbling and hopping windows come
-here when they reopen (``flow_jobs.operators.reopen``), with one timer per group too,
-and an integer revision column last in their output; session windows when they emit
-"current" (``flow_jobs.operators.session``), with a timer at the end of the group's
-first open session. Tumbling, hopping and session windows with an exact
-``count_distinct`` come here too: only here is its cap checked while a window is open.
+Each group holds one event-time timer, at the lowest watermark at which its windows
+have work (their family's ``due``; Spark fires a timer once the watermark is at or above
+it: ``flow_jobs.operators.timers``). Sliding windows close once the watermark passes
+their end (due: the oldest pending window's end + 1 ms). Late rows never reach this
+code: Spark drops rows behind the watermark before the operator and counts them.
+Count windows number their events once the watermark reaches them (due: the oldest
+pending event's time), so that their order is the events' total order whatever the
+micro-batches (``flow_jobs.operators.count_based``). Tumbling and hopping windows come
+here when they reopen (``flow_jobs.operators.reopen``), with an integer revision column
+last in their output; session windows when they emit "current"
+(``flow_jobs.operators.session``; due: the end of the group's first open session).
+Tumbling, hopping and session windows with an exact ``count_distinct`` come here too:
+only here is its cap checked while a window is open.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import pandas as pd
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
-from flow_jobs.operators import count_based, reopen, session, sliding
+from flow_jobs.operators import count_based, reopen, session, sliding, timers
 from flow_jobs.operators.aggregators import Context, CountDistinctExact, Ranges, WindowAggregator
 from flow_jobs.operators.frame import ColumnKind, EventFrame, frame_from_pandas
 
@@ -160,31 +162,31 @@ class WindowProcessor(StatefulProcessor):
         self, key: Any, timerValues: Any, expiredTimerInfo: Any
     ) -> Iterator[pd.DataFrame]:
         blob = self._load()
-        blob["timer"] = None  # this one has fired
+        watermark = timerValues.getCurrentWatermarkInMs()
+        # Spark deletes this timer once the handler returns: ``_set_timer`` must know it.
+        firing = timers.Firing(expiredTimerInfo.getExpiryTimeInMs(), watermark)
         if self.plan.count_based:
-            yield from self._count_number(key, blob, timerValues.getCurrentWatermarkInMs())
+            yield from self._count_number(key, blob, watermark, firing)
             return
         if self.plan.fixed:
-            yield from self._reopen_close(key, blob, timerValues.getCurrentWatermarkInMs())
+            yield from self._reopen_close(key, blob, firing)
             return
         if self.plan.session:
             gap = self.plan.gap_ms or 0
             before = blob["state"]
-            state, closed = session.close(before, timerValues.getCurrentWatermarkInMs(), gap)
+            state, closed = session.close(before, watermark, gap)
             if self.plan.emit == "final" and len(closed):
                 starts, ends = session.bounds(before.frame, closed, gap)
                 yield self._output(key, before.frame, closed, starts, ends, None)
             blob["state"] = state
-            self._set_timer(blob)
+            self._set_timer(blob, firing)
             self._save(blob, empty=not len(state.frame))
             return
-        state, done = sliding.close(
-            blob["state"], timerValues.getCurrentWatermarkInMs(), self.plan.duration_ms or 0
-        )
+        state, done = sliding.close(blob["state"], watermark, self.plan.duration_ms or 0)
         if self.plan.emit == "final" and len(done):
             yield self._sliding_output(key, blob["state"].frame, done)
         blob["state"] = state
-        self._set_timer(blob)
+        self._set_timer(blob, firing)
         self._save(blob, empty=not len(state.pending) and not len(state.frame))
 
     def close(self) -> None:
@@ -214,24 +216,30 @@ class WindowProcessor(StatefulProcessor):
         self._set_timer(blob)
         self._save(blob, empty=False)
 
-    def _set_timer(self, blob: dict[str, Any]) -> None:
+    def _due(self, state: Any) -> int | None:
+        """The lowest watermark at which the group's windows have work."""
         if self.plan.count_based:
-            pending = blob["state"].pending_times
-            # fires once the watermark is above it: at the oldest pending event's time
-            wanted = int(pending[0]) - 1 if len(pending) and self.plan.event_time else None
-        elif self.plan.fixed:
-            wanted = reopen.next_timer(blob["state"], self.plan.bounds)
-        elif self.plan.session:
-            wanted = session.next_timer(blob["state"], self.plan.gap_ms or 0)
-        else:
-            pending = blob["state"].pending
-            wanted = int(pending[0]) + 1 if len(pending) else None
-        if blob["timer"] != wanted:
-            if blob["timer"] is not None:
-                self.handle.deleteTimer(blob["timer"])
-            if wanted is not None:
-                self.handle.registerTimer(wanted)
-            blob["timer"] = wanted
+            return count_based.due(state) if self.plan.event_time else None
+        if self.plan.fixed:
+            return reopen.due(state, self.plan.bounds)
+        if self.plan.session:
+            return session.due(state, self.plan.gap_ms or 0)
+        return sliding.due(state)
+
+    def _set_timer(self, blob: dict[str, Any], firing: timers.Firing | None = None) -> None:
+        """Hold the group's timer at its ``due`` (``flow_jobs.operators.timers``).
+
+        State saved before issue 29's fix has its timer at ``due - 1``, which Spark may
+        have fired and deleted already (a group it left with no timer): the first call
+        for such a group deletes that one and registers the new one whatever it was."""
+        blob["timer"] = timers.settle(
+            self.handle,
+            blob["timer"],
+            self._due(blob["state"]),
+            firing,
+            held_known=blob.get("timer_rule") == timers.RULE,
+        )
+        blob["timer_rule"] = timers.RULE
 
     def _sliding_output(self, key: Any, frame: EventFrame, ends: np.ndarray) -> pd.DataFrame:
         starts = sliding.window_starts(ends, self.plan.duration_ms or 0)
@@ -262,14 +270,14 @@ class WindowProcessor(StatefulProcessor):
         self._save(blob, empty=False)
 
     def _reopen_close(
-        self, key: Any, blob: dict[str, Any], watermark_ms: int
+        self, key: Any, blob: dict[str, Any], firing: timers.Firing
     ) -> Iterator[pd.DataFrame]:
         before = blob["state"]
-        state, first = reopen.close(before, watermark_ms, self.plan.bounds)
+        state, first = reopen.close(before, firing.watermark_ms, self.plan.bounds)
         if self.plan.emit == "final" and len(first):
             yield self._reopen_output(key, before, first)
         blob["state"] = state
-        self._set_timer(blob)
+        self._set_timer(blob, firing)
         self._save(blob, empty=not len(state.starts))
 
     def _reopen_output(
@@ -312,7 +320,11 @@ class WindowProcessor(StatefulProcessor):
         yield from self._count_number(key, blob, watermark_ms)
 
     def _count_number(
-        self, key: Any, blob: dict[str, Any], watermark_ms: int
+        self,
+        key: Any,
+        blob: dict[str, Any],
+        watermark_ms: int,
+        firing: timers.Firing | None = None,
     ) -> Iterator[pd.DataFrame]:
         count, stride = self.plan.count or 0, self.plan.stride or 0
         watermark = watermark_ms if self.plan.event_time else None
@@ -322,7 +334,7 @@ class WindowProcessor(StatefulProcessor):
         if self.plan.emit == "final" and len(complete.ks):
             yield self._count_output(key, complete)
         blob["state"] = state
-        self._set_timer(blob)
+        self._set_timer(blob, firing)
         self._save(blob, empty=not len(state.frame))
 
     def _count_output(self, key: Any, windows: count_based.Windows) -> pd.DataFrame:

@@ -100,11 +100,11 @@ def ranges(frame: EventFrame, starts: np.ndarray, b: Bounds) -> Ranges:
     )
 
 
-def next_timer(state: ReopenState, b: Bounds) -> int | None:
-    """The event-time timer for the lowest watermark at which ``close`` has something
-    to do for this group: Spark fires a timer once the watermark is *above* it."""
+def due(state: ReopenState, b: Bounds) -> int | None:
+    """The lowest watermark at which ``close`` has work for this group: a window not
+    emitted yet is due at ``W = end - allowed_lateness_ms``, every window leaves at
+    ``W = end`` (the group's timer is at it: ``flow_jobs.operators.timers``)."""
     if not len(state.starts):
         return None
     ends = state.starts + b.duration_ms
-    due = np.where(state.revisions == 0, ends - b.allowed_lateness_ms, ends)
-    return int(due.min()) - 1
+    return int(np.where(state.revisions == 0, ends - b.allowed_lateness_ms, ends).min())

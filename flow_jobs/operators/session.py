@@ -75,9 +75,10 @@ def close(state: SessionState, watermark_ms: int, gap_ms: int) -> tuple[SessionS
     return SessionState(state.frame.slice(int(w.lo[np.argmax(open_)]))), closed
 
 
-def next_timer(state: SessionState, gap_ms: int) -> int | None:
-    """Fires once the watermark reaches the first open session's end."""
+def due(state: SessionState, gap_ms: int) -> int | None:
+    """The lowest watermark at which ``close`` has work: the first open session's end
+    (the group's timer is at it: ``flow_jobs.operators.timers``)."""
     w = sessions(state.frame.t, gap_ms)
     if not len(w.lo):
         return None
-    return int(state.frame.t[w.hi[0]]) + gap_ms - 1
+    return int(state.frame.t[w.hi[0]]) + gap_ms

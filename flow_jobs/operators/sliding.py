@@ -54,6 +54,13 @@ def touched(pending: np.ndarray, new_times: np.ndarray, duration_ms: int) -> np.
     return pending[inside]
 
 
+def due(state: SlidingState) -> int | None:
+    """The lowest watermark at which ``close`` has work: one above the oldest pending
+    window's end (a window closes once the watermark is above its end; the group's
+    timer is at it: ``flow_jobs.operators.timers``)."""
+    return int(state.pending[0]) + 1 if len(state.pending) else None
+
+
 def close(
     state: SlidingState, watermark_ms: int, duration_ms: int
 ) -> tuple[SlidingState, np.ndarray]:
