@@ -1,4 +1,4 @@
-"""A checkpoint behind a URI keeps every guarantee a local one gives (issue 29, item 3).
+"""A checkpoint behind a URI keeps every guarantee a local one gives.
 
 flow-jobs reads Spark's offset log, commit log and its own marker files from the
 checkpoint (``flow_jobs.io.checkpoint_files``). Here the checkpoint is a ``viewfs://``

@@ -204,7 +204,7 @@ def test_a_late_row_reopens_a_closed_window_once_per_batch() -> None:
 
 
 def test_a_watermark_one_below_a_window_due_does_not_lose_its_timer() -> None:
-    """Issue 29's case: Spark's watermark stops at 7 999, one below the 8 000 at which
+    """The reported case: Spark's watermark stops at 7 999, one below the 8 000 at which
     the [0, 10 s) windows are due (10 s less 2 s allowed lateness). Their timers are at
     8 000 and do not fire there; a later row moves the watermark past, and both emit."""
     t0 = 1_700_000_040_000  # a minute boundary

@@ -31,23 +31,6 @@ _SCHEMA = "k STRING, t TIMESTAMP"
 _INPUT = "k STRING, ms BIGINT, register BIGINT, delete BIGINT"
 
 
-class _Folder:
-    """A streaming JSON source fed one file per micro-batch."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        path.mkdir()
-        self.files = 0
-
-    def add(self, rows: Sequence[Mapping[str, Any]]) -> None:
-        # Spark's file listing skips names starting with "_": write there, then rename,
-        # so a micro-batch never reads half a file.
-        temp = self.path / f"_{self.files}.tmp"
-        temp.write_text("".join(json.dumps(dict(r)) + "\n" for r in rows))
-        temp.rename(self.path / f"{self.files:04d}.json")
-        self.files += 1
-
-
 class Files:
     """A folder a file stream reads, one new file per micro-batch."""
 
@@ -57,10 +40,15 @@ class Files:
         self.n = 0
 
     def add(self, *seconds: int, key: str = "a") -> None:
-        rows = [{"k": key, "t": f"1970-01-01T00:00:{s:02d}Z"} for s in seconds]
+        """One file of rows (``k``, ``t``) at these event times (seconds)."""
+        self.write([{"k": key, "t": f"1970-01-01T00:00:{s:02d}Z"} for s in seconds])
+
+    def write(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        # Spark's file listing skips names starting with "." or "_": write there, then
+        # rename, so a micro-batch never reads half a file.
         staging = self.folder / f".{self.n}.tmp"
-        staging.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-        staging.rename(self.folder / f"{self.n:04d}.json")  # the source lists whole files
+        staging.write_text("".join(json.dumps(dict(r)) + "\n" for r in rows), encoding="utf-8")
+        staging.rename(self.folder / f"{self.n:04d}.json")
         self.n += 1
 
     def stream(self, spark: SparkSession) -> DataFrame:
@@ -90,7 +78,7 @@ def no_data_batches_off(spark: SparkSession) -> Iterator[None]:
 
 
 def _consume(batch: DataFrame, batch_id: int) -> None:
-    # Spark 4.2 fails a batch whose stateful operators never ran (its state stores are
+    # Spark 4.2 and 4.3 fail a batch whose stateful operators never ran (state stores
     # not committed): a sink must run the batch's plan, as flow-jobs' sink always does.
     batch.collect()
 
@@ -507,12 +495,12 @@ class _TimerQuery:
         self, spark: SparkSession, workdir: Path, on_fire: Mapping[int, Sequence[int]]
     ) -> None:
         self.spark = spark
-        self.source = _Folder(workdir / "in")
+        self.source = Files(workdir / "in")
         self.name = f"timers_{uuid.uuid4().hex[:8]}"
         stream = (
             spark.readStream.schema(_INPUT)
             .option("maxFilesPerTrigger", 1)
-            .json(str(self.source.path))
+            .json(str(self.source.folder))
             .withColumn("ts", F.timestamp_millis("ms"))
             .withWatermark("ts", "0 seconds")
             .groupBy("k")
@@ -527,7 +515,7 @@ class _TimerQuery:
         )
 
     def batch(self, rows: Sequence[Mapping[str, Any]]) -> None:
-        self.source.add([{"register": None, "delete": None, **r} for r in rows])
+        self.source.write([{"register": None, "delete": None, **r} for r in rows])
         self.query.processAllAvailable()
 
     def events(self, kind: str) -> list[tuple[str, int, int]]:
@@ -551,7 +539,7 @@ def test_an_event_time_timer_fires_when_the_watermark_equals_it(
     flow_jobs.operators.timers registers each group's timer AT the lowest watermark at
     which its windows have work ("due"). Were the rule W > T, a timer at due would fire
     one batch late (at the first W above it); registering at due - 1 under the rule
-    that holds here fired with nothing to do and lost the timer (issue 29)."""
+    that holds here fired with nothing to do and lost the timer (an earlier flow-jobs)."""
     with _TimerQuery(spark, workdir, {}) as q:
         q.batch(
             [
@@ -589,10 +577,10 @@ def test_deleting_a_timer_that_is_not_registered_is_harmless(
     """``deleteTimer`` of a time the key holds no timer for neither fails the query nor
     touches the key's other timers.
 
-    flow_jobs.operators.processor: a checkpoint written before issue 29's fix can hold a
-    group whose saved timer (due - 1) Spark has already fired and deleted; on the group's
-    next input ``timers.settle`` deletes that saved value before registering the new
-    one, and the run must go on."""
+    flow_jobs.operators.processor: a checkpoint written before timers were set at their
+    due watermark can hold a group whose saved timer (due - 1) Spark has already fired
+    and deleted; on the group's next input ``timers.settle`` deletes that saved value
+    before registering the new one, and the run must go on."""
     with _TimerQuery(spark, workdir, {}) as q:
         q.batch([{"k": "a", "ms": 1_000, "register": 9_000}])
         q.batch([{"k": "a", "ms": 1_001, "delete": 4_242}])

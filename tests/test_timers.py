@@ -1,4 +1,4 @@
-"""Timers that cannot be lost (issue 29, item 1; ``flow_jobs.operators.timers``).
+"""Timers that cannot be lost (``flow_jobs.operators.timers``).
 
 Spark fires an event-time timer once the watermark is at or above it, and deletes it
 after its handler (tests/test_spark_contracts.py, "timers"). Each state-API window
@@ -225,7 +225,7 @@ def _plan(kind: str) -> WindowOperatorPlan:
 
 
 def test_state_saved_under_the_old_rule_gets_its_timer_back() -> None:
-    """A group saved before issue 29's fix has its timer at due - 1 and no
+    """A group saved before timers were set at their due watermark has its timer at due - 1 and no
     ``timer_rule``: whether Spark still holds that timer or already fired and deleted
     it, the processor's next timer call (its next input, or the firing) leaves Spark
     holding the timer at due, and the state saying so."""

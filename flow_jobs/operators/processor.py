@@ -229,9 +229,10 @@ class WindowProcessor(StatefulProcessor):
     def _set_timer(self, blob: dict[str, Any], firing: timers.Firing | None = None) -> None:
         """Hold the group's timer at its ``due`` (``flow_jobs.operators.timers``).
 
-        State saved before issue 29's fix has its timer at ``due - 1``, which Spark may
-        have fired and deleted already (a group it left with no timer): the first call
-        for such a group deletes that one and registers the new one whatever it was."""
+        State saved before timers were set at their due watermark has its timer at
+        ``due - 1``, which Spark may have fired and deleted already (a group it left with
+        no timer): the first call for such a group deletes that one and registers the new
+        one whatever it was."""
         blob["timer"] = timers.settle(
             self.handle,
             blob["timer"],

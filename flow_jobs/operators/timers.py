@@ -1,6 +1,6 @@
-"""The one event-time timer each group of the state-API windows holds (issue 29).
+"""The one event-time timer each group of the state-API windows holds.
 
-What Spark does (PySpark 4.2 ``transformWithStateInPandas``, pinned by
+What Spark does (PySpark's ``transformWithStateInPandas``, pinned by
 ``tests/test_spark_contracts.py``, section "timers"):
 
 * a timer at ``T`` fires in the first micro-batch whose watermark ``W`` has
@@ -30,8 +30,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-#: Saved with each group's timer: state written before issue 29's fix has none, and its
-#: timer (at ``due - 1``) may be one Spark already fired and deleted.
+#: Saved with each group's timer: state written before timers were set at their due
+#: watermark has none, and its timer (at ``due - 1``) may be one Spark already fired and
+#: deleted.
 RULE = 2
 
 
