@@ -11,7 +11,7 @@ LOCK_VENV := .venv-lock
 LOCK_STAMP := $(LOCK_VENV)/.stamp
 PIP_TOOLS := pip-tools==7.6.2
 
-.PHONY: demo test ci soak bench bench-compare bench-state pack lint validate lock clean
+.PHONY: demo test ci soak bench bench-compare bench-state bench-latency pack lint validate lock clean
 
 # Every dependency (the extras dev and demo included) at the version and hashes of
 # requirements.lock, then this project, editable, without resolving anything again.
@@ -68,6 +68,10 @@ bench-compare: $(STAMP) $(QUIX_STAMP)
 ## bench-state: state at scale, 1k / 100k / 1M keys in one window (keys -> events/s -> peak state -> RSS)
 bench-state: $(STAMP)
 	$(PY) -m bench.state_scale $(if $(KEYS),--keys $(KEYS),)
+
+## bench-latency: event-to-target p50/p95/p99 and per-batch time of a continuous run, flow-jobs vs hand-written PySpark (RATE=1000 events/s, DURATION=120 s, JSON=path)
+bench-latency: $(STAMP)
+	$(PY) -m bench.latency $(if $(RATE),--rate $(RATE),) $(if $(DURATION),--duration $(DURATION),) $(if $(JSON),--json $(JSON),)
 
 ## pack: the executors' Python environment for a cluster (dist/flow-jobs-executor.tar.gz)
 pack: $(STAMP)
