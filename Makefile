@@ -69,9 +69,10 @@ bench-compare: $(STAMP) $(QUIX_STAMP)
 bench-state: $(STAMP)
 	$(PY) -m bench.state_scale $(if $(KEYS),--keys $(KEYS),)
 
-## bench-latency: event-to-target p50/p95/p99 and per-batch time of a continuous run, flow-jobs vs hand-written PySpark (RATE=1000 events/s, DURATION=120 s, JSON=path)
+## bench-latency: event-to-target p50/p95/p99 and per-batch time of a continuous run, flow-jobs vs hand-written PySpark (RATE=1000 events/s, DURATION=120 s, EMIT=current|final|current,final, JSON=path)
 bench-latency: $(STAMP)
-	$(PY) -m bench.latency $(if $(RATE),--rate $(RATE),) $(if $(DURATION),--duration $(DURATION),) $(if $(JSON),--json $(JSON),)
+	$(PY) -m bench.latency $(if $(RATE),--rate $(RATE),) $(if $(DURATION),--duration $(DURATION),) \
+		$(if $(EMIT),--emit $(EMIT),) $(if $(JSON),--json $(JSON),)
 
 ## pack: the executors' Python environment for a cluster (dist/flow-jobs-executor.tar.gz)
 pack: $(STAMP)
