@@ -42,6 +42,7 @@ from bench.run import (
     Result,
     _join_spec,
     bare_read,
+    hand_written_events,
     hand_written_join,
     spark_run,
 )
@@ -108,16 +109,7 @@ def hand_written_window(
     from deltalake import write_deltalake
     from pyspark.sql import functions as F
 
-    raw = (
-        spark.readStream.format("flow_kafka")
-        .option("bootstrap_servers", bootstrap)
-        .option("topic", topic)
-        .load()
-    )
-    rows = raw.select(F.from_json(F.col("value").cast("string"), SCHEMA).alias("j")).select("j.*")
-    timed = rows.withColumn("et", F.timestamp_millis("ts")).withWatermark(
-        "et", f"{LATENESS_MS // 1000} seconds"
-    )
+    timed = hand_written_events(spark, bootstrap, topic, SCHEMA, LATENESS_MS)
     if shape == "tumbling":
         window = F.window("et", "60 seconds")
     elif shape == "hopping":

@@ -205,21 +205,13 @@ def hand_written_job(
     from pyspark.sql import DataFrame
     from pyspark.sql import functions as F
 
+    from bench.run import hand_written_events
     from flow_jobs.runtime.session import build_spark_session
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     spark = build_spark_session(app_name="bench-latency-hand-written")
-    raw = (
-        spark.readStream.format("flow_kafka")
-        .option("bootstrap_servers", bootstrap)
-        .option("topic", topic)
-        .load()
-    )
-    rows = raw.select(F.from_json(F.col("value").cast("string"), SCHEMA).alias("j")).select("j.*")
-    timed = rows.withColumn("et", F.timestamp_millis("ts")).withWatermark(
-        "et", f"{LATENESS_MS} milliseconds"
-    )
+    timed = hand_written_events(spark, bootstrap, topic, SCHEMA, LATENESS_MS)
     windows = (
         timed.groupBy(F.window("et", f"{WINDOW_MS} milliseconds").alias("w"), "user_id")
         .agg(F.count(F.lit(1)).alias("n"), F.sum("amount").alias("amount_sum"))
