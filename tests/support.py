@@ -150,3 +150,22 @@ def assert_same_windows(actual: dict[tuple, dict], expected: dict[tuple, dict]) 
                 )
             else:
                 assert got[column] == value, (key, column, got[column], value)
+
+
+def stamped_before_first(events: Sequence[dict[str, Any]], at_ms: int) -> list[dict[str, Any]]:
+    """The events with every one stamped (``ts``) before ``at_ms`` ahead of the others, so
+    that in each partition the records before a replay's time precede the rest: the
+    premise of finding where a partition starts by time (``flow_jobs.io.kafka_time_offsets``)
+    on a broker without a time index."""
+    return [e for e in events if e["ts"] < at_ms] + [e for e in events if e["ts"] >= at_ms]
+
+
+def tamper_windows(path: str, key: Sequence[str], starts_ms: Sequence[int]) -> dict[tuple, dict]:
+    """Set ``n = -1`` in the target's rows of the windows starting at ``starts_ms``, so a
+    later run that rewrites one of them shows; the windows as they then stand."""
+    from deltalake import DeltaTable
+
+    for start_ms in starts_ms:
+        start = datetime.fromtimestamp(start_ms / 1000, tz=UTC).isoformat()
+        DeltaTable(path).update(updates={"n": "-1"}, predicate=f"window_start = '{start}'")
+    return read_windows(path, key)

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from flow_jobs.cli import main
@@ -54,6 +53,8 @@ from tests.support import (
     random_clicks,
     read_windows,
     send,
+    stamped_before_first,
+    tamper_windows,
     to_records,
 )
 
@@ -303,9 +304,7 @@ def test_a_reset_of_a_remote_checkpoint_never_overwrites_a_closed_window(
     events = random_clicks(random.Random("reset"), 400, step_ms=200, disorder_ms=2_000)
     # Kafka timestamp = event time; in each partition the records stamped before T
     # precede the others (how reset --from finds where to start).
-    events = [e for e in events if e["ts"] < REPLAY_FROM_MS] + [
-        e for e in events if e["ts"] >= REPLAY_FROM_MS
-    ]
+    events = stamped_before_first(events, REPLAY_FROM_MS)
     send(broker.bootstrap_servers, topic, to_records(events))
     spec = _at(
         make_spec(workdir, broker.bootstrap_servers, topic, _window(), name="reset-remote"),
@@ -317,12 +316,8 @@ def test_a_reset_of_a_remote_checkpoint_never_overwrites_a_closed_window(
     assert_same_windows(read_windows(spec.target.path, key), reference)
 
     at = datetime.fromtimestamp(REPLAY_FROM_MS / 1000, tz=UTC)
-    for start_ms in (REPLAY_FROM_MS - 20_000, REPLAY_FROM_MS, REPLAY_FROM_MS + 10_000):
-        start = datetime.fromtimestamp(start_ms / 1000, tz=UTC).isoformat()
-        DeltaTable(spec.target.path).update(
-            updates={"n": "-1"}, predicate=f"window_start = '{start}'"
-        )
-    tampered = read_windows(spec.target.path, key)
+    starts = (REPLAY_FROM_MS - 20_000, REPLAY_FROM_MS, REPLAY_FROM_MS + 10_000)
+    tampered = tamper_windows(spec.target.path, key, starts)
     assert sum(row["n"] == -1 for row in tampered.values()) >= 6
 
     spec_file = workdir / "reset-remote.toml"

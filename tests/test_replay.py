@@ -9,7 +9,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from flow_jobs.cli import main
@@ -32,6 +31,8 @@ from tests.support import (
     random_clicks,
     read_windows,
     send,
+    stamped_before_first,
+    tamper_windows,
     to_records,
 )
 
@@ -210,9 +211,7 @@ def test_a_replay_from_a_time_rewrites_exactly_the_windows_from_it_on(
     # Out of order within the lateness, but in each partition every record stamped before
     # the replay's time precedes the others (the search's premise, module note of
     # flow_jobs.io.kafka_time_offsets). Kafka timestamp = event time.
-    events = [e for e in events if e["ts"] < REPLAY_FROM_MS] + [
-        e for e in events if e["ts"] >= REPLAY_FROM_MS
-    ]
+    events = stamped_before_first(events, REPLAY_FROM_MS)
     send(broker.bootstrap_servers, topic, to_records(events, partitions=3))
     spec = _replay_spec(workdir, broker, topic, max_offsets)
     key = spec.natural_key()
@@ -229,12 +228,8 @@ def test_a_replay_from_a_time_rewrites_exactly_the_windows_from_it_on(
 
     # Tamper with closed windows on both sides of the replay's time.
     replay_from = datetime.fromtimestamp(REPLAY_FROM_MS / 1000, tz=UTC)
-    for start_ms in (REPLAY_FROM_MS - 20_000, REPLAY_FROM_MS, REPLAY_FROM_MS + 10_000):
-        start = datetime.fromtimestamp(start_ms / 1000, tz=UTC).isoformat()
-        DeltaTable(spec.target.path).update(
-            updates={"n": "-1"}, predicate=f"window_start = '{start}'"
-        )
-    tampered = read_windows(spec.target.path, key)
+    starts = (REPLAY_FROM_MS - 20_000, REPLAY_FROM_MS, REPLAY_FROM_MS + 10_000)
+    tampered = tamper_windows(spec.target.path, key, starts)
     assert sum(row["n"] == -1 for k, row in tampered.items() if k[0] < replay_from) >= 3
     assert sum(row["n"] == -1 for k, row in tampered.items() if k[0] >= replay_from) >= 6
 
