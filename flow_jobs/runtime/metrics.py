@@ -1,4 +1,4 @@
-"""Prometheus metrics from Spark's own progress events (a ``StreamingQueryListener``).
+"""Prometheus metrics from Spark's own progress reports.
 
 Seed 000's five metrics, renamed ``flow_…`` and labelled by pipeline:
 
@@ -16,8 +16,9 @@ Seed 000's five metrics, renamed ``flow_…`` and labelled by pipeline:
   the observable metrics each source view reports) and ``source="_global"`` (Spark's
   watermark).
 
-The listener runs in the driver (PySpark calls it from the JVM); ``serve`` starts the
-HTTP endpoint once per process.
+The run's progress tracker feeds them each batch's report (``MetricsFeed``), on the
+driver: no Python listener on Spark's listener bus, whose every event would call into
+Python while batches run. ``serve`` starts the HTTP endpoint once per process.
 """
 
 from __future__ import annotations
@@ -28,11 +29,9 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, start_http_server
-from pyspark.sql.streaming import StreamingQueryListener
 
 from flow_jobs.io.ledger import source_watermark_ms
 from flow_jobs.runtime.reports import (
-    as_dict,
     late_rows_by_source,
     max_event_times,
     state_rows,
@@ -94,46 +93,23 @@ def serve(port: int) -> None:
     log.info("Prometheus metrics on http://0.0.0.0:%s/metrics", port)
 
 
-class MetricsListener(StreamingQueryListener):
-    """Feeds ``FlowMetrics`` from the progress of the named queries (pipelines)."""
+class MetricsFeed:
+    """Feeds ``FlowMetrics`` from one pipeline's batch reports (its progress tracker
+    hands each over once)."""
 
-    def __init__(self, lateness_ms: dict[str, dict[str, int]]) -> None:
-        self.lateness_ms = lateness_ms  # pipeline -> source -> lateness
-        self.metrics = metrics()
-        self._source_marks: dict[tuple[str, str], int] = {}  # epoch ms
-        self._terminated: dict[str, threading.Event] = {}
-        self._terminated_lock = threading.Lock()
-
-    def _termination(self, query_id: str) -> threading.Event:
-        with self._terminated_lock:
-            return self._terminated.setdefault(query_id, threading.Event())
-
-    def delivered_termination(self, query_id: str, timeout_s: float) -> bool:
-        """Wait until Spark's listener bus has called ``onQueryTerminated`` for the query:
-        only then may the listener be removed and Python exit without the bus calling
-        into a Python side that is gone (a py4j trace on stderr at exit)."""
-        return self._termination(query_id).wait(timeout_s)
-
-    def onQueryStarted(self, event: Any) -> None:
-        pass
-
-    def onQueryIdle(self, event: Any) -> None:
-        pass
-
-    def onQueryTerminated(self, event: Any) -> None:
-        self._termination(str(event.id)).set()
-
-    def onQueryProgress(self, event: Any) -> None:
-        try:
-            self.record(as_dict(event.progress))
-        except Exception:  # a metrics bug must never fail the query
-            log.exception("metrics: cannot record progress")
+    def __init__(self, pipeline: str, lateness_ms: dict[str, int]) -> None:
+        self.pipeline = pipeline
+        self.lateness_ms = lateness_ms  # source -> lateness
+        self._source_marks: dict[str, int] = {}  # epoch ms
 
     def record(self, p: dict[str, Any]) -> None:
-        pipeline = p.get("name")
-        if pipeline not in self.lateness_ms:
-            return
-        m = self.metrics
+        try:
+            self._record(p)
+        except Exception:  # a metrics bug must never fail the run
+            log.exception("metrics: cannot record progress")
+
+    def _record(self, p: dict[str, Any]) -> None:
+        m, pipeline = metrics(), self.pipeline
         m.windows_active.labels(pipeline).set(window_state_rows(p))
         m.state_groups.labels(pipeline).set(state_rows(p))
         for source, late in late_rows_by_source(p).items():
@@ -143,10 +119,9 @@ class MetricsListener(StreamingQueryListener):
             seconds = datetime.fromisoformat(mark.replace("Z", "+00:00")).timestamp()
             m.watermark.labels(pipeline, "_global").set(seconds)
         for source, latest in max_event_times(p).items():
-            key = (pipeline, source)
-            lateness = self.lateness_ms[pipeline].get(source, 0)
-            mark_ms = source_watermark_ms(self._source_marks.get(key), latest, lateness)
+            lateness = self.lateness_ms.get(source, 0)
+            mark_ms = source_watermark_ms(self._source_marks.get(source), latest, lateness)
             if mark_ms is None:
                 continue
-            self._source_marks[key] = mark_ms
+            self._source_marks[source] = mark_ms
             m.watermark.labels(pipeline, source).set(mark_ms / 1000)

@@ -5,15 +5,17 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from flow_jobs.io.ledger import BatchLedger
 from flow_jobs.runtime.display import Snapshot, SourceExtent
 from flow_jobs.runtime.idleness import IdleSources
+from flow_jobs.runtime.metrics import MetricsFeed
 from flow_jobs.runtime.reports import (
     Progress,
-    as_dict,
+    batches_after,
+    executed,
     input_rows,
     late_rows,
     late_rows_by_source,
@@ -56,11 +58,18 @@ class RunSummary:
         )
 
 
-class ProgressTracker:
-    """Collects one query's progress reports (by batch id) and logs each batch once.
+#: How many batches' reports a tracker keeps (a continuous run's history stays bounded;
+#: its totals cover every batch).
+RECENT_BATCHES = 1000
 
-    Fed by polling ``query.recentProgress`` (Spark keeps the last 100 reports) from the
-    thread that awaits the query, so no Python listener callback outlives the run.
+
+class ProgressTracker:
+    """One query's progress: each batch's report joined with what the sink wrote for it,
+    logged, added to the ledger row and to the metrics once, and folded into running
+    totals (a continuous run keeps only its last ``RECENT_BATCHES`` reports in memory).
+
+    Fed by polling the query (``reports.batches_after``) from the thread that awaits
+    it, so no Python callback runs on Spark's listener bus while batches run.
     """
 
     def __init__(
@@ -73,38 +82,52 @@ class ProgressTracker:
     ) -> None:
         self.pipeline = spec.name
         self.idle = idle
-        self.outcomes = outcomes
+        self.outcomes = outcomes  # the sink's, by batch id; taken here once reported
         self.ledger = ledger
         self.query_id: str | None = None  # set once the query has started
+        #: the reports of the run's last ``RECENT_BATCHES`` batches, by batch id
         self.progress: dict[int, Progress] = {}
-        self._input_rows = 0  # over self.progress
+        self._totals = _Totals()
         self._lock = threading.Lock()
         # how far each source's watermark runs behind its highest event time
         window, join = spec.transform.window, spec.transform.join
         lateness = join.lateness_ms if join else window.watermark_delay_ms if window else 0
         self.lateness_ms = {s.name: lateness for s in spec.sources}
+        self.metrics = MetricsFeed(self.pipeline, self.lateness_ms)
+
+    @property
+    def newest(self) -> Progress | None:
+        """The last batch's report."""
+        with self._lock:
+            return self.progress[next(reversed(self.progress))] if self.progress else None
 
     def poll(self, query: Any) -> None:
-        for report in query.recentProgress:
-            self.record(as_dict(report))
+        newest = self.newest
+        for report in batches_after(query, newest["batchId"] if newest else None):
+            self.record(report)
 
     def record(self, progress: Progress) -> None:
+        """One batch's report; a batch already recorded, or one that did not run, is
+        ignored."""
         with self._lock:
-            fresh = progress["batchId"] not in self.progress
+            newest = next(reversed(self.progress)) if self.progress else None
+            if not executed(progress) or (newest is not None and progress["batchId"] <= newest):
+                return
             self.progress[progress["batchId"]] = progress
-            if fresh:  # a running total: a display asks for it after every batch
-                self._input_rows += input_rows(progress)
-        if fresh:
-            self._log(progress)
-            self._to_ledger(progress)
-            if self.idle is not None:
-                self.idle.observe(progress)
+            if len(self.progress) > RECENT_BATCHES:
+                del self.progress[next(iter(self.progress))]
+            outcome = self.outcomes.pop(progress["batchId"], None)
+            self._totals.add(progress, outcome)
+        self._log(progress, outcome)
+        self._to_ledger(progress, outcome)
+        self.metrics.record(progress)
+        if self.idle is not None:
+            self.idle.observe(progress)
 
-    def _to_ledger(self, p: Progress) -> None:
+    def _to_ledger(self, p: Progress, outcome: BatchOutcome | None) -> None:
         """Spark's figures for a batch, added to the ledger row the sink wrote."""
         if self.ledger is None or self.query_id is None:
             return
-        outcome = self.outcomes.get(p["batchId"])
         self.ledger.add_progress(
             self.pipeline,
             self.query_id,
@@ -119,13 +142,20 @@ class ProgressTracker:
 
     def batches_seen(self) -> int:
         with self._lock:
-            return len(self.progress)
+            return self._totals.batches
+
+    def _with_unreported(self) -> _Totals:
+        """The totals, with the sink's batches whose report has not come (yet)."""
+        with self._lock:
+            totals = self._totals.copy()
+        for outcome in list(self.outcomes.values()):
+            totals.add_outcome(outcome)
+        return totals
 
     def snapshot(self, extents: dict[str, SourceExtent], elapsed_s: float) -> Snapshot:
         """The run's figures so far, for a progress display (``runtime.display``)."""
-        with self._lock:
-            newest = self.progress[max(self.progress)] if self.progress else None
-            batches, input_rows = len(self.progress), self._input_rows
+        newest = self.newest
+        totals = self._with_unreported()
         # End offsets only grow, and each batch's cover every partition of its topic:
         # the newest batch says how far every source has read.
         reached: dict[str, dict[int, int]] = {}
@@ -137,25 +167,23 @@ class ProgressTracker:
                     reached[topic] = {
                         int(k): int(v) for k, v in offsets.items() if str(k).isdigit()
                     }
-        merged = [o.merge for o in self.outcomes.values() if o.merge is not None]
         return Snapshot(
             pipeline=self.pipeline,
             done={n: e.done(reached.get(e.topic, {})) for n, e in extents.items()},
             extents=extents,
-            input_rows=input_rows,
-            windows_written=sum(m.inserted + m.updated for m in merged if not m.skipped),
-            dead_lettered=sum(o.dead_lettered for o in self.outcomes.values()),
+            input_rows=totals.input_rows,
+            windows_written=totals.windows_inserted + totals.windows_updated,
+            dead_lettered=totals.dead_lettered,
             watermark=watermark(newest) if newest else None,
-            batches=batches,
+            batches=totals.batches,
             elapsed_s=elapsed_s,
         )
 
     def input_rows(self) -> int:
         with self._lock:
-            return self._input_rows
+            return self._totals.input_rows
 
-    def _log(self, p: Progress) -> None:
-        outcome = self.outcomes.get(p["batchId"])
+    def _log(self, p: Progress, outcome: BatchOutcome | None) -> None:
         merged = "no window closed"
         if outcome is not None and outcome.merge is not None:
             m = outcome.merge
@@ -179,24 +207,54 @@ class ProgressTracker:
         )
 
     def summary(self, query_id: str, target_version: str | None, ended_by: str) -> RunSummary:
-        with self._lock:
-            progress = list(self.progress.values())
-        outcomes = [o for o in self.outcomes.values() if o.merge is not None]
-        last = max(progress, key=lambda p: p["batchId"]) if progress else {}
+        newest = self.newest
+        totals = self._with_unreported()
         return RunSummary(
             pipeline=self.pipeline,
             query_id=query_id,
-            batches=len(progress),
-            input_rows=sum(input_rows(p) for p in progress),
-            windows_inserted=sum(o.merge.inserted for o in outcomes if o.merge),
-            windows_updated=sum(o.merge.updated for o in outcomes if o.merge),
-            dead_lettered=sum(o.dead_lettered for o in self.outcomes.values()),
-            late_rows=sum(late_rows(p) for p in progress),
-            watermark=watermark(last) if last else None,
+            batches=totals.batches,
+            input_rows=totals.input_rows,
+            windows_inserted=totals.windows_inserted,
+            windows_updated=totals.windows_updated,
+            dead_lettered=totals.dead_lettered,
+            late_rows=totals.late_rows,
+            watermark=watermark(newest) if newest else None,
             target_version=target_version,
             ended_by=ended_by,
-            windows_superseded=sum(o.merge.superseded for o in outcomes if o.merge),
+            windows_superseded=totals.windows_superseded,
         )
+
+
+@dataclass
+class _Totals:
+    """A run's figures summed over its batches: from Spark's reports (batches, rows in,
+    late rows) and from what the sink wrote (window rows, dead letters)."""
+
+    batches: int = 0
+    input_rows: int = 0
+    late_rows: int = 0
+    windows_inserted: int = 0
+    windows_updated: int = 0
+    windows_superseded: int = 0
+    dead_lettered: int = 0
+
+    def add(self, progress: Progress, outcome: BatchOutcome | None) -> None:
+        self.batches += 1
+        self.input_rows += input_rows(progress)
+        self.late_rows += late_rows(progress)
+        if outcome is not None:
+            self.add_outcome(outcome)
+
+    def add_outcome(self, outcome: BatchOutcome) -> None:
+        self.dead_lettered += outcome.dead_lettered
+        merge = outcome.merge
+        if merge is not None and not merge.skipped:
+            self.windows_inserted += merge.inserted
+            self.windows_updated += merge.updated
+            self.windows_superseded += merge.superseded
+
+    def copy(self) -> _Totals:
+        return replace(self)
 
 
 def _superseded(n: int) -> str:

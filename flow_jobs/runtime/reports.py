@@ -1,7 +1,7 @@
 """Reading Spark's streaming progress reports: the one place that knows their fields.
 
-The progress tracker (logs, run summary, ledger), the metrics listener and the state
-cap all read the same report; these functions are what they read.
+The progress tracker (logs, run summary, ledger, metrics) and the state cap read the
+same report; these functions are what they read.
 """
 
 from __future__ import annotations
@@ -20,6 +20,33 @@ JOIN_OPERATOR = "symmetricHashJoin"
 def as_dict(report: Any) -> Progress:
     """A ``StreamingQueryProgress`` (or an already-parsed report) as a dict."""
     return json.loads(report.json) if hasattr(report, "json") else dict(report)
+
+
+def executed(progress: Progress) -> bool:
+    """Whether the report is of a batch that ran. While a query has nothing to do, Spark
+    adds a report every ``spark.sql.streaming.noDataProgressEventInterval`` (10 s) that
+    carries the id of the batch that will run next and no ``addBatch`` time
+    (``tests/test_spark_contracts.py``); the batch's own report comes when it runs."""
+    return "addBatch" in (progress.get("durationMs") or {})
+
+
+def batches_after(query: Any, newest: int | None) -> list[Progress]:
+    """The reports of the query's batches that ran after batch ``newest`` (all of them
+    when None), oldest first, one per batch.
+
+    Spark keeps a query's last reports (``spark.sql.streaming.numRecentProgressUpdates``,
+    100); ``query.recentProgress`` turns every one of them into Python objects, a JVM
+    round trip each, however many are new. This reads the JVM's array from its newest
+    end and converts only the reports after ``newest``, so a poll between two batches
+    costs a few round trips, not a hundred."""
+    held = query._jsq.recentProgress()
+    fresh: list[Progress] = []
+    for i in range(len(held) - 1, -1, -1):
+        report = held[i]
+        if newest is not None and report.batchId() <= newest:
+            break
+        fresh.append(json.loads(report.json()))
+    return [p for p in reversed(fresh) if executed(p)]
 
 
 #: Where Spark's operators dropped rows themselves (``numRowsDroppedByWatermark``: a

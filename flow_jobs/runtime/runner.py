@@ -41,7 +41,7 @@ from flow_jobs.runtime.checkpoint import (
 )
 from flow_jobs.runtime.display import Display, SourceExtent, run_extents
 from flow_jobs.runtime.idleness import IdleSources, replay_targets
-from flow_jobs.runtime.metrics import MetricsListener, serve
+from flow_jobs.runtime.metrics import serve
 from flow_jobs.runtime.progress import ProgressTracker, RunSummary
 from flow_jobs.runtime.session import pipeline_session, refuse_unshared_paths, session_for
 from flow_jobs.runtime.sink import StopRequested, WindowBatchSink, last_progress
@@ -201,8 +201,6 @@ class PipelineRunner:
                 serve(port)
             except OSError as e:  # metrics are an aid: never the reason a run fails
                 log.warning("%s: metrics not served on port %s: %s", self.spec.name, port, e)
-        listener = MetricsListener({self.spec.name: tracker.lateness_ms})
-        self.spark.streams.addListener(listener)
         if self.compiled.pre_aggregates:  # its state will hold partial-merging buffers
             mark_checkpoint(checkpoint_files(self.checkpoint, self.spark))
         # A remote checkpoint's offset log reaches the Kafka reader's planning process
@@ -216,7 +214,6 @@ class PipelineRunner:
             query = writer.start()
         except BaseException as e:
             self._shut_down(e, [("close the target", target.close), withdraw])
-            self.spark.streams.removeListener(listener)
             raise
         tracker.query_id = str(query.id)
         self._started, self._shown = time.monotonic(), 0
@@ -247,7 +244,6 @@ class PipelineRunner:
                     withdraw,
                     ("read the last progress", lambda: tracker.poll(query)),
                     ("close the target", target.close),
-                    ("release the progress listener", lambda: self._release(listener, query)),
                 ],
             )
         self._show_progress(tracker, final=True)
@@ -297,13 +293,6 @@ class PipelineRunner:
         idle.publish_replay(replay_targets(self.spec, self.checkpoint))
         return None  # nothing more to publish while it runs
 
-    def _release(self, listener: MetricsListener, query: StreamingQuery) -> None:
-        # Spark delivers listener events on its own thread: wait for this query's last
-        # one before removing the listener, so none reaches Python after it has gone.
-        if not listener.delivered_termination(str(query.id), _LISTENER_DRAIN_S):
-            log.debug("%s: no termination event within %ss", self.spec.name, _LISTENER_DRAIN_S)
-        self.spark.streams.removeListener(listener)
-
     def _await(
         self,
         query: StreamingQuery,
@@ -335,10 +324,6 @@ class PipelineRunner:
             at = f" in {where}" if where else ""
             raise PipelineFailed(f"pipeline {self.spec.name} failed{at}: {_one_line(e)}") from e
         return "input drained" if available_now else "query ended"
-
-
-#: How long a finished run waits for Spark to deliver the query's termination event.
-_LISTENER_DRAIN_S = 10.0
 
 
 @contextmanager
