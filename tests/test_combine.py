@@ -79,6 +79,7 @@ def reader_table(payloads: Sequence[bytes | None], offsets: Sequence[int]) -> pa
         pa.nulls(n, TS),
         pa.repeat(pa.scalar(None, TS), n),
         pa.nulls(n, TS),
+        pa.repeat(pa.scalar(NOW_MS * 1000, TS), n),
         _with_corrupt_field(decoded),
         undecoded,
     ]

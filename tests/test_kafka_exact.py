@@ -170,7 +170,11 @@ def test_a_recreated_topic_is_data_loss_not_masked(broker: EmbeddedBroker, topic
             p: {"expected": 20, "resumed_at": 0, "reason": "recreated"} for p in ("0", "1")
         }
         ranges = lenient.partitions(committed, end)  # the same plan on a replay
-        assert ranges == [KafkaRange(topic, 0, 0, 3), KafkaRange(topic, 1, 0, 3)]
+        now = ranges[0].batch_timestamp_ms  # no checkpoint: the time it was planned
+        assert ranges == [
+            KafkaRange(topic, 0, 0, 3, batch_timestamp_ms=now),
+            KafkaRange(topic, 1, 0, 3, batch_timestamp_ms=now),
+        ]
         assert lenient.latestOffset(end, ReadAllAvailable()) == {topic: {"0": 3, "1": 3}}
     finally:
         lenient.stop()

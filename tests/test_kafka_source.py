@@ -103,8 +103,13 @@ def test_read_limit_and_available_now_pin(broker: EmbeddedBroker, topic: str) ->
         reader.prepareForTriggerAvailableNow()
         _fill(broker, topic, 5)  # arrives after the run's end was pinned
         assert reader.latestOffset(start, ReadAllAvailable()) == {topic: {"0": 100, "1": 100}}
+        before = int(time.time() * 1000)
         planned = reader.partitions({topic: {"0": 40, "1": 100}}, {topic: {"0": 100, "1": 100}})
-        assert planned == [KafkaRange(topic, 0, 40, 100)]
+        # Without a checkpoint to read batchTimestampMs from, the batch's time is when it
+        # was planned (kafka_source.BATCH_TIME).
+        now = planned[0].batch_timestamp_ms
+        assert now is not None and before <= now <= int(time.time() * 1000)
+        assert planned == [KafkaRange(topic, 0, 40, 100, batch_timestamp_ms=now)]
     finally:
         reader.stop()
 

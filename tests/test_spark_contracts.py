@@ -12,6 +12,7 @@ its offset log) and says so.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -23,6 +24,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle, StreamingQuery
 
+from flow_jobs.runtime.observations import Observations
+from flow_jobs.runtime.reports import batches_after, executed
 from tests.contract_sources import OffsetLogProbe
 
 pytestmark = pytest.mark.spark
@@ -341,6 +344,149 @@ def test_a_column_carrying_the_watermark_delay_metadata_is_watermarked(
     finally:
         _stop(query)
     assert out == [0]
+
+
+# -- progress reports and observations -----------------------------------------------
+
+
+def test_an_idle_query_reports_the_next_batch_id_without_add_batch(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """While a query has nothing to do, Spark adds a report to ``recentProgress`` every
+    ``noDataProgressEventInterval``, carrying the id of the batch that has *not run yet*
+    (the next one) and no ``addBatch`` time; when that batch runs, its own report comes
+    with the same id.
+
+    Depends on it: ``flow_jobs.runtime.reports.executed`` and ``batches_after``: the
+    progress tracker keeps one report per batch that ran, so an idle report never takes
+    the place of the batch's own in the log, the ledger row and the run's totals."""
+    files = Files(tmp_path / "in")
+    key = "spark.sql.streaming.noDataProgressEventInterval"
+    spark.conf.set(key, "50ms")
+    try:
+        files.add(1)
+        query = (
+            files.stream(spark)
+            .writeStream.foreachBatch(_consume)
+            .option("checkpointLocation", str(tmp_path / "ckpt"))
+            .trigger(processingTime="20 milliseconds")
+            .start()
+        )
+        try:
+            query.processAllAvailable()
+            _await(lambda: len(_reports(query)) >= 3, "idle reports")
+            files.add(2)
+            query.processAllAvailable()
+            _await(lambda: 1 in {p["batchId"] for p in _reports(query) if executed(p)}, "batch 1")
+            reports = _reports(query)
+            fresh = batches_after(query, None)
+            after_first = batches_after(query, 0)
+        finally:
+            _stop(query)
+    finally:
+        spark.conf.unset(key)
+    idle = [p for p in reports if "addBatch" not in p["durationMs"]]
+    assert idle and {p["batchId"] for p in idle} <= {1, 2}  # the batch to come
+    assert all(p["numInputRows"] == 0 for p in idle)
+    assert [p["batchId"] for p in reports if "addBatch" in p["durationMs"]] == [0, 1]
+    assert [p["batchId"] for p in fresh] == [0, 1]
+    assert [p["batchId"] for p in after_first] == [1]
+    assert fresh[1]["numInputRows"] == 1
+
+
+def test_foreach_batch_reads_the_batch_s_observation_and_empties_it(
+    spark: SparkSession, tmp_path: Path, no_data_batches_off: None
+) -> None:
+    """Inside ``foreachBatch``, once the batch's action has run, the query's current
+    execution (``StreamExecution.lastExecution``) holds the batch's observations:
+    ``collect_list`` in an observation collects the batch's rows (across a shuffle to a
+    window); emptying the observation's accumulator leaves the progress report with an
+    empty list, and Spark's row count (``numInputRows``, from the scan's metrics) whole.
+
+    Depends on it: ``flow_jobs.runtime.observations`` and the dead letters
+    (``flow_jobs.io.dead_letters``, ``flow_jobs.plan.sources._divert``): bad rows reach
+    the driver before the batch commits, and never sit in Spark's progress reports."""
+    files, checkpoint = Files(tmp_path / "in"), tmp_path / "ckpt"
+    bad = F.col("k") == "bad"
+    frame = (
+        files.stream(spark)
+        .observe(
+            "test_taps:bad",
+            F.collect_list(F.when(bad, F.struct("k", "t"))).alias("rows"),
+        )
+        .where(~bad | (F.spark_partition_id() < 0))
+        .withWatermark("t", "0 seconds")
+        .groupBy(F.window("t", "10 seconds"))
+        .count()
+    )
+    taken: dict[int, dict[str, list[Any]]] = {}
+    taps = Observations("test_taps:")
+    holder: dict[str, StreamingQuery] = {}
+
+    def collect(batch: DataFrame, batch_id: int) -> None:
+        batch.collect()
+        taken[batch_id] = {
+            n: [r["t"].second for r in rows] for n, rows in taps.take(holder["q"]).items()
+        }
+
+    files.write(
+        [{"k": "a", "t": "1970-01-01T00:00:01Z"}, {"k": "bad", "t": "1970-01-01T00:00:02Z"}]
+    )
+    query = holder["q"] = (
+        frame.writeStream.outputMode("update")
+        .foreachBatch(collect)
+        .option("checkpointLocation", str(checkpoint))
+        .start()
+    )
+    try:
+        query.processAllAvailable()
+        files.write(
+            [{"k": "bad", "t": "1970-01-01T00:00:03Z"}, {"k": "bad", "t": "1970-01-01T00:00:04Z"}]
+        )
+        query.processAllAvailable()
+    finally:
+        _stop(query)
+    assert taken[0] == {"test_taps:bad": [2]}
+    assert sorted(taken[1]["test_taps:bad"]) == [3, 4]  # the tasks' lists, in either order
+    progress = {p["batchId"]: p for p in _reports(query)}
+    for batch_id, rows in ((0, 2), (1, 2)):
+        assert progress[batch_id]["observedMetrics"]["test_taps:bad"] == {"rows": []}
+        assert progress[batch_id]["numInputRows"] == rows
+
+
+def test_a_filter_above_an_observation_is_not_pushed_below_it(spark: SparkSession) -> None:
+    """The optimizer combines a filter written after an observation with the ones above
+    it, and never moves it below: the observation sees every row of its child.
+
+    Depends on it: the dead-letter taps (``flow_jobs.plan.sources._divert``): a bad row
+    (malformed, NULL event time) has NULL payload columns, and a ``[transform].sql``
+    WHERE on them, pushed below the tap, would drop it without a dead letter
+    (``tests/test_dead_letters.py`` runs such a filter end to end)."""
+    reason = F.when(F.col("id") < 3, F.lit("bad"))
+    frame = (
+        spark.range(10)
+        .withColumn("r", reason)
+        .observe("contract", F.collect_list(F.when(F.col("r").isNotNull(), F.col("id"))))
+        .where(F.col("r").isNull())
+        .drop("r")
+        .where(F.col("id") > 5)
+    )
+    plan = frame._jdf.queryExecution().optimizedPlan()
+    lines = [line.strip(" +-:") for line in plan.toString().splitlines()]
+    observation = next(i for i, line in enumerate(lines) if line.startswith("CollectMetrics"))
+    assert any("(id#" in line and "> 5)" in line for line in lines[:observation])
+    assert not any("> 5)" in line for line in lines[observation + 1 :])
+
+
+def _reports(query: StreamingQuery) -> list[dict[str, Any]]:
+    return [json.loads(p.json()) for p in query._jsq.recentProgress()]
+
+
+def _await(condition: Any, what: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
 
 
 # -- settings flow-jobs cannot run under ----------------------------------------------

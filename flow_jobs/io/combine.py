@@ -349,12 +349,14 @@ class Folded:
 @dataclass(frozen=True)
 class RangeRows:
     """What partial rows of one Kafka partition range carry besides their partial: the
-    reader's schema (with ``_partial``), the topic and partition, the late watermark."""
+    reader's schema (with ``_partial``), the topic and partition, the late watermark and
+    the batch's time."""
 
     schema: pa.Schema
     topic: str
     partition: int
     late_watermark: Any  # a timestamp scalar (NULL in a first batch)
+    batch_time: Any = None  # a timestamp scalar (kafka_source.BATCH_TIME)
 
     def partial_rows(
         self, rows: Folded, g: pa.Table, plan: CombinePlan, payload: pa.Schema
@@ -378,6 +380,9 @@ class RangeRows:
             EVENT_TS: event_ts,
             "_late_watermark": pa.repeat(self.late_watermark, k),
             "_heartbeat": pa.nulls(k, _TS),
+            "_batch_time": pa.repeat(
+                pa.scalar(None, _TS) if self.batch_time is None else self.batch_time, k
+            ),
             _DECODED: _payload_rows(g, t_max, plan, payload),
             _UNDECODED: pa.repeat(pa.scalar(False), k),
             PARTIAL: partial,

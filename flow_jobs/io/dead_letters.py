@@ -3,19 +3,25 @@
 Spark runs a query as one DAG from one source scan; a second sink for bad records would
 need a second branch, and Spark evaluates each branch from its own scan, so the Kafka
 read would happen twice (measured here: ~30% slower). Instead the plan diverts bad rows
-on the executors, inside the scan's own stage (an Arrow UDF in a filter, see
-``flow_jobs.plan.sources``), like Spark's ``badRecordsPath``, and they reach the driver
+inside the scan's own stage, like Spark's ``badRecordsPath``, and they reach the driver
 with the micro-batch itself:
 
-1. ``DeadLetterTap.divert`` (``flow_jobs.io.dead_letter_tap``) adds the bad rows of one
-   Arrow batch to the query's accumulator; Spark returns them to the driver with each
-   task's result, so nothing is staged on an executor's disk (a cluster's executors
-   share no folder with the driver);
-2. after the micro-batch's action has run, the driver's ``DeadLetterTable.commit``
-   MERGEs them into the dead-letter Delta table on (source, topic, partition, offset),
-   before the batch's target write and commit. A crash before that leaves the batch
-   uncommitted: its replay diverts the same rows again, and MERGE absorbs a row seen
-   twice: nothing is lost, nothing is doubled.
+1. each tap is an observation on the source's rows (``DataFrame.observe``, see
+   ``flow_jobs.plan.sources``): Spark's own aggregate, ``collect_list`` of the rows that
+   carry a reason, computed in the JVM next to the scan and returned to the driver with
+   each task's result, so nothing is staged on an executor's disk (a cluster's executors
+   share no folder with the driver) and no Python worker runs for it;
+2. after the micro-batch's action has run, the sink reads the batch's observations from
+   its execution (``flow_jobs.runtime.observations``), empties them (so Spark's progress
+   report does not carry the rows), and ``DeadLetterTable.commit`` MERGEs the rows into
+   the dead-letter Delta table on (source, topic, partition, offset), before the
+   batch's target write and commit. A crash before that leaves the batch uncommitted: its
+   replay diverts the same rows again, and MERGE absorbs a row seen twice: nothing is
+   lost, nothing is doubled.
+
+A stage Spark runs again (a lost shuffle, a retried fetch) can report a task's rows
+twice: the driver keeps one row per position before it writes (``_distinct``). What
+travels is bounded by the micro-batch (``max_offsets_per_trigger``).
 
 Late rows (``late_data = "dlq"``) are tapped apart: with a ``dead_letter_topic`` they go
 to that Kafka topic instead of the table (``DeadLetterTopic``), at least once (a crash
@@ -25,29 +31,46 @@ record's position).
 
 from __future__ import annotations
 
-import threading
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from typing import Any
 
 import pyarrow as pa
-from pyspark import SparkContext
-from pyspark.accumulators import Accumulator
 
-from flow_jobs.io.dead_letter_tap import TAPPED, DeadLetterTap, TappedBatches, from_ipc
 from flow_jobs.io.delta import DeltaMergeTable
+from flow_jobs.io.kafka_source import HEADERS_TYPE, RECORD_SCHEMA
 from flow_jobs.io.state_store import StateStore
 from flow_jobs.spec.models import PipelineSpec
 
-#: Spark DDL of the struct the plan hands to the tap for each bad row.
-RECORD_DDL = (
-    "STRUCT<topic: STRING, partition: INT, offset: BIGINT, key: BINARY, value: BINARY, "
-    "timestamp: TIMESTAMP>"
-)
-#: Spark DDL of Kafka headers. The tap takes a bad row's headers as ``to_json`` of this
-#: (binary values in base64), not as the array itself: handing an
-#: ``array<struct<key, value>>`` column to the Arrow UDF costs ~13 µs per row even where
-#: it is NULL (measured, issue 12), more than the rest of the source; a string is cheap.
+#: Spark DDL of Kafka headers, as a tapped row carries them.
 HEADERS_DDL = "ARRAY<STRUCT<key: STRING, value: BINARY>>"
+
+#: The fields of each row a tap collects, in order: why, and the Kafka record (its
+#: timestamp as epoch microseconds, so no time zone comes between the JVM and Arrow).
+TAPPED_FIELDS = (
+    "reason",
+    "topic",
+    "partition",
+    "offset",
+    "key",
+    "value",
+    "timestamp_us",
+    "headers",
+)
+
+#: What the driver files for each bad row: where it comes from, why, and its Kafka
+#: record (the reader's types; its timestamp named kafka_timestamp).
+TAPPED = pa.schema(
+    [
+        ("pipeline", pa.string()),
+        ("source", pa.string()),
+        ("reason", pa.string()),
+        *(RECORD_SCHEMA.field(n) for n in ("topic", "partition", "offset", "key", "value")),
+        RECORD_SCHEMA.field("timestamp").with_name("kafka_timestamp"),
+        RECORD_SCHEMA.field("headers"),
+    ]
+)
 
 #: The table: each tapped row, with the batch that wrote it and when; ``headers`` (the
 #: record's Kafka headers) was added later, so it comes last.
@@ -60,6 +83,61 @@ DEAD_LETTER_SCHEMA = pa.schema(
     ]
 )
 NATURAL_KEY = ("source", "topic", "partition", "offset")
+
+#: Names of the taps' observations (``DataFrame.observe``) start with this.
+OBSERVATION_PREFIX = "flow_dead_letters:"
+_LATE = ":late"
+
+
+@dataclass(frozen=True)
+class DeadLetterTap:
+    """Where the plan diverts one source's bad rows: the observation that collects them,
+    by name, and what the driver needs to file them."""
+
+    pipeline: str
+    source: str
+    #: After ``[transform].sql`` a row may come from any source: (topic, source) pairs
+    #: name its source by its topic.
+    topic_sources: tuple[tuple[str, str], ...] = ()
+    late: bool = False  # late rows: kept apart, for a dead_letter_topic
+
+    @property
+    def observation(self) -> str:
+        return f"{OBSERVATION_PREFIX}{self.source}{_LATE if self.late else ''}"
+
+    def late_rows(self) -> DeadLetterTap:
+        return replace(self, late=True)
+
+    def rows(self, collected: Sequence[Any]) -> pa.Table:
+        """The rows the observation collected (``TAPPED_FIELDS`` each), as filed."""
+        n = len(collected)
+        columns = list(zip(*collected, strict=True)) if n else [()] * len(TAPPED_FIELDS)
+        found = dict(zip(TAPPED_FIELDS, columns, strict=True))
+        topics = list(found["topic"])
+        by_topic = dict(self.topic_sources)
+        return pa.table(
+            {
+                "pipeline": pa.array([self.pipeline] * n, pa.string()),
+                "source": pa.array([by_topic.get(t, self.source) for t in topics], pa.string()),
+                "reason": pa.array(found["reason"], pa.string()),
+                "topic": pa.array(topics, pa.string()),
+                "partition": pa.array(found["partition"], pa.int32()),
+                "offset": pa.array(found["offset"], pa.int64()),
+                "key": pa.array(found["key"], pa.binary()),
+                "value": pa.array(found["value"], pa.binary()),
+                "kafka_timestamp": pa.array(found["timestamp_us"], pa.int64()).cast(
+                    pa.timestamp("us", tz="UTC")
+                ),
+                "headers": pa.array([_headers(h) for h in found["headers"]], HEADERS_TYPE),
+            },
+            schema=TAPPED,
+        )
+
+
+def _headers(headers: Sequence[Any] | None) -> list[dict[str, Any]] | None:
+    if headers is None:
+        return None
+    return [{"key": h[0], "value": None if h[1] is None else bytes(h[1])} for h in headers]
 
 
 class DeadLetterTable:
@@ -87,18 +165,17 @@ class DeadLetterTable:
             storage_options=storage_options,  # object stores: credentials, never logged
             added=("headers",),
         )
-        self._accumulator: Accumulator | None = None
-        self._taking = threading.Lock()
+        self._taps: dict[str, DeadLetterTap] = {}  # by observation
 
     @property
     def description(self) -> str:
         return f"{self.store.schema}.dead_letters" if self.store else self.path
 
     def tap(self, source: str, topic_sources: tuple[tuple[str, str], ...] = ()) -> DeadLetterTap:
-        """The executor-side tap of one source (one accumulator for the whole query)."""
-        if self._accumulator is None:
-            self._accumulator = SparkContext.getOrCreate().accumulator([], TappedBatches())
-        return DeadLetterTap(self._accumulator, self.pipeline, source, topic_sources)
+        """The tap of one source (its late rows: ``tap.late_rows()``)."""
+        tap = DeadLetterTap(self.pipeline, source, topic_sources)
+        self._taps[tap.observation] = tap
+        return tap
 
     def ensure(self) -> None:
         if self.store is None:
@@ -106,25 +183,20 @@ class DeadLetterTable:
         if self.late_topic is not None:
             self.late_topic.ensure()
 
-    def begin_batch(self) -> None:
-        """Forget what an earlier, failed attempt tapped: the batch about to run diverts
-        its own rows again."""
-        self._take()
-
-    def _take(self) -> list[tuple[bool, bytes]]:
-        if self._accumulator is None:
-            return []
-        with self._taking:
-            taken = self._accumulator.value
-            self._accumulator.value = []
-        return list(taken)
-
-    def commit(self, batch_id: int) -> int:
-        """Write every row the batch's action tapped where it goes; return how many were
-        new (the table's new rows, and the late rows sent to a dead_letter_topic)."""
-        taken = self._take()
-        rows = _distinct([from_ipc(data) for late, data in taken if not late])
-        late = _distinct([from_ipc(data) for late, data in taken if late])
+    def commit(self, batch_id: int, observed: Mapping[str, Sequence[Any]]) -> int:
+        """Write every row the batch's taps collected (``observed``: by observation name,
+        the rows of each, ``TAPPED_FIELDS`` each) where it goes; return how many were new
+        (the table's new rows, and the late rows sent to a dead_letter_topic)."""
+        tapped: dict[bool, list[pa.Table]] = {False: [], True: []}
+        for name, collected in observed.items():
+            if not collected:
+                continue
+            late = name.endswith(_LATE)
+            tap = self._taps.get(name.removesuffix(_LATE))
+            if tap is None:
+                raise RuntimeError(f"dead letters of an unknown tap {name!r}: not filed")
+            tapped[late].append((tap.late_rows() if late else tap).rows(collected))
+        rows, late = _distinct(tapped[False]), _distinct(tapped[True])
         sent = 0
         if late is not None and self.late_topic is not None:
             sent = self.late_topic.send(late)

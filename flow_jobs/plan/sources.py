@@ -22,18 +22,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.functions import arrow_udf
 from pyspark.sql.types import DataType, StructType
 from pyspark.sql.utils import AnalysisException
 
 from flow_jobs.io.combine import PARTIAL, CombinePlan
-from flow_jobs.io.dead_letter_tap import DeadLetterTap
-from flow_jobs.io.dead_letters import HEADERS_DDL, RECORD_DDL
+from flow_jobs.io.dead_letters import HEADERS_DDL, TAPPED_FIELDS, DeadLetterTap
 from flow_jobs.io.json_decode import arrow_schema
 from flow_jobs.io.kafka_source import (
+    BATCH_TIME,
     CORRUPT_RECORD,
     DECODED,
     HEARTBEAT,
@@ -55,8 +53,6 @@ from flow_jobs.spec.models import EVENT_TS, KAFKA_COLUMN, KafkaSource
 _PAYLOAD = "__flow_payload"
 _CORRUPT = CORRUPT_RECORD  # the reader decodes into the same shape
 _REASON = "__flow_dead_letter_reason"
-_RECORD = "__flow_dead_letter_record"
-_HEADERS = "__flow_dead_letter_headers"
 _WATERMARKED = "__flow_source_watermark"
 
 RAW_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "headers", EVENT_TS)
@@ -111,18 +107,6 @@ def read_kafka(
     for key, secret in source.client_config.items():
         reader = reader.option(f"kafka.{key}", secret.get_secret_value())
     return reader.load()
-
-
-def dead_letter_filter(tap: DeadLetterTap) -> Column:
-    """A keep-flag column whose evaluation hands the rows it drops to the driver (see
-    io.dead_letter_tap)."""
-
-    @arrow_udf("boolean")  # type: ignore[call-overload]
-    def keep(reason: pa.Array, record: pa.Array, headers: pa.Array) -> pa.Array:
-        return tap.divert(reason, record, headers)
-
-    # Non-deterministic: the optimizer must neither drop, merge nor re-run this filter.
-    return keep.asNondeterministic()(F.col(_REASON), F.col(_RECORD), F.col(_HEADERS))
 
 
 def compile_source(
@@ -330,13 +314,16 @@ def _decode_reasons(index: int) -> list[Reason]:
 
 
 def _event_time_reasons(settings: EventTime, payload: StructType, index: int) -> list[Reason]:
-    """Event-time checks, where this source carries the event-time column."""
+    """Event-time checks, where this source carries the event-time column; "now" is the
+    micro-batch's processing time as the reader stamps it on every row (BATCH_TIME)."""
     if settings.mode == "processing":
         return []  # the arrival time is never NULL nor in the future
     name = settings.column
     if name == EVENT_TS:
         # The reader leaves a Kafka timestamp outside Spark's range NULL.
-        return time_reasons(F.col(EVENT_TS), name, settings.max_skew_ms, "absent or NULL")
+        return time_reasons(
+            F.col(EVENT_TS), name, settings.max_skew_ms, "absent or NULL", F.col(BATCH_TIME)
+        )
     if name not in payload.fieldNames():
         return []  # produced by [transform].sql; checked after it (divert_after_sql)
     raw = F.col(f"{_PAYLOAD}.{name}")
@@ -345,7 +332,9 @@ def _event_time_reasons(settings: EventTime, payload: StructType, index: int) ->
     reasons = []
     if isinstance(data_type, EPOCH_MILLIS_TYPES):
         reasons.append((epoch_ms_out_of_range(raw), out_of_range_reason(name)))
-    return reasons + time_reasons(event_time, name, settings.max_skew_ms, "absent or NULL")
+    return reasons + time_reasons(
+        event_time, name, settings.max_skew_ms, "absent or NULL", F.col(BATCH_TIME)
+    )
 
 
 def out_of_range_reason(name: str) -> str:
@@ -355,12 +344,15 @@ def out_of_range_reason(name: str) -> str:
     )
 
 
-def time_reasons(event_time: Column, name: str, skew: int, missing: str) -> list[Reason]:
-    """A NULL event time, and one too far ahead of the micro-batch's processing time."""
+def time_reasons(
+    event_time: Column, name: str, skew: int, missing: str, now: Column
+) -> list[Reason]:
+    """A NULL event time, and one too far ahead of the micro-batch's processing time
+    ``now`` (the reader's ``BATCH_TIME``, or ``current_timestamp()`` after the SQL)."""
     return [
         (event_time.isNull(), f"missing event time: {name} is {missing}"),
         (
-            F.unix_millis(event_time) > F.unix_millis(F.current_timestamp()) + F.lit(skew),
+            F.unix_millis(event_time) > F.unix_millis(now) + F.lit(skew),
             f"event time {name} is more than max_event_time_skew_ms={skew} ahead of "
             "processing time",
         ),
@@ -395,8 +387,14 @@ def divert_after_sql(frame: DataFrame, settings: EventTime, tap: DeadLetterTap) 
     reasons = []
     if isinstance(data_type, EPOCH_MILLIS_TYPES):
         reasons.append((epoch_ms_out_of_range(F.col(name)), out_of_range_reason(name)))
+    # The SQL's rows keep no reader column: current_timestamp(), the same instant.
+    now = F.col(BATCH_TIME) if BATCH_TIME in frame.columns else F.current_timestamp()
     reasons += time_reasons(
-        event_time, name, settings.max_skew_ms, "NULL after [transform].sql (absent or unparsable)"
+        event_time,
+        name,
+        settings.max_skew_ms,
+        "NULL after [transform].sql (absent or unparsable)",
+        now,
     )
     return _divert(frame, reasons, tap, fields)
 
@@ -419,19 +417,34 @@ def _divert(
     tap: DeadLetterTap,
     fields: dict[str, Column] | None = None,
 ) -> DataFrame:
+    """The frame without the rows that have a reason (the first of ``reasons`` whose
+    condition holds; a reason of None keeps the row), which ``tap`` collects: an
+    observation (``DataFrame.observe``) of each such row's reason and Kafka record,
+    read by the driver after the batch ran (``flow_jobs.io.dead_letters``)."""
     reason: Column = F.lit(None).cast("string")
     for condition, text in reversed(reasons):  # the first that holds; None: keep the row
         value = F.lit(text).cast("string") if text is None or isinstance(text, str) else text
         reason = F.when(condition, value).otherwise(reason)
     fields = fields or {c: F.col(c) for c in _RECORD_FIELDS}
-    # Only bad rows carry their record (bytes, position, headers) into the Python tap.
+    collected = {
+        "reason": F.col(_REASON),
+        "topic": fields["topic"].cast("string"),
+        "partition": fields["partition"].cast("int"),
+        "offset": fields["offset"].cast("bigint"),
+        "key": fields["key"].cast("binary"),
+        "value": fields["value"].cast("binary"),
+        "timestamp_us": F.unix_micros(fields["timestamp"].cast("timestamp")),
+        "headers": fields["headers"].cast(HEADERS_DDL),
+    }
+    record = F.struct(*(collected[name].alias(name) for name in TAPPED_FIELDS))
     bad = F.col(_REASON).isNotNull()
-    record = F.when(bad, F.struct(*(fields[c].alias(c) for c in _RECORD_FIELDS if c != "headers")))
-    headers = F.when(bad, F.to_json(fields["headers"].cast(HEADERS_DDL)))
     return (
         frame.withColumn(_REASON, reason)
-        .withColumn(_RECORD, record.cast(RECORD_DDL))
-        .withColumn(_HEADERS, headers)
-        .where(dead_letter_filter(tap))
-        .drop(_REASON, _RECORD, _HEADERS)
+        # collect_list skips the NULL of every row kept: only bad rows are collected.
+        # Spark's optimizer pushes no filter below an observation (a [transform].sql
+        # WHERE on a column a bad row lacks would lose it without a dead letter):
+        # tests/test_spark_contracts.py pins it.
+        .observe(tap.observation, F.collect_list(F.when(bad, record)).alias("rows"))
+        .where(~bad)
+        .drop(_REASON)
     )

@@ -13,11 +13,12 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 
-from flow_jobs.io.dead_letters import DeadLetterTable
+from flow_jobs.io.dead_letters import OBSERVATION_PREFIX, DeadLetterTable
 from flow_jobs.io.ledger import BatchEntry, BatchLedger
 from flow_jobs.io.targets import BatchTarget, ClosedWindows, WriteResult
 from flow_jobs.runtime.checkpoint import read_offset_log
 from flow_jobs.runtime.metrics import metrics
+from flow_jobs.runtime.observations import Observations
 from flow_jobs.runtime.reports import as_dict
 from flow_jobs.spec.models import PipelineSpec
 
@@ -65,6 +66,7 @@ class WindowBatchSink:
         #: the generation replays from this time (``flow-jobs reset --from``)
         self.replay_from = replay_from
         self.outcomes: dict[int, BatchOutcome] = {}
+        self._taps = Observations(OBSERVATION_PREFIX)  # the dead-letter taps' rows
         self._query_id: str | None = None
         self._query: Any = None
         self._before_batch: Callable[[dict[str, Any] | None], None] | None = None
@@ -148,12 +150,12 @@ class WindowBatchSink:
                 target=self.target.description,
             )
             started = time.monotonic()
-            self.dead_letters.begin_batch()
             # One action runs the whole micro-batch: the state store commits its new
-            # version and the dead-letter tap hands bad rows to the driver. It must run
-            # even when the batch was already written, or the next batch finds no state
+            # version and the dead-letter taps collect the bad rows. It must run even
+            # when the batch was already written, or the next batch finds no state
             # version.
             rows = frame.toArrow()
+            tapped = self._taps.take(self._query)
             computed = time.monotonic()
             end = read_offset_log(self.checkpoint, batch_id, self.spec)
             start = read_offset_log(self.checkpoint, batch_id - 1, self.spec)
@@ -172,7 +174,7 @@ class WindowBatchSink:
             if start is not None:
                 entry.start_offsets = start.offsets
             # Dead letters first: their count goes into the ledger row.
-            dead = self.dead_letters.commit(batch_id)
+            dead = self.dead_letters.commit(batch_id, tapped)
             entry.output_rows, entry.dead_lettered_rows = rows.num_rows, dead
             entry.compute_ms = (computed - started) * 1000
             written = self.ledger.write(self.target, rows, entry)
