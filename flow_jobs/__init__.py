@@ -23,21 +23,38 @@ result_type="DOUBLE")``), written to TOML as their import paths.
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
-
-from flow_jobs.spec.loader import SpecError, load_spec, parse_spec
-from flow_jobs.spec.models import Aggregation, DeltaTarget
-from flow_jobs.spec.models import JoinSpec as Join
-from flow_jobs.spec.models import KafkaSource as Source
-from flow_jobs.spec.models import LookupSpec as Lookup
-from flow_jobs.spec.models import PipelineSpec as Pipeline
-from flow_jobs.spec.models import TransformSpec as Transform
-from flow_jobs.spec.models import WindowSpec as Window
 
 if TYPE_CHECKING:
     from flow_jobs.runtime.progress import RunSummary
+    from flow_jobs.spec.loader import SpecError, load_spec, parse_spec
+    from flow_jobs.spec.models import Aggregation, DeltaTarget
+    from flow_jobs.spec.models import JoinSpec as Join
+    from flow_jobs.spec.models import KafkaSource as Source
+    from flow_jobs.spec.models import LookupSpec as Lookup
+    from flow_jobs.spec.models import PipelineSpec as Pipeline
+    from flow_jobs.spec.models import TransformSpec as Transform
+    from flow_jobs.spec.models import WindowSpec as Window
 
 __version__ = "0.1.0"
+
+#: The facade's names, imported on first use (PEP 562): every Python process Spark
+#: starts for the Kafka source (one to plan each query, the executors' workers) imports
+#: ``flow_jobs.io``, and pydantic and the spec models would cost it ~0.1 s each time.
+_FACADE = {
+    "Aggregation": ("flow_jobs.spec.models", "Aggregation"),
+    "DeltaTarget": ("flow_jobs.spec.models", "DeltaTarget"),
+    "Join": ("flow_jobs.spec.models", "JoinSpec"),
+    "Lookup": ("flow_jobs.spec.models", "LookupSpec"),
+    "Pipeline": ("flow_jobs.spec.models", "PipelineSpec"),
+    "Source": ("flow_jobs.spec.models", "KafkaSource"),
+    "SpecError": ("flow_jobs.spec.loader", "SpecError"),
+    "Transform": ("flow_jobs.spec.models", "TransformSpec"),
+    "Window": ("flow_jobs.spec.models", "WindowSpec"),
+    "load_spec": ("flow_jobs.spec.loader", "load_spec"),
+    "parse_spec": ("flow_jobs.spec.loader", "parse_spec"),
+}
 
 __all__ = [
     "Aggregation",
@@ -53,6 +70,19 @@ __all__ = [
     "parse_spec",
     "run_pipeline",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _FACADE:
+        raise AttributeError(f"module 'flow_jobs' has no attribute {name!r}")
+    module, attribute = _FACADE[name]
+    value = getattr(importlib.import_module(module), attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_FACADE])
 
 
 def run_pipeline(pipeline: Pipeline, available_now: bool = False, spark: Any = None) -> RunSummary:
