@@ -17,6 +17,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from flow_jobs.io.checkpoint_files import (
     checkpoint_files,
+    local_path,
     publish_driver_gateway,
     withdraw_driver_gateway,
 )
@@ -69,10 +70,14 @@ class PipelineRunner:
         stop_event: threading.Event | None = None,
     ) -> None:
         self.spec = spec
-        self.spark = pipeline_session(spark or session_for(spec.spark), spec.spark)
+        self.checkpoint = checkpoint_location(spec.checkpoint_location())
+        self.spark = pipeline_session(
+            spark or session_for(spec.spark),
+            spec.spark,
+            local_checkpoint=local_path(self.checkpoint) is not None,
+        )
         refuse_unshared_paths(spec, self.spark.sparkContext.master)
         self.stop_event = stop_event or threading.Event()
-        self.checkpoint = checkpoint_location(spec.checkpoint_location())
         self.dead_letters = DeadLetterTable(
             spec.dead_letter_path(),
             spec.name,

@@ -190,10 +190,31 @@ PIPELINE_SQL_CONF: dict[str, str] = {
 }
 
 
-def pipeline_session(spark: SparkSession, spark_spec: SparkSpec) -> SparkSession:
-    """A child session: its own temp views and SQL conf, the shared SparkContext."""
+#: Spark's checkpoint writer (offset and commit logs, state-store files) for a checkpoint
+#: on a local or mounted file system. Spark's default writes through Hadoop's
+#: ``FileContext``, whose local file system asks for each path's link status by
+#: starting a ``readlink`` process (Hadoop's native library is not in the PySpark
+#: wheel): ~32 ms per file, four or more files per micro-batch. Through ``FileSystem``
+#: the same atomic write (a temporary file, then a rename) takes ~9 ms, measured here
+#: (BENCHMARKS.md, "Where a small micro-batch's time goes"). A checkpoint has one
+#: writer (the pipeline's run lock), which is all this manager needs.
+CHECKPOINT_FILE_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
+LOCAL_CHECKPOINT_FILE_MANAGER = (
+    "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
+)
+
+
+def pipeline_session(
+    spark: SparkSession, spark_spec: SparkSpec, local_checkpoint: bool = False
+) -> SparkSession:
+    """A child session: its own temp views and SQL conf, the shared SparkContext; with
+    ``local_checkpoint`` (a plain path or ``file://``), the checkpoint writer for it."""
     session = spark.newSession()
     register_sources(session)
+    if local_checkpoint and CHECKPOINT_FILE_MANAGER not in spark_spec.conf:
+        # An internal SQL setting (isModifiable says no), read from the query's Hadoop
+        # configuration, which the session's SQL settings fill.
+        session.conf.set(CHECKPOINT_FILE_MANAGER, LOCAL_CHECKPOINT_FILE_MANAGER)
     conf = {**PIPELINE_SQL_CONF, **spark_spec.conf}
     if spark_spec.shuffle_partitions:
         conf["spark.sql.shuffle.partitions"] = str(spark_spec.shuffle_partitions)
