@@ -41,6 +41,7 @@ from flow_jobs.runtime.checkpoint import describe_batch_in_flight, has_committed
 from flow_jobs.runtime.idleness import run_start
 from flow_jobs.runtime.inspect import inspect_state
 from flow_jobs.runtime.runner import PipelineRunner
+from flow_jobs.runtime.session import CHECKPOINT_FILE_MANAGER, LOCAL_CHECKPOINT_FILE_MANAGER
 from flow_jobs.spec.models import PipelineSpec
 from flow_jobs_dev.broker import EmbeddedBroker
 from tests.conftest import MountedStorage
@@ -97,6 +98,24 @@ def _reference(events: list[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
 
 
 # -- the files -----------------------------------------------------------------------
+
+
+def test_a_local_checkpoint_is_written_through_file_system_a_uri_as_spark_chooses(
+    spark: SparkSession, mounted: MountedStorage, workdir: Path
+) -> None:
+    """A plain-path checkpoint gets Spark's ``FileSystem``-based writer (Hadoop's
+    ``FileContext`` starts a process per local file: flow_jobs.runtime.session); a URI
+    keeps Spark's default, and a ``[spark] conf`` naming the key wins."""
+    local = make_spec(workdir, "127.0.0.1:9", "t", _window(), schema=SCHEMA)
+    remote = _at(local, mounted.uri("q"))
+    doc = local.to_document()
+    chosen = LOCAL_CHECKPOINT_FILE_MANAGER.replace("FileSystemBased", "FileContextBased")
+    doc["spark"] = {"conf": {CHECKPOINT_FILE_MANAGER: chosen}}
+    writers = [
+        PipelineRunner(s, spark).spark.conf.get(CHECKPOINT_FILE_MANAGER, None)
+        for s in (local, remote, PipelineSpec.model_validate(doc))
+    ]
+    assert writers == [LOCAL_CHECKPOINT_FILE_MANAGER, None, chosen]
 
 
 @pytest.mark.parametrize("where", ["local", "viewfs"])

@@ -211,15 +211,12 @@ def pipeline_session(
     ``local_checkpoint`` (a plain path or ``file://``), the checkpoint writer for it."""
     session = spark.newSession()
     register_sources(session)
-    if local_checkpoint and CHECKPOINT_FILE_MANAGER not in spark_spec.conf:
-        # An internal SQL setting (isModifiable says no), read from the query's Hadoop
-        # configuration, which the session's SQL settings fill.
-        session.conf.set(CHECKPOINT_FILE_MANAGER, LOCAL_CHECKPOINT_FILE_MANAGER)
-    conf = {**PIPELINE_SQL_CONF, **spark_spec.conf}
+    local = {CHECKPOINT_FILE_MANAGER: LOCAL_CHECKPOINT_FILE_MANAGER} if local_checkpoint else {}
+    conf = {**PIPELINE_SQL_CONF, **local, **spark_spec.conf}
     if spark_spec.shuffle_partitions:
         conf["spark.sql.shuffle.partitions"] = str(spark_spec.shuffle_partitions)
     for key, value in conf.items():
-        if session.conf.isModifiable(key):
+        if _session_setting(session, key):
             session.conf.set(key, value)
         elif spark.sparkContext.getConf().get(key) != value:
             log.warning(
@@ -228,6 +225,19 @@ def pipeline_session(
                 key,
             )
     return session
+
+
+def _session_setting(session: SparkSession, key: str) -> bool:
+    """Whether a running session takes ``key`` for itself: a SQL setting that is not
+    static. ``isModifiable`` also says no to SQL settings Spark registers as internal
+    (the checkpoint writer, the RocksDB ones), which a session does take: its queries
+    read them from its SQL conf and the Hadoop configuration it fills."""
+    if session.conf.isModifiable(key):
+        return True
+    jvm = session.sparkContext._jvm
+    assert jvm is not None
+    static = jvm.org.apache.spark.sql.internal.SQLConf.isStaticConfigKey(key)
+    return key.startswith("spark.sql.") and not static
 
 
 def session_for(spark_spec: SparkSpec) -> SparkSession:
