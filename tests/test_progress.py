@@ -48,7 +48,11 @@ def _outcome(batch: int, inserted: int, dead: int = 0) -> BatchOutcome:
 
 
 def _tracker(tmp_path: Path) -> ProgressTracker:
-    window = {"kind": "tumbling", "duration_ms": 1000, "aggregations": [{"agg": "count", "as": "n"}]}
+    window = {
+        "kind": "tumbling",
+        "duration_ms": 1000,
+        "aggregations": [{"agg": "count", "as": "n"}],
+    }
     spec = make_spec(tmp_path, "127.0.0.1:9", "t", window, name="tracked")
     return ProgressTracker(spec, {})
 
