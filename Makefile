@@ -11,7 +11,7 @@ LOCK_VENV := .venv-lock
 LOCK_STAMP := $(LOCK_VENV)/.stamp
 PIP_TOOLS := pip-tools==7.6.2
 
-.PHONY: demo test ci soak bench bench-compare bench-state bench-latency pack lint validate lock clean
+.PHONY: demo test ci soak bench bench-compare bench-state bench-latency bench-batch pack lint validate lock clean
 
 # Every dependency (the extras dev and demo included) at the version and hashes of
 # requirements.lock, then this project, editable, without resolving anything again.
@@ -73,6 +73,10 @@ bench-state: $(STAMP)
 bench-latency: $(STAMP)
 	$(PY) -m bench.latency $(if $(RATE),--rate $(RATE),) $(if $(DURATION),--duration $(DURATION),) \
 		$(if $(EMIT),--emit $(EMIT),) $(if $(JSON),--json $(JSON),)
+
+## bench-batch: where a 100-record micro-batch's time goes, phase by phase, flow-jobs vs hand-written PySpark in one process
+bench-batch: $(STAMP)
+	$(PY) -m bench.profile_batch $(if $(JSON),--json $(JSON),)
 
 ## pack: the executors' Python environment for a cluster (dist/flow-jobs-executor.tar.gz)
 pack: $(STAMP)
