@@ -478,6 +478,35 @@ def test_a_filter_above_an_observation_is_not_pushed_below_it(spark: SparkSessio
     assert not any("> 5)" in line for line in lines[observation + 1 :])
 
 
+def test_python_workers_take_pyspark_from_spark_home_first(spark: SparkSession) -> None:
+    """Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` first on the path of every
+    Python process it starts; PySpark's pip install ships that zip without bytecode.
+
+    Depends on it: ``flow_jobs.runtime.session._spark_home_without_python_zips``, which
+    points a local session's ``SPARK_HOME`` at the install without its zips, so that
+    those processes import the same PySpark from site-packages, compiled once (the
+    planner of every streaming query started 1.1 s sooner). Checked: the worker's path
+    still begins with that ``SPARK_HOME``'s zip, and its PySpark is the driver's."""
+    import os
+
+    import pyspark
+
+    def where(_: int) -> str:
+        import sys
+
+        import pyspark as worker_pyspark
+
+        return json.dumps([sys.path, worker_pyspark.__file__])
+
+    found = spark.range(1).select(F.udf(where)("id")).first()
+    assert found is not None
+    path, module = json.loads(found[0])
+    zip_path = Path(os.environ["SPARK_HOME"]) / "python" / "lib" / "pyspark.zip"
+    assert str(zip_path) in path[:3]
+    assert not zip_path.exists()
+    assert Path(module).resolve() == Path(pyspark.__file__).resolve()
+
+
 def _reports(query: StreamingQuery) -> list[dict[str, Any]]:
     return [json.loads(p.json()) for p in query._jsq.recentProgress()]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Mapping
@@ -116,6 +117,41 @@ def _driver_python_on_path() -> None:
     os.environ["PYSPARK_PYTHON"] = PYTHON_NAME
 
 
+def _spark_home_without_python_zips() -> None:
+    """Point ``SPARK_HOME`` at this PySpark install minus its ``python/lib`` zips, so
+    that the Python processes a local Spark starts import PySpark from site-packages.
+
+    Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` first on every Python worker's
+    PYTHONPATH. The zip holds no bytecode, so each fresh process compiles the PySpark
+    modules it imports from source: 1.6-1.7 s against 0.5 s from site-packages for the
+    process Spark starts to plan a Python data source, once per streaming query
+    (measured in BENCHMARKS.md, "Where a small micro-batch's time goes"). The folder
+    links every other entry of the install (``bin``, ``jars``, ...), so ``spark-submit``
+    and the JVM are the same; only the zips are absent, and Python finds the same PySpark,
+    the one this interpreter runs. Not done when the user set ``SPARK_HOME`` (their own
+    Spark), nor with an archive (executors take PySpark from that zip: ``runtime.pack``).
+    """
+    if "SPARK_HOME" in os.environ:
+        return
+    import pyspark
+
+    install = Path(pyspark.__file__).resolve().parent
+    entries = sorted(e.name for e in install.iterdir() if e.name != "python")
+    digest = hashlib.sha256("\0".join([str(install), *entries]).encode()).hexdigest()[:12]
+    home = Path(tempfile.gettempdir()) / f"flow-jobs-{os.getuid()}" / f"spark-home-{digest}"
+    if not home.is_dir():  # never changed once made: a running JVM may be using it
+        staged = home.with_name(f".{home.name}.{os.getpid()}")
+        shutil.rmtree(staged, ignore_errors=True)
+        staged.mkdir(parents=True)
+        for name in entries:
+            (staged / name).symlink_to(install / name)
+        try:
+            staged.rename(home)
+        except OSError:  # a concurrent driver made it first
+            shutil.rmtree(staged, ignore_errors=True)
+    os.environ["SPARK_HOME"] = str(home)
+
+
 #: The driver JVM's log4j2 profile unless Spark's own is asked for (a verbose level).
 QUIET_LOG4J = Path(__file__).with_name("log4j2-quiet.properties")
 
@@ -148,13 +184,14 @@ def build_spark_session(
     archive = archive or env.spark_archive
     if archive and SparkContext._active_spark_context is None:
         _driver_python_on_path()
+    master = master or env.spark_master or "local[*]"
+    if not archive and master.startswith("local") and SparkContext._active_spark_context is None:
+        _spark_home_without_python_zips()
     # Spark's Python workers run `python3` from PATH unless told otherwise; they need
     # this interpreter's packages (pyarrow, confluent-kafka, flow_jobs).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = SparkSession.builder.appName(app_name).master(
-        master or env.spark_master or "local[*]"
-    )
+    builder = SparkSession.builder.appName(app_name).master(master)
     settings = {
         **DEFAULT_CONF,
         # Stateful queries fix their partition count in the checkpoint; a small
@@ -164,7 +201,7 @@ def build_spark_session(
         **(conf or {}),
     }
     if SparkContext._active_spark_context is None:
-        settings.update(_quiet_start(settings, master or env.spark_master, env.spark_log_level))
+        settings.update(_quiet_start(settings, master, env.spark_log_level))
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
