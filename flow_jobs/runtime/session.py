@@ -43,6 +43,11 @@ DEFAULT_CONF: dict[str, str] = {
     # sockets: over loopback TCP each worker round trip of a task cost ~40 ms more
     # (small writes waiting on delayed ACKs), most of a small micro-batch's Python time.
     "spark.python.unix.domain.socket.enabled": "true",
+    # PySpark records the Python call site of every DataFrame call for error messages,
+    # three JVM round trips a call: ~0.3 s of each run's plan, for call sites that are
+    # flow-jobs' own code (the spec's SQL keeps its own error context). PySpark reads
+    # the key once per process, at its first DataFrame call.
+    "spark.python.sql.dataFrameDebugging.enabled": "false",
 }
 
 
