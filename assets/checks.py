@@ -28,7 +28,7 @@ def pipeline_checks(spec: PipelineSpec, spec_path: Path) -> list[AssetChecksDefi
     @asset_check(
         asset=key,
         name="window_config_valid",
-        description="the spec file validates; seed 000's state-size bound is within "
+        description="the spec file validates; the state-size upper bound is within "
         "[checks] state_budget_bytes",
     )
     def window_config_valid() -> AssetCheckResult:

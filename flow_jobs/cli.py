@@ -1,5 +1,5 @@
 """``flow-jobs validate|run|inspect|reset|state show|pack``: the command-line contract
-(MISSION.md)."""
+(README.md, "Commands")."""
 
 from __future__ import annotations
 

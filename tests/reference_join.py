@@ -1,4 +1,5 @@
-"""An independent reference computation of seed 001's stream-stream join, in Python.
+"""An independent reference computation of the stream-stream join, in Python, from
+the rules of docs/spec-reference.md, "[transform.join]".
 
 A left row L and a right row R match when every key pair is equal and not NULL and
 ``lower <= R.time - L.time <= upper``. Each match is one output row; an outer join

@@ -1,4 +1,4 @@
-"""Memory caps fail loud with seed 000's message; the sizing bound warns at start-up."""
+"""Memory caps fail loud with the spec reference's message; the sizing bound warns at start-up."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Seed 002's worked examples (Quix Streams' documented outputs), window for window."""
+"""Quix Streams' documented worked examples, window for window."""
 
 from __future__ import annotations
 

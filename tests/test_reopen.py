@@ -1,4 +1,4 @@
-"""late_data = "reopen" (seed 000; docs/spec-reference.md, "Late rows").
+"""late_data = "reopen" (docs/spec-reference.md, "Late rows").
 
 The operator's logic is checked against a model written from the rule's words, micro-
 batch by micro-batch, over random rows and cuts (hypothesis); the pipeline end to end

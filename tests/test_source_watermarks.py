@@ -1,5 +1,5 @@
 """The pipeline's watermark is the minimum over its sources, and idle sources leave it
-(seed 000; docs/spec-reference.md, "Watermarks over several sources").
+(docs/spec-reference.md, "Watermarks over several sources").
 
 Two sources feed one window through ``[transform].sql`` (a UNION ALL): ``slow`` lags
 ``fast`` in event time. Under the minimum rule no row of either source is late as long as
@@ -275,7 +275,7 @@ def _report(**sources: tuple[int, int | None]) -> dict[str, Any]:
 
 
 def test_idle_sources_publish_the_lowest_watermark_of_the_others(tmp_path: Path) -> None:
-    """Seed 000: global = min over the sources not idle; an idle source's target is that
+    """The spec reference: global = min over the sources not idle; an idle source's target is that
     minimum; all idle, or no other watermark known yet: no target."""
     clock = _Clock()
     path = tmp_path / "idle.json"

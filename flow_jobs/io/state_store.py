@@ -1,4 +1,4 @@
-"""The Postgres state store: every pipeline's durable ledger (MISSION.md §8).
+"""The Postgres state store: every pipeline's durable ledger (README.md, "The ledger").
 
 Operator state lives in Spark's checkpoint; this store holds what the checkpoint does
 not: one row per micro-batch (offsets, watermarks, row counts, the target commit it

@@ -343,7 +343,7 @@ class Collect(WindowAggregator):
 
 @dataclass(eq=False)
 class Reduce(WindowAggregator):
-    """Seed 002's reduce: initializer(first value), then reducer(aggregate, value)."""
+    """Reduce: initializer(first value), then reducer(aggregate, value)."""
 
     initializer: Callable[[Any], Any]
     reducer: Callable[[Any, Any], Any]

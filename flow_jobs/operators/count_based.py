@@ -1,4 +1,4 @@
-"""Count-based windows (seed 002, Quix Streams semantics), in an order no cut changes.
+"""Count-based windows (Quix Streams semantics), in an order no cut changes.
 
 A group's events are numbered 0, 1, 2, ... in their total order: event time, then
 Kafka position (``flow_jobs.plan.ordering``). Window ``k`` holds the events

@@ -1,4 +1,6 @@
-"""Tumbling and hopping windows that reopen (``late_data = "reopen"``, seed 000).
+"""Tumbling and hopping windows that reopen (``late_data = "reopen"``).
+
+The rules: docs/spec-reference.md, "Reopening windows".
 
 Spark's native window aggregation emits a window once, when the watermark passes its
 end (output mode append), or on every change while it is open (update); neither emits

@@ -1,4 +1,4 @@
-"""Sliding windows, per row (seed 002, Quix Streams semantics).
+"""Sliding windows, per row (Quix Streams semantics, docs/spec-reference.md "Windows").
 
 Each distinct event time ``t`` of a group defines one window ``[t - duration, t]``,
 inclusive at both ends (its start clamped at 0, as Quix does), aggregating every event

@@ -24,7 +24,7 @@ columns are hashed as 64-bit integers, strings as UTF-8, everything else as its 
 cast, in both engines, so sketches of either engine merge. Exact distinct counts keep
 the set in state and fail the query, naming the window, past their cap.
 
-``reduce`` (seed 002) folds a window's values in event-time order: the initializer gets
+``reduce`` folds a window's values in event-time order: the initializer gets
 the first value, the reducer (aggregate, value) for each later one. Native windows keep
 the values in state and fold when the window is emitted; state-API windows fold in the
 operator. The value is the named column's, or the row as a dict without a column.
@@ -413,7 +413,7 @@ class CollectAgg(Aggregator):
 
 
 class ReduceAgg(Aggregator):
-    """Seed 002's reduce: ``initializer(first)``, then ``reducer(aggregate, value)``."""
+    """Reduce: ``initializer(first)``, then ``reducer(aggregate, value)``."""
 
     name = "reduce"
     native_form = (

@@ -1,4 +1,6 @@
-"""Stream-stream joins (seed 001): Spark's native time-bounded join with watermarks.
+"""Stream-stream joins: Spark's native time-bounded join with watermarks.
+
+The rules: docs/spec-reference.md, "[transform.join]".
 
 Each side is a source view with its event time as a watermarked TIMESTAMP
 (``lateness_ms``); the condition pairs equal keys (SQL equality, and explicitly: a NULL
@@ -145,7 +147,8 @@ def compile_join(
         left_key, right_key = F.col(f"l.{lk}"), F.col(f"r.{rk}")
         # Spark's streaming join compares key rows bytewise, so NULL meets NULL; the
         # optimizer's IS NOT NULL filters hide that except in a full join, which may
-        # filter neither side. Said explicitly, NULL keys never match (seed 001).
+        # filter neither side. Said explicitly, NULL keys never match (the spec
+        # reference's join rules).
         condition = condition & (left_key == right_key) & left_key.isNotNull()
     joined = left.alias("l").join(right.alias("r"), condition, _HOW[join.how])
 

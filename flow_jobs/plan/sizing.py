@@ -1,4 +1,6 @@
-"""Seed 000's state sizing: an upper bound, warned about at start-up above 1 GB.
+"""State sizing: an upper bound, warned about at start-up above 1 GB.
+
+The rules: docs/spec-reference.md, "Memory caps".
 
     state ≈ active windows × max_groups_per_window × state per group
 

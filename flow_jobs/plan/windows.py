@@ -3,7 +3,7 @@
 Native kinds (tumbling, hopping, session) are Spark's ``window()`` / ``session_window()``
 grouping with a watermark: a JVM hash aggregation whose partial aggregates are shuffled
 and kept in the state store. ``window()`` aligns to the epoch and a row belongs to every
-window [start, end) that contains it (seed 000's hopping formula,
+window [start, end) that contains it (the textbook hopping formula,
 ``[event_ts − duration + hop, event_ts]``, misses the window that starts exactly
 ``duration − hop`` before the row when ``hop`` does not divide the time since epoch;
 Spark's is right). A session is [first event, last event + gap).
@@ -100,7 +100,7 @@ def compile_window(
     topics: Sequence[str] = (),
     merge: Merge | None = None,
 ) -> CompiledWindow:
-    """The windowed aggregation, with the output columns in the seed's order.
+    """The windowed aggregation, with the output columns in ``PipelineSpec.output_columns``' order.
     ``topics``: the pipeline's source topics (ties of equal event time follow their
     Kafka position, ``flow_jobs.plan.ordering``); ``merge``: the input holds partial
     aggregates from the reader (``flow_jobs.plan.combine``)."""

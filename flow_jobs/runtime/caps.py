@@ -3,9 +3,9 @@
 Spark's state store gives no per-window group count while a batch runs, so the check
 reads the committed state of the previous micro-batch with Spark's state data source
 (``format("statestore")``) at the start of the next one, and fails that batch (and so
-the query) with seed 000's message. It is gated on Spark's own ``numRowsTotal``: no
-window can hold more groups than the state holds rows, so until the state outgrows the
-cap the check costs nothing.
+the query) with the message of docs/spec-reference.md, "Memory caps". It is gated on
+Spark's own ``numRowsTotal``: no window can hold more groups than the state holds rows,
+so until the state outgrows the cap the check costs nothing.
 
 Per kind, "groups per window" is:
 
@@ -29,7 +29,7 @@ from flow_jobs.spec.models import PipelineSpec
 
 
 class WindowStateCapHit(RuntimeError):
-    """A window's state reached max_groups_per_window (seed 000: fail loud)."""
+    """A window's state reached max_groups_per_window: the run fails, loud."""
 
 
 def _iso(value: datetime | None) -> str:

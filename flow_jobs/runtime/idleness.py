@@ -1,4 +1,6 @@
-"""Idle sources (seed 000): which ones leave the pipeline's minimum watermark, and how.
+"""Idle sources: which ones leave the pipeline's minimum watermark, and how.
+
+The rules: docs/spec-reference.md, "Watermarks over several sources".
 
 The pipeline's watermark is the lowest of its sources' (``plan.sources.SourceWatermark``).
 A source with no new record for ``source_idleness_ms`` of processing time is idle: it

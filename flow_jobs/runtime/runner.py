@@ -167,8 +167,9 @@ class PipelineRunner:
         estimate = estimate_state(self.spec.window) if self.spec.has_window else None
         if estimate is not None and estimate.total > GB:
             log.warning(
-                "%s: window state may reach %s (seed 000's upper bound; lower "
-                "max_groups_per_window, lateness_ms or hll_precision to reduce it)",
+                "%s: window state may reach %s (an upper bound, see 'Memory caps' in the spec "
+                "reference; lower max_groups_per_window, lateness_ms or hll_precision to "
+                "reduce it)",
                 self.spec.name,
                 estimate.describe(),
             )

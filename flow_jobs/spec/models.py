@@ -1,7 +1,7 @@
 """Pipeline spec: pydantic v2 models, the single source of truth for configuration.
 
 Every config-time rule lives here, in the model that owns the key, so a message always
-names the key and the value. Values the seeds reserve for later (``late_data = "dlq"``,
+names the key and the value. Values the spec reference reserves for later (``late_data = "dlq"``,
 ``crash_recovery = "kafka_eos"``, ...) are part of the accepted vocabulary and rejected
 with "not supported yet", so a user can tell a typo from a roadmap item.
 
@@ -35,7 +35,7 @@ SQL_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
 #: The column every source injects: the Kafka timestamp, or the arrival time in
-#: processing-time mode (seed 000).
+#: processing-time mode.
 EVENT_TS = "_event_ts"
 #: The struct of Kafka metadata a JSON source view carries (key, topic, partition,
 #: offset, timestamp); count-based windows order a group's events by it.
@@ -52,7 +52,7 @@ WindowKind = Literal[
 ]
 TIME_KINDS = ("tumbling", "hopping", "session", "sliding")
 COUNT_KINDS = ("count_tumbling", "count_hopping", "count_sliding")
-#: Kinds whose windows can reopen (late_data = "reopen", seed 000): fixed bounds.
+#: Kinds whose windows can reopen (late_data = "reopen"): fixed bounds.
 REOPEN_KINDS = ("tumbling", "hopping")
 
 AggKind = Literal[
@@ -363,7 +363,7 @@ class Aggregation(SpecModel):
 
 
 class WindowSpec(SpecModel):
-    """``[transform.window]``: every key of seed 000's window block, plus the other kinds."""
+    """``[transform.window]``: every window kind's keys (docs/spec-reference.md)."""
 
     kind: WindowKind
     duration_ms: Annotated[int, Field(gt=0)] | None = None
@@ -593,7 +593,7 @@ OutputColumns = list[str] | dict[str, str]
 
 
 class JoinSpec(SpecModel):
-    """``[transform.join]``: seed 001's keyed, time-bounded stream-stream join, plus
+    """``[transform.join]``: a keyed, time-bounded stream-stream join, plus
     outer joins and asymmetric bounds."""
 
     kind: Literal["stream_stream_join"]
@@ -957,7 +957,7 @@ class ChecksSpec(SpecModel):
     late_row_rate_max: Annotated[float, Field(ge=0, le=1)] = 0.01
     #: how many recent batches late_row_rate looks at.
     late_row_rate_batches: Annotated[int, Field(gt=0)] = 100
-    #: window_config_valid fails when seed 000's state-size upper bound exceeds this.
+    #: window_config_valid fails when the state-size upper bound (plan.sizing) exceeds this.
     state_budget_bytes: Annotated[int, Field(gt=0)] = 1 << 30
     #: target_fresh fails when the last batch committed longer ago than this.
     target_fresh_max_s: Annotated[float, Field(gt=0)] = 3600.0
@@ -1202,7 +1202,7 @@ class PipelineSpec(SpecModel):
         return [w.window_start_column, w.window_end_column, *index, *w.group_by]
 
     def output_columns(self) -> list[str]:
-        """The one place that knows the output column order (seed 000)."""
+        """The one place that knows the output column order."""
         w = self.window
         index = [w.window_index_column] if w.is_count_based else []
         return [
