@@ -17,7 +17,6 @@ import psycopg
 from rich.table import Table
 
 from flow_jobs.cli_inspect import InspectUsageError, add_inspect_command
-from flow_jobs.io.checkpoint_files import local_path
 from flow_jobs.io.state_store import (
     IncompatibleSpec,
     PipelineBusy,
@@ -31,6 +30,7 @@ from flow_jobs.runtime.display import configure_logging, make_display
 from flow_jobs.runtime.pack import DEFAULT_ARCHIVE, pack
 from flow_jobs.secrets import redact
 from flow_jobs.spec import SpecError, load_spec
+from flow_jobs.spec.locations import local_path
 from flow_jobs.spec.models import PipelineSpec, aware_instant
 from flow_jobs.tables import show, table
 

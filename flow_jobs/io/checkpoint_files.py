@@ -39,8 +39,11 @@ import tempfile
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
+
+from flow_jobs.spec.locations import local_path
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -51,14 +54,6 @@ log = logging.getLogger(__name__)
 LOCATION_KEY = "checkpoint.location"
 
 _T = TypeVar("_T")
-
-
-def local_path(location: str) -> str | None:
-    """A checkpoint location as a path this process opens directly: a plain path or a
-    ``file://`` URI; None for any other URI (read through Hadoop's ``FileSystem``)."""
-    if "://" in location and not location.startswith("file://"):
-        return None
-    return location.removeprefix("file://")
 
 
 class CheckpointFiles(ABC):
@@ -246,6 +241,42 @@ def default_hadoop_conf(jvm: Any) -> Any:
     if session.isDefined():
         return session.get().sessionState().newHadoopConf()
     return jvm.org.apache.spark.SparkContext.getOrCreate().hadoopConfiguration()
+
+
+@dataclass(frozen=True)
+class OffsetLogEntry:
+    """One entry of Spark's offset log, ``offsets/<batch id>``: a version line, the
+    batch's metadata (``batchWatermarkMs``: the watermark the batch runs under;
+    ``batchTimestampMs``: its ``current_timestamp()``), then one line per source in the
+    plan's order, each its offsets as JSON or ``-`` (``None`` here) for a source with
+    none yet. The one parser of that layout, for the reader and the driver alike."""
+
+    metadata: dict[str, Any]
+    sources: tuple[Any, ...]
+
+    @property
+    def watermark_ms(self) -> int:
+        return int(self.metadata.get("batchWatermarkMs") or 0)
+
+    @property
+    def timestamp_ms(self) -> int | None:
+        stamp = self.metadata.get("batchTimestampMs")
+        return int(stamp) if isinstance(stamp, int) else None
+
+
+def read_offset_entry(files: CheckpointFiles, batch: int) -> OffsetLogEntry | None:
+    """Micro-batch ``batch``'s offset log entry; None when there is none (never written,
+    or purged: Spark keeps the last ``minBatchesToRetain``) or it is cut short."""
+    if batch < 0:
+        return None
+    try:
+        lines = files.read_text(f"offsets/{batch}").splitlines()
+    except FileNotFoundError:
+        return None
+    if len(lines) < 2:
+        return None
+    sources = tuple(None if line.strip() in ("", "-") else json.loads(line) for line in lines[2:])
+    return OffsetLogEntry(json.loads(lines[1]), sources)
 
 
 def checkpoint_files(location: str, spark: SparkSession | None = None) -> CheckpointFiles:

@@ -23,6 +23,8 @@ from deltalake import CommitProperties, DeltaTable, QueryBuilder, Transaction
 from deltalake.exceptions import TableNotFoundError
 from deltalake.schema import Field
 
+from flow_jobs.spec.locations import is_uri
+
 
 class TargetSchemaError(RuntimeError):
     """An existing table's columns differ from what the pipeline writes."""
@@ -110,7 +112,7 @@ class DeltaMergeTable:
         )
 
     def _uri(self) -> str:
-        return str(Path(self.path).resolve()) if "://" not in self.path else self.path
+        return self.path if is_uri(self.path) else str(Path(self.path).resolve())
 
     def open(self) -> DeltaTable:
         return DeltaTable(self._uri(), storage_options=self.storage_options)
@@ -120,7 +122,7 @@ class DeltaMergeTable:
         try:
             table = self.open()
         except TableNotFoundError:
-            if "://" not in self.path:
+            if not is_uri(self.path):
                 Path(self._uri()).mkdir(parents=True, exist_ok=True)
             return DeltaTable.create(
                 self._uri(), self.schema, mode="ignore", storage_options=self.storage_options

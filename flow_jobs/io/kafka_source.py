@@ -65,11 +65,12 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from flow_jobs.io.checkpoint_files import CheckpointFiles, ReaderCheckpoint, local_path
+from flow_jobs.io.checkpoint_files import CheckpointFiles, ReaderCheckpoint, read_offset_entry
 from flow_jobs.io.combine import EVENT_TS, PARTIAL, CombinePlan, Folder, RangeRows, partial_type
 from flow_jobs.io.combine import ddl as combine_ddl
 from flow_jobs.io.json_decode import JsonDecoder, arrow_schema
 from flow_jobs.io.kafka_time_offsets import offsets_for_time
+from flow_jobs.spec.locations import local_path
 
 SOURCE_FORMAT = "flow_kafka"
 _TS = pa.timestamp("us", tz="UTC")
@@ -726,36 +727,15 @@ def batch_stamps(files: CheckpointFiles | None, end: dict) -> tuple[int | None, 
         return None, None
     ids = sorted((int(n) for n in names if n.isdigit()), reverse=True)
     for batch in ids[:2]:  # a batch planned again after a restart is still the newest
-        lines = _offset_log_lines(files, batch)
-        if lines is None or not any(_same_offsets(line, end) for line in lines[2:]):
+        entry = read_offset_entry(files, batch)
+        if entry is None or end not in entry.sources:
             continue
-        previous = _offset_log_lines(files, batch - 1) if batch > 0 else None
-        stamp = json.loads(lines[1]).get("batchTimestampMs")
-        now = int(stamp) if isinstance(stamp, int) else None
-        return (_watermark_of(previous) if previous else None), now
+        previous = read_offset_entry(files, batch - 1)
+        return (previous.watermark_ms if previous else None), entry.timestamp_ms
     log.warning(
         "no offset log entry in %s/offsets holds %s: late rows not stamped", files.location, end
     )
     return None, None
-
-
-def _offset_log_lines(files: CheckpointFiles, batch: int) -> list[str] | None:
-    try:
-        lines = files.read_text(f"offsets/{batch}").splitlines()
-    except FileNotFoundError:
-        return None  # purged (Spark keeps the last minBatchesToRetain entries)
-    return lines if len(lines) >= 2 else None
-
-
-def _watermark_of(lines: list[str]) -> int:
-    return int(json.loads(lines[1]).get("batchWatermarkMs") or 0)
-
-
-def _same_offsets(line: str, end: dict) -> bool:
-    try:
-        return bool(json.loads(line) == end)
-    except ValueError:
-        return False  # "-": a source without offsets in this batch
 
 
 def read_range(options: KafkaSourceOptions, rng: KafkaRange) -> Iterator[pa.RecordBatch]:

@@ -10,60 +10,52 @@ A checkpoint behind a URI (``s3a://``, ``hdfs://``…) is read through Spark's H
 
 from __future__ import annotations
 
-import json
 import logging
-import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from flow_jobs.io.checkpoint_files import checkpoint_files
+from flow_jobs.io.checkpoint_files import checkpoint_files, read_offset_entry
+from flow_jobs.spec.locations import is_uri
 from flow_jobs.spec.models import PipelineSpec
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class OffsetLogEntry:
+class BatchOffsets:
+    """A micro-batch's offset log entry (``read_offset_entry``) by the spec's sources."""
+
     offsets: dict[str, Any]  # source name -> {topic: {partition: offset}}
     watermark: datetime | None  # the watermark the batch runs under
-
-
-_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 def checkpoint_location(location: str) -> str:
     """What Spark gets as ``checkpointLocation``: a URI (``s3a://``, ``abfss://``,
     ``hdfs://``, ``file://``) as written, a plain path made absolute."""
-    if _URI.match(location):
+    if is_uri(location):
         return location
     return str(Path(location).resolve())
 
 
-def read_offset_log(checkpoint: str, batch_id: int, spec: PipelineSpec) -> OffsetLogEntry | None:
-    if batch_id < 0:
+def read_offset_log(checkpoint: str, batch_id: int, spec: PipelineSpec) -> BatchOffsets | None:
+    """Micro-batch ``batch_id``'s offsets by source name, and its watermark."""
+    entry = read_offset_entry(checkpoint_files(checkpoint), batch_id)
+    if entry is None:
         return None
-    try:
-        lines = checkpoint_files(checkpoint).read_text(f"offsets/{batch_id}").splitlines()
-    except FileNotFoundError:
-        return None  # purged (Spark keeps the last minBatchesToRetain)
-    if len(lines) < 2:
-        return None
-    metadata = json.loads(lines[1])
     by_topic = {s.topic: s.name for s in spec.sources}
     offsets: dict[str, Any] = {}
-    for i, line in enumerate(lines[2:]):
-        if line.strip() in ("", "-"):
+    for i, value in enumerate(entry.sources):
+        if value is None:
             continue
-        value = json.loads(line)
         # "_data_loss" (flow_jobs.io.kafka_source) rides beside the topic: kept, not a topic.
         topics = [t for t in value if not t.startswith("_")] if isinstance(value, dict) else []
         name = by_topic.get(topics[0]) if len(topics) == 1 else None
         offsets[name or f"source{i}"] = value
-    mark = metadata.get("batchWatermarkMs")
+    mark = entry.watermark_ms
     watermark = datetime.fromtimestamp(mark / 1000, tz=UTC) if mark else None
-    return OffsetLogEntry(offsets, watermark)
+    return BatchOffsets(offsets, watermark)
 
 
 def has_committed_batch(checkpoint: str) -> bool:

@@ -17,7 +17,6 @@ from pyspark.sql.streaming import StreamingQuery
 
 from flow_jobs.io.checkpoint_files import (
     checkpoint_files,
-    local_path,
     publish_driver_gateway,
     withdraw_driver_gateway,
 )
@@ -48,6 +47,7 @@ from flow_jobs.runtime.session import pipeline_session, refuse_unshared_paths, s
 from flow_jobs.runtime.sink import StopRequested, WindowBatchSink, last_progress
 from flow_jobs.secrets import redact
 from flow_jobs.settings import Settings
+from flow_jobs.spec.locations import local_path
 from flow_jobs.spec.models import PipelineSpec, revealed
 
 log = logging.getLogger(__name__)

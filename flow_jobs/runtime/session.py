@@ -19,6 +19,7 @@ from flow_jobs.io.lookup_sources import DeltaTableSource, PostgresTableSource
 from flow_jobs.plan.errors import PlanError
 from flow_jobs.runtime.pack import ARCHIVE_ALIAS, PYTHON_NAME
 from flow_jobs.settings import Settings
+from flow_jobs.spec.locations import is_uri
 from flow_jobs.spec.models import PipelineSpec, SparkSpec
 
 DATA_SOURCES = (KafkaDataSource, DeltaTableSource, PostgresTableSource)
@@ -307,7 +308,7 @@ def refuse_unshared_paths(spec: PipelineSpec, master: str) -> None:
         if lookup.path is not None
     ]
     for key, location in plain:
-        if "://" not in location:
+        if not is_uri(location):
             raise PlanError(
                 key,
                 f"{location!r} is a plain path, and on a cluster (master {master}) "

@@ -30,6 +30,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from flow_jobs.spec.locations import on_object_store
+
 PIPELINE_NAME = re.compile(r"^[a-z0-9_-]+$")
 SQL_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
@@ -72,16 +74,6 @@ def key_error(key: str, message: str) -> PydanticCustomError:
 def not_supported(key: str, value: object, supported: tuple[str, ...] | str) -> PydanticCustomError:
     shown = supported if isinstance(supported, str) else ", ".join(map(repr, supported))
     return key_error(key, f"{key} = {value!r} is not supported yet; supported: {shown}")
-
-
-#: A path with a URI scheme (``s3://``, ``gs://``, ``az://``, ``file://``...).
-URI_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
-
-
-def on_object_store(path: str) -> bool:
-    """A Delta path that delta-rs reaches through an object store (``s3://bucket/...``,
-    ``gs://``, ``az://``, ``abfss://``...), not a local path or a ``file://`` URI."""
-    return URI_SCHEME.match(path) is not None and not path.lower().startswith("file://")
 
 
 def revealed(options: Mapping[str, SecretStr]) -> dict[str, str]:
