@@ -17,7 +17,8 @@ from pydantic import Field
 from pyspark.sql import SparkSession
 
 from flow_jobs.io.state_store import StateStore, state_store_schema, state_store_url
-from flow_jobs.spec.models import PipelineSpec, on_object_store
+from flow_jobs.spec.locations import is_uri, on_object_store
+from flow_jobs.spec.models import PipelineSpec
 
 
 class SparkResource(ConfigurableResource):
@@ -71,27 +72,14 @@ class KafkaResource(ConfigurableResource):
         return {k: v for k, v in pairs.items() if v is not None}
 
     def end_offsets(self, spec: PipelineSpec) -> dict[str, dict[str, dict[str, int]]]:
-        """Each source's topic end offsets, shaped like the ledger's ``end_offsets``."""
-        from confluent_kafka import Consumer, TopicPartition
+        """Each source's topic end offsets, shaped like the ledger's ``end_offsets``,
+        asked of the broker as the reader asks (``kafka_source.source_watermarks``)."""
+        from flow_jobs.io.kafka_source import source_watermarks
 
         out: dict[str, dict[str, dict[str, int]]] = {}
         for source in spec.sources:
-            config = {
-                **source.cluster_config(),
-                "group.id": f"flow-jobs-sensor-{spec.name}",
-                "enable.auto.commit": False,
-            }
-            consumer = Consumer(config)
-            try:
-                topic = consumer.list_topics(source.topic, timeout=10).topics[source.topic]
-                ends = {}
-                for partition in sorted(topic.partitions):
-                    _low, high = consumer.get_watermark_offsets(
-                        TopicPartition(source.topic, partition), timeout=10
-                    )
-                    ends[str(partition)] = int(high)
-            finally:
-                consumer.close()
+            marks = source_watermarks(source, f"flow-jobs-sensor-{spec.name}")
+            ends = {str(p): int(high) for p, (_low, high) in marks.items()}
             out[source.name] = {source.topic: ends}
         return out
 
@@ -153,10 +141,10 @@ def apply_resources(
     target = doc["target"]
     if target.get("kind", "delta") == "delta":
         path = target["path"]
-        if delta.root and "://" not in path and not os.path.isabs(path):
+        if delta.root and not is_uri(path) and not os.path.isabs(path):
             target["path"] = (
                 str(Path(delta.root) / path)
-                if "://" not in delta.root
+                if not is_uri(delta.root)
                 else (f"{delta.root.rstrip('/')}/{path.removeprefix('./')}")
             )
         if delta.storage_options:
