@@ -17,7 +17,7 @@ from pydantic import Field
 from pyspark.sql import SparkSession
 
 from flow_jobs.io.state_store import StateStore, state_store_schema, state_store_url
-from flow_jobs.spec.locations import is_uri, on_object_store
+from flow_jobs.locations import is_uri, on_object_store
 from flow_jobs.spec.models import PipelineSpec
 
 

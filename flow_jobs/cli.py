@@ -24,13 +24,13 @@ from flow_jobs.io.state_store import (
     state_store_schema,
     state_store_url,
 )
+from flow_jobs.locations import local_path
 from flow_jobs.plan.errors import PlanError
 from flow_jobs.runtime.checkpoint import retire_checkpoint
 from flow_jobs.runtime.display import configure_logging, make_display
 from flow_jobs.runtime.pack import DEFAULT_ARCHIVE, pack
 from flow_jobs.secrets import redact
 from flow_jobs.spec import SpecError, load_spec
-from flow_jobs.spec.locations import local_path
 from flow_jobs.spec.models import PipelineSpec, aware_instant
 from flow_jobs.tables import show, table
 

@@ -1,11 +1,11 @@
-"""The one rule for where a location points (``flow_jobs.spec.locations``): a plain
+"""The one rule for where a location points (``flow_jobs.locations``): a plain
 path or a ``file://`` URI is local, any other URI is not."""
 
 from __future__ import annotations
 
 import pytest
 
-from flow_jobs.spec.locations import is_uri, local_path, on_object_store
+from flow_jobs.locations import is_uri, local_path, on_object_store
 
 CASES = [
     # location, is a URI, the local path (None: not local)

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from flow_jobs.spec.locations import local_path
+from flow_jobs.locations import local_path
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -23,7 +23,7 @@ from deltalake import CommitProperties, DeltaTable, QueryBuilder, Transaction
 from deltalake.exceptions import TableNotFoundError
 from deltalake.schema import Field
 
-from flow_jobs.spec.locations import is_uri
+from flow_jobs.locations import is_uri
 
 
 class TargetSchemaError(RuntimeError):

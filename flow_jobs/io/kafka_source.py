@@ -70,7 +70,7 @@ from flow_jobs.io.combine import EVENT_TS, PARTIAL, CombinePlan, Folder, RangeRo
 from flow_jobs.io.combine import ddl as combine_ddl
 from flow_jobs.io.json_decode import JsonDecoder, arrow_schema
 from flow_jobs.io.kafka_time_offsets import offsets_for_time
-from flow_jobs.spec.locations import local_path
+from flow_jobs.locations import local_path
 
 SOURCE_FORMAT = "flow_kafka"
 _TS = pa.timestamp("us", tz="UTC")

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from flow_jobs.io.checkpoint_files import checkpoint_files, read_offset_entry
-from flow_jobs.spec.locations import is_uri
+from flow_jobs.locations import is_uri
 from flow_jobs.spec.models import PipelineSpec
 
 log = logging.getLogger(__name__)

@@ -35,13 +35,13 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from flow_jobs.io.checkpoint_files import CheckpointFiles, checkpoint_files
+from flow_jobs.locations import local_path
 from flow_jobs.operators import count_based, reopen, session, sliding
 from flow_jobs.operators.aggregators import Ranges
 from flow_jobs.operators.frame import EventFrame, to_python
 from flow_jobs.operators.processor import STATE_VARIABLE
 from flow_jobs.runtime.checkpoint import checkpoint_location, read_offset_log
 from flow_jobs.runtime.reports import JOIN_OPERATOR
-from flow_jobs.spec.locations import local_path
 from flow_jobs.spec.models import Aggregation, PipelineSpec, WindowSpec
 
 if TYPE_CHECKING:

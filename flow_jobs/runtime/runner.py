@@ -30,6 +30,7 @@ from flow_jobs.io.targets import (
     KafkaBatchTarget,
     PostgresBatchTarget,
 )
+from flow_jobs.locations import local_path
 from flow_jobs.plan.combine import mark_checkpoint
 from flow_jobs.plan.compile import CompiledPipeline, compile_pipeline
 from flow_jobs.plan.sizing import GB, estimate_state
@@ -47,7 +48,6 @@ from flow_jobs.runtime.session import pipeline_session, refuse_unshared_paths, s
 from flow_jobs.runtime.sink import StopRequested, WindowBatchSink, last_progress
 from flow_jobs.secrets import redact
 from flow_jobs.settings import Settings
-from flow_jobs.spec.locations import local_path
 from flow_jobs.spec.models import PipelineSpec, revealed
 
 log = logging.getLogger(__name__)

@@ -30,7 +30,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from flow_jobs.spec.locations import on_object_store
+from flow_jobs.locations import on_object_store
 
 PIPELINE_NAME = re.compile(r"^[a-z0-9_-]+$")
 SQL_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
