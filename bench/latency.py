@@ -194,25 +194,11 @@ def flow_jobs_spec(
     }
 
 
-def hand_written_job(
-    bootstrap: str, topic: str, workdir: Path, trigger_ms: int, emit: str = "current"
-) -> int:
-    """The job as a Spark user writes it by hand, run until SIGTERM; every micro-batch's
-    progress goes to ``workdir/progress.jsonl`` as it ends. ``emit = "current"`` is
-    Spark's update output mode, ``"final"`` its append mode."""
-    from deltalake import DeltaTable, write_deltalake
-    from deltalake.exceptions import TableNotFoundError
-    from pyspark.sql import DataFrame
+def hand_written_windows(timed: Any) -> Any:
+    """The hand-written job's window: 10 s tumbling by ``user_id``, count and sum."""
     from pyspark.sql import functions as F
 
-    from bench.run import hand_written_events
-    from flow_jobs.runtime.session import build_spark_session
-
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    spark = build_spark_session(app_name="bench-latency-hand-written")
-    timed = hand_written_events(spark, bootstrap, topic, SCHEMA, LATENESS_MS)
-    windows = (
+    return (
         timed.groupBy(F.window("et", f"{WINDOW_MS} milliseconds").alias("w"), "user_id")
         .agg(F.count(F.lit(1)).alias("n"), F.sum("amount").alias("amount_sum"))
         .select(
@@ -223,9 +209,14 @@ def hand_written_job(
             "amount_sum",
         )
     )
-    target = str(workdir / "target")
 
-    def upsert(batch: DataFrame, _batch_id: int) -> None:
+
+def delta_upsert(target: str) -> Any:
+    """The hand-written job's ``foreachBatch``: each micro-batch MERGEd into Delta."""
+    from deltalake import DeltaTable, write_deltalake
+    from deltalake.exceptions import TableNotFoundError
+
+    def upsert(batch: Any, _batch_id: int) -> None:
         out = batch.toArrow()
         if not out.num_rows:
             return
@@ -246,6 +237,24 @@ def hand_written_job(
             .execute()
         )
 
+    return upsert
+
+
+def hand_written_job(
+    bootstrap: str, topic: str, workdir: Path, trigger_ms: int, emit: str = "current"
+) -> int:
+    """The job as a Spark user writes it by hand, run until SIGTERM; every micro-batch's
+    progress goes to ``workdir/progress.jsonl`` as it ends. ``emit = "current"`` is
+    Spark's update output mode, ``"final"`` its append mode."""
+    from bench.run import hand_written_events
+    from flow_jobs.runtime.session import build_spark_session
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    spark = build_spark_session(app_name="bench-latency-hand-written")
+    timed = hand_written_events(spark, bootstrap, topic, SCHEMA, LATENESS_MS)
+    windows = hand_written_windows(timed)
+    upsert = delta_upsert(str(workdir / "target"))
     query = (
         windows.writeStream.outputMode("update" if emit == "current" else "append")
         .foreachBatch(upsert)

@@ -175,58 +175,12 @@ def run_flow_jobs(
 
 def run_hand_written(spark: Any, bootstrap: str, topic: str, workdir: Path, batch: int) -> str:
     """``bench.latency``'s hand-written job, available-now, ``batch`` records a batch."""
-    from deltalake import DeltaTable, write_deltalake
-    from deltalake.exceptions import TableNotFoundError
-    from pyspark.sql import DataFrame
-    from pyspark.sql import functions as F
+    from bench.latency import LATENESS_MS, SCHEMA, delta_upsert, hand_written_windows
+    from bench.run import hand_written_events
 
-    from bench.latency import LATENESS_MS, SCHEMA, WINDOW_MS
-
-    raw = (
-        spark.readStream.format("flow_kafka")
-        .option("bootstrap_servers", bootstrap)
-        .option("topic", topic)
-        .option("max_offsets_per_trigger", str(batch))
-        .load()
-    )
-    rows = raw.select(F.from_json(F.col("value").cast("string"), SCHEMA).alias("j")).select("j.*")
-    timed = rows.withColumn("et", F.timestamp_millis("ts")).withWatermark(
-        "et", f"{LATENESS_MS} milliseconds"
-    )
-    windows = (
-        timed.groupBy(F.window("et", f"{WINDOW_MS} milliseconds").alias("w"), "user_id")
-        .agg(F.count(F.lit(1)).alias("n"), F.sum("amount").alias("amount_sum"))
-        .select(
-            F.col("w.start").alias("window_start"),
-            F.col("w.end").alias("window_end"),
-            "user_id",
-            "n",
-            "amount_sum",
-        )
-    )
-    target = str(workdir / "target")
-
-    def upsert(frame: DataFrame, _batch_id: int) -> None:
-        out = frame.toArrow()
-        if not out.num_rows:
-            return
-        try:
-            table = DeltaTable(target)
-        except TableNotFoundError:
-            write_deltalake(target, out)
-            return
-        (
-            table.merge(
-                out,
-                "t.window_start = s.window_start AND t.user_id = s.user_id",
-                source_alias="s",
-                target_alias="t",
-            )
-            .when_matched_update_all()
-            .when_not_matched_insert_all()
-            .execute()
-        )
-
+    timed = hand_written_events(spark, bootstrap, topic, SCHEMA, LATENESS_MS, batch)
+    windows = hand_written_windows(timed)
+    upsert = delta_upsert(str(workdir / "target"))
     name = f"hand-written-{workdir.name}"
     query = (
         windows.writeStream.queryName(name)

@@ -160,19 +160,26 @@ def _spec(bootstrap: str, workdir: Path, window: dict | None = None) -> Pipeline
 
 
 def hand_written_events(
-    spark: SparkSession, bootstrap: str, topic: str, schema: str, lateness_ms: int
+    spark: SparkSession,
+    bootstrap: str,
+    topic: str,
+    schema: str,
+    lateness_ms: int,
+    max_offsets_per_trigger: int | None = None,
 ) -> DataFrame:
     """A topic read the way a Spark user writes it by hand (the same ``flow_kafka``
     source as flow-jobs, since spark-sql-kafka cannot be installed here): ``from_json``
     of the value, the epoch-ms ``ts`` as the event time ``et``, watermarked."""
     from pyspark.sql import functions as F
 
-    raw = (
+    reader = (
         spark.readStream.format("flow_kafka")
         .option("bootstrap_servers", bootstrap)
         .option("topic", topic)
-        .load()
     )
+    if max_offsets_per_trigger:
+        reader = reader.option("max_offsets_per_trigger", str(max_offsets_per_trigger))
+    raw = reader.load()
     rows = raw.select(F.from_json(F.col("value").cast("string"), schema).alias("j")).select("j.*")
     return rows.withColumn("et", F.timestamp_millis("ts")).withWatermark(
         "et", f"{lateness_ms} milliseconds"
