@@ -19,7 +19,7 @@ import pandas as pd
 
 from flow_jobs.operators.aggregators import Avg, Count, Extreme, Sum
 from flow_jobs.operators.frame import LANE, NULL_SUFFIX, POSITION, TIME, VALUE_PREFIX, ColumnKind
-from flow_jobs.operators.processor import WindowOperatorPlan, WindowProcessor
+from flow_jobs.windows.processor import WindowOperatorPlan, WindowProcessor
 
 
 class _State:

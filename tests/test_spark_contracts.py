@@ -711,7 +711,7 @@ def test_an_event_time_timer_fires_when_the_watermark_equals_it(
     """A timer at T fires in the first micro-batch whose watermark is >= T: at W = T,
     not only once W > T; one at T + 1 waits for W = T + 1.
 
-    flow_jobs.operators.timers registers each group's timer AT the lowest watermark at
+    flow_jobs.windows.timers registers each group's timer AT the lowest watermark at
     which its windows have work ("due"). Were the rule W > T, a timer at due would fire
     one batch late (at the first W above it); registering at due - 1 under the rule
     that holds here fired with nothing to do and lost the timer (an earlier flow-jobs)."""
@@ -734,7 +734,7 @@ def test_a_fired_timer_is_deleted_after_its_handler_even_if_registered_again(
     """Inside handleExpiredTimer for T, registering T again is undone: Spark deletes T
     after the handler returns. A timer registered there at another time stays.
 
-    flow_jobs.operators.timers: inside the handler the group's saved timer, if it is the
+    flow_jobs.windows.timers: inside the handler the group's saved timer, if it is the
     fired one, counts as gone (``settle`` given the ``Firing``), and the timer registered
     next must differ from the fired one (``wanted``: above the watermark)."""
     with _TimerQuery(spark, workdir, {5_000: [5_000, 5_002]}) as q:
@@ -752,7 +752,7 @@ def test_deleting_a_timer_that_is_not_registered_is_harmless(
     """``deleteTimer`` of a time the key holds no timer for neither fails the query nor
     touches the key's other timers.
 
-    flow_jobs.operators.processor: a checkpoint written before timers were set at their
+    flow_jobs.windows.processor: a checkpoint written before timers were set at their
     due watermark can hold a group whose saved timer (due - 1) Spark has already fired
     and deleted; on the group's next input ``timers.settle`` deletes that saved value
     before registering the new one, and the run must go on."""
@@ -771,7 +771,7 @@ def test_a_timer_registered_at_or_below_the_watermark_on_input_fires_in_that_bat
     the same micro-batch, after the inputs (the batch's timer pass lists the timers
     then).
 
-    flow_jobs.operators.processor registers a timer at ``due`` on input even when a
+    flow_jobs.windows.processor registers a timer at ``due`` on input even when a
     row's windows are due at once (a row above the previous batch's watermark, in a
     window due at or below this batch's): their close runs in the batch the row arrives
     in, as tests/spark_timers.py (the models of tests/test_reopen.py and

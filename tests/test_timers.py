@@ -1,4 +1,4 @@
-"""Timers that cannot be lost (``flow_jobs.operators.timers``).
+"""Timers that cannot be lost (``flow_jobs.windows.timers``).
 
 Spark fires an event-time timer once the watermark is at or above it, and deletes it
 after its handler (tests/test_spark_contracts.py, "timers"). Each state-API window
@@ -25,10 +25,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
-from flow_jobs.operators import count_based, reopen, session, sliding, timers
 from flow_jobs.operators.frame import ColumnKind, EventFrame, Values
-from flow_jobs.operators.processor import WindowOperatorPlan, WindowProcessor
 from flow_jobs.runtime.runner import PipelineRunner
+from flow_jobs.windows import count as count_based
+from flow_jobs.windows import fixed as reopen
+from flow_jobs.windows import session, sliding, timers
+from flow_jobs.windows.processor import WindowOperatorPlan, WindowProcessor
 from flow_jobs_dev.broker import EmbeddedBroker
 from flow_jobs_dev.producer import Record
 from tests.reference import reference_windows
@@ -42,7 +44,7 @@ Row = tuple[str, int]  # group, event time (ms)
 
 @dataclass(frozen=True)
 class Family:
-    """One window family's state steps, as ``flow_jobs.operators.processor`` calls them:
+    """One window family's state steps, as ``flow_jobs.windows.processor`` calls them:
     ``close`` returns the new state and how much work it did (0: none)."""
 
     empty: Callable[[], Any]

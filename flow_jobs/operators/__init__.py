@@ -1,5 +1,3 @@
-"""Window execution on Spark's arbitrary-state API (runs inside Spark's Python workers).
-
-Window *definitions* and their compilation live in ``flow_jobs.plan``; this package is
-what a ``transformWithStateInPandas`` task executes for sliding and count-based windows.
-"""
+"""What a window computes on Spark's arbitrary-state API: the event frame a group's
+state holds (``frame``) and the aggregators over its windows (``aggregators``). The
+window families that hold that state are ``flow_jobs.windows``."""

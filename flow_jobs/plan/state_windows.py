@@ -3,7 +3,7 @@ tumbling/hopping windows that reopen, sessions emitted "current", and tumbling, 
 and session windows with an exact ``count_distinct`` (capped while open).
 
 The window input is projected to what the operator needs, grouped by the group keys and
-handed to ``transformWithStateInPandas`` with ``flow_jobs.operators.processor``:
+handed to ``transformWithStateInPandas`` with ``flow_jobs.windows.processor``:
 
 * ``flowop_t``: the event time in epoch milliseconds; the watermarked TIMESTAMP column
   stays in the input so Spark drops late rows (sliding windows, event-time mode);
@@ -41,10 +41,11 @@ from flow_jobs.operators.frame import (
     VALUE_PREFIX,
     ColumnKind,
 )
-from flow_jobs.operators.processor import WindowOperatorPlan, WindowProcessor
 from flow_jobs.plan.aggregations import AGGREGATORS, aggregation_input, result_types
 from flow_jobs.plan.event_time import EVENT_TIME
 from flow_jobs.spec.models import WindowSpec
+from flow_jobs.windows.family import Shape
+from flow_jobs.windows.processor import WindowOperatorPlan, WindowProcessor
 
 _ALL = "flowop_all"  # the single group when group_by is empty
 
@@ -92,19 +93,12 @@ def compile_state_window(
     plan = WindowOperatorPlan(
         pipeline=pipeline,
         kind=window.kind,
-        duration_ms=window.duration_ms,
-        count=window.count,
-        stride=window.stride,
         emit=window.emit,
         group_columns=tuple(window.group_by),
         columns=tuple(kinds),
         aggregators=tuple(aggregators),
         output_columns=tuple(schema.fieldNames()),
-        hop_ms=window.hop_ms,
-        allowed_lateness_ms=(window.allowed_lateness_ms or 0) if window.reopens else 0,
-        revision=window.reopens,
-        event_time=window.time_mode == "event",
-        gap_ms=window.gap_ms,
+        **vars(shape_of(window)),
     )
     return (
         framed.select(*projection)
@@ -151,3 +145,17 @@ def _kind(data_type: DataType) -> str:
     if isinstance(data_type, (TimestampType, TimestampNTZType)):
         return "ts"
     return "object"  # strings, decimals, dates, booleans, binary, nested: Python objects
+
+
+def shape_of(window: WindowSpec) -> Shape:
+    """The window's parameters as its family reads them (the operator, ``inspect``)."""
+    return Shape(
+        duration_ms=window.duration_ms,
+        hop_ms=window.hop_ms,
+        gap_ms=window.gap_ms,
+        count=window.count,
+        stride=window.stride,
+        allowed_lateness_ms=(window.allowed_lateness_ms or 0) if window.reopens else 0,
+        revision=window.reopens,
+        event_time=window.time_mode == "event",
+    )

@@ -23,9 +23,9 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from flow_jobs.operators.processor import STATE_VARIABLE
 from flow_jobs.runtime.reports import JOIN_OPERATOR, Progress, window_state_rows
 from flow_jobs.spec.models import PipelineSpec
+from flow_jobs.windows.processor import STATE_VARIABLE
 
 
 class WindowStateCapHit(RuntimeError):

@@ -16,7 +16,7 @@ Where the partial aggregates come from:
   expected, every aggregate says "n/a" rather than guess; so do ``collect`` and
   ``reduce``, whose buffers are Spark's own serialization;
 * state-API windows (sliding, count-based, reopening, current sessions, exact distinct
-  counts): the value is flow-jobs' own (``flow_jobs.operators.processor``): the
+  counts): the value is flow-jobs' own (``flow_jobs.windows.processor``): the
   group's buffered events, from which each open window's aggregates are computed here
   (``reduce``: "n/a", it would run the user's function on the driver).
 """
@@ -24,7 +24,6 @@ Where the partial aggregates come from:
 from __future__ import annotations
 
 import json
-import pickle
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -36,13 +35,17 @@ from pyspark.sql import functions as F
 
 from flow_jobs.io.checkpoint_files import CheckpointFiles, checkpoint_files
 from flow_jobs.locations import local_path
-from flow_jobs.operators import count_based, reopen, session, sliding
 from flow_jobs.operators.aggregators import Ranges
 from flow_jobs.operators.frame import EventFrame, to_python
-from flow_jobs.operators.processor import STATE_VARIABLE
+from flow_jobs.plan.state_windows import shape_of
 from flow_jobs.runtime.checkpoint import checkpoint_location, read_offset_log
 from flow_jobs.runtime.reports import JOIN_OPERATOR
 from flow_jobs.spec.models import Aggregation, PipelineSpec, WindowSpec
+from flow_jobs.windows import count as count_based
+from flow_jobs.windows import fixed as reopen
+from flow_jobs.windows import sliding
+from flow_jobs.windows.family import Emission
+from flow_jobs.windows.processor import FAMILIES, STATE_VARIABLE, load_blob
 
 if TYPE_CHECKING:
     from flow_jobs.io.state_store import StateStore
@@ -421,7 +424,7 @@ def _state_windows(reader: Any, c: _Context) -> tuple[list[OpenWindow], int | No
     windows: list[OpenWindow] = []
     for r in ordered.toLocalIterator():
         group = {g: _plain(r[f"g{i}"]) for i, g in enumerate(w.group_by)}
-        windows.extend(_group_windows(pickle.loads(r["blob"])["state"], group, c))
+        windows.extend(_group_windows(load_blob(r["blob"])["state"], group, c))
         if not every and len(windows) >= c.limit:
             break
     windows.sort(key=lambda x: (_ms(x.end) if x.end else 0, _ms(x.start) if x.start else 0))
@@ -429,61 +432,50 @@ def _state_windows(reader: Any, c: _Context) -> tuple[list[OpenWindow], int | No
 
 
 def _group_windows(state: Any, group: dict[str, Any], c: _Context) -> list[OpenWindow]:
+    """A group's open windows, as the operator's own family sees them
+    (``StateFamily.open_windows``), each with the rule that closes it."""
     w = c.window
-    if isinstance(state, sliding.SlidingState):
-        ends = state.pending
-        starts = sliding.window_starts(ends, w.duration_ms or 0)
-        ranges = sliding.ranges(state.frame, ends, w.duration_ms or 0)
+    family = FAMILIES[w.kind](shape_of(w))
+    held = family.open_windows(state)
+    ends = [int(e) for e in held.ends]
+    if isinstance(state, count_based.CountState):
+        rules = _count_rules(state, held, c)
+    elif isinstance(state, sliding.SlidingState):
         rules = [
-            c.because(f"closes when {c.watermark_text()} > end {c.clock(int(e))}", int(e) + 1)
-            for e in ends
+            c.because(f"closes when {c.watermark_text()} > end {c.clock(e)}", e + 1) for e in ends
         ]
-        return _windows(state.frame, ranges, starts, ends, group, rules, c)
-    if isinstance(state, reopen.ReopenState):
-        duration = w.duration_ms or 0
-        bounds = reopen.Bounds(duration, w.hop_ms or duration, 0)
-        ranges = reopen.ranges(state.frame, state.starts, bounds)
-        ends = state.starts + duration
+    elif isinstance(state, reopen.ReopenState):
         revisions = [int(r) for r in state.revisions]
         rules = [
-            _time_rule(c, int(e), r if w.reopens else None)
-            for e, r in zip(ends, revisions, strict=True)
+            _time_rule(c, e, r if w.reopens else None) for e, r in zip(ends, revisions, strict=True)
         ]
-        found = _windows(state.frame, ranges, state.starts, ends, group, rules, c)
-        if not w.reopens:
-            return found
-        return [_with(x, revision=r) for x, r in zip(found, revisions, strict=True)]
-    if isinstance(state, session.SessionState):
-        gap = w.gap_ms or 0
-        ranges = session.sessions(state.frame.t, gap)
-        starts, ends = session.bounds(state.frame, ranges, gap)
-        rules = [_time_rule(c, int(e)) for e in ends]
-        return _windows(state.frame, ranges, starts, ends, group, rules, c)
+    else:
+        rules = [_time_rule(c, e) for e in ends]
+    found = _windows(held.frame, held.ranges, held.starts, held.ends, group, rules, c)
     if isinstance(state, count_based.CountState):
-        return _count_windows(state, group, c)
-    return []
+        first_k = state.first_index // (w.stride or 1)
+        return [_with(x, index=first_k + i) for i, x in enumerate(found)]
+    if isinstance(state, reopen.ReopenState) and w.reopens:
+        return [_with(x, revision=int(r)) for x, r in zip(found, state.revisions, strict=True)]
+    return found
 
 
-def _count_windows(
-    state: count_based.CountState, group: dict[str, Any], c: _Context
-) -> list[OpenWindow]:
-    w = c.window
-    count, stride = w.count or 0, w.stride or 1
-    ranges = count_based.open_windows(state, count, stride)
+def _count_rules(
+    state: count_based.CountState, held: Emission, c: _Context
+) -> list[tuple[str, tuple[str, ...]]]:
+    count = c.window.count or 0
     t = state.frame.t
     numbered = state.numbered - state.first_index  # frame rows numbered so far
     rules = []
-    for lo, hi in zip(ranges.lo, ranges.hi, strict=True):
-        held = int(hi - lo + 1)
+    for lo, hi in zip(held.ranges.lo, held.ranges.hi, strict=True):
+        n = int(hi - lo + 1)
         waiting = max(0, int(hi) + 1 - numbered)  # held, but not numbered yet
-        rule = f"holds {held} of {count} events; closes when its {count}th event is numbered"
+        rule = f"holds {n} of {count} events; closes when its {count}th event is numbered"
         if waiting:
             rule += f" ({waiting} wait for the watermark to pass them, {c.watermark_text()})"
         needed = int(t[hi]) + 1 if waiting else None
         rules.append(c.because(rule, needed) if needed else (rule, ()))
-    found = _windows(state.frame, ranges, t[ranges.lo], t[ranges.hi], group, rules, c)
-    first_k = state.first_index // stride
-    return [_with(x, index=first_k + i) for i, x in enumerate(found)]
+    return rules
 
 
 def _windows(

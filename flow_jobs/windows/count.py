@@ -23,11 +23,13 @@ too); the target keeps one row per window index, its latest.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from flow_jobs.operators.aggregators import Ranges
 from flow_jobs.operators.frame import EventFrame
+from flow_jobs.windows.family import Emission, StateFamily
 
 
 @dataclass
@@ -120,7 +122,7 @@ def number(
 def due(state: CountState) -> int | None:
     """The lowest watermark at which ``number`` has work: the oldest pending event's
     time (numbered once the watermark is at or above it; the group's timer is at it:
-    ``flow_jobs.operators.timers``)."""
+    ``flow_jobs.windows.timers``)."""
     times = state.pending_times
     return int(times[0]) if len(times) else None
 
@@ -136,3 +138,58 @@ def open_windows(state: CountState, count: int, stride: int) -> Ranges:
     lo = ks * stride
     hi = np.minimum(lo + count, total) - 1
     return Ranges(lo - state.first_index, hi - state.first_index)
+
+
+@dataclass(frozen=True)
+class Count(StateFamily):
+    """Count windows of ``count`` events every ``stride``; without ``event_time``
+    (``time_mode = "processing"``) every event is numbered on arrival."""
+
+    count: int
+    stride: int
+    event_time: bool = True
+    closes_on_input = True
+    holds_end = True
+
+    def empty(self, frame: EventFrame) -> CountState:
+        return CountState(frame, 0, 0)
+
+    def add(
+        self, state: CountState, new: EventFrame, emit_current: bool
+    ) -> tuple[CountState, Emission | None]:
+        state, changed = add(state, new, self.count, self.stride, emit_current)
+        if changed is None or not len(changed.ks):
+            return state, None
+        return state, _emission(changed)
+
+    def close(self, state: CountState, watermark_ms: int | None) -> tuple[CountState, Emission]:
+        after, complete = number(state, watermark_ms if self.event_time else None, *self._k)
+        return after, _emission(complete)
+
+    def due(self, state: CountState) -> int | None:
+        return due(state) if self.event_time else None
+
+    def open_windows(self, state: CountState) -> Emission:
+        w = open_windows(state, *self._k)
+        t = state.frame.t
+        return Emission(state.frame, w, t[w.lo], t[w.hi])
+
+    def held(self, state: CountState) -> bool:
+        return bool(len(state.frame))
+
+    def span(self, state: CountState) -> tuple[int | None, int | None]:
+        t = state.frame.t
+        return (int(t.min()), int(t.max())) if len(t) else (None, None)
+
+    @property
+    def _k(self) -> tuple[int, int]:
+        return self.count, self.stride
+
+    @classmethod
+    def of(cls, plan: Any) -> Count:
+        return cls(plan.count or 0, plan.stride or 0, plan.event_time)
+
+
+def _emission(windows: Windows) -> Emission:
+    w, t = windows.ranges, windows.frame.t
+    return Emission(windows.frame, w, t[w.lo], t[w.hi], indices=windows.ks)

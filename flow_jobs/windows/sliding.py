@@ -9,11 +9,13 @@ final once the watermark passes ``t``: no event at or before ``t`` can still arr
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from flow_jobs.operators.aggregators import Ranges
 from flow_jobs.operators.frame import EventFrame
+from flow_jobs.windows.family import Emission, StateFamily
 
 
 @dataclass
@@ -57,7 +59,7 @@ def touched(pending: np.ndarray, new_times: np.ndarray, duration_ms: int) -> np.
 def due(state: SlidingState) -> int | None:
     """The lowest watermark at which ``close`` has work: one above the oldest pending
     window's end (a window closes once the watermark is above its end; the group's
-    timer is at it: ``flow_jobs.operators.timers``)."""
+    timer is at it: ``flow_jobs.windows.timers``)."""
     return int(state.pending[0]) + 1 if len(state.pending) else None
 
 
@@ -72,3 +74,44 @@ def close(
     horizon = min(int(pending[0]) if len(pending) else watermark_ms, watermark_ms) - duration_ms
     keep = np.flatnonzero(state.frame.t >= horizon)
     return SlidingState(state.frame.take(keep), pending), done
+
+
+@dataclass(frozen=True)
+class Sliding(StateFamily):
+    """Sliding windows of ``duration_ms``, one per distinct event time of a group."""
+
+    duration_ms: int
+    holds_end = True
+
+    def empty(self, frame: EventFrame) -> SlidingState:
+        return SlidingState(frame, np.empty(0, np.int64))
+
+    def add(
+        self, state: SlidingState, new: EventFrame, emit_current: bool
+    ) -> tuple[SlidingState, Emission | None]:
+        state, fresh = add(state, new)
+        if not emit_current:
+            return state, None
+        changed = np.union1d(fresh, touched(state.pending, new.t, self.duration_ms))
+        return state, self._windows(state.frame, changed)
+
+    def close(self, state: SlidingState, watermark_ms: int | None) -> tuple[SlidingState, Emission]:
+        after, done = close(state, watermark_ms or 0, self.duration_ms)
+        return after, self._windows(state.frame, done)
+
+    def due(self, state: SlidingState) -> int | None:
+        return due(state)
+
+    def open_windows(self, state: SlidingState) -> Emission:
+        return self._windows(state.frame, state.pending)
+
+    def held(self, state: SlidingState) -> bool:
+        return bool(len(state.pending) or len(state.frame))
+
+    def _windows(self, frame: EventFrame, ends: np.ndarray) -> Emission:
+        starts = window_starts(ends, self.duration_ms)
+        return Emission(frame, ranges(frame, ends, self.duration_ms), starts, ends)
+
+    @classmethod
+    def of(cls, plan: Any) -> Sliding:
+        return cls(plan.duration_ms or 0)

@@ -20,11 +20,13 @@ emitted.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from flow_jobs.operators.aggregators import Ranges
 from flow_jobs.operators.frame import EventFrame
+from flow_jobs.windows.family import Emission, StateFamily
 
 
 @dataclass
@@ -77,8 +79,46 @@ def close(state: SessionState, watermark_ms: int, gap_ms: int) -> tuple[SessionS
 
 def due(state: SessionState, gap_ms: int) -> int | None:
     """The lowest watermark at which ``close`` has work: the first open session's end
-    (the group's timer is at it: ``flow_jobs.operators.timers``)."""
+    (the group's timer is at it: ``flow_jobs.windows.timers``)."""
     w = sessions(state.frame.t, gap_ms)
     if not len(w.lo):
         return None
     return int(state.frame.t[w.hi[0]]) + gap_ms
+
+
+@dataclass(frozen=True)
+class Session(StateFamily):
+    """Session windows with a gap of ``gap_ms``."""
+
+    gap_ms: int
+
+    def empty(self, frame: EventFrame) -> SessionState:
+        return SessionState(frame)
+
+    def add(
+        self, state: SessionState, new: EventFrame, emit_current: bool
+    ) -> tuple[SessionState, Emission | None]:
+        state, changed = add(state, new, self.gap_ms)
+        if not emit_current or not len(changed):
+            return state, None
+        return state, self._windows(state.frame, changed)
+
+    def close(self, state: SessionState, watermark_ms: int | None) -> tuple[SessionState, Emission]:
+        after, closed = close(state, watermark_ms or 0, self.gap_ms)
+        return after, self._windows(state.frame, closed)
+
+    def due(self, state: SessionState) -> int | None:
+        return due(state, self.gap_ms)
+
+    def open_windows(self, state: SessionState) -> Emission:
+        return self._windows(state.frame, sessions(state.frame.t, self.gap_ms))
+
+    def held(self, state: SessionState) -> bool:
+        return bool(len(state.frame))
+
+    def _windows(self, frame: EventFrame, w: Ranges) -> Emission:
+        return Emission(frame, w, *bounds(frame, w, self.gap_ms))
+
+    @classmethod
+    def of(cls, plan: Any) -> Session:
+        return cls(plan.gap_ms or 0)

@@ -30,11 +30,13 @@ and the events inside them, in (event time, arrival) order.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from flow_jobs.operators.aggregators import Ranges
 from flow_jobs.operators.frame import EventFrame
+from flow_jobs.windows.family import Emission, StateFamily
 
 
 @dataclass(frozen=True)
@@ -105,8 +107,60 @@ def ranges(frame: EventFrame, starts: np.ndarray, b: Bounds) -> Ranges:
 def due(state: ReopenState, b: Bounds) -> int | None:
     """The lowest watermark at which ``close`` has work for this group: a window not
     emitted yet is due at ``W = end - allowed_lateness_ms``, every window leaves at
-    ``W = end`` (the group's timer is at it: ``flow_jobs.operators.timers``)."""
+    ``W = end`` (the group's timer is at it: ``flow_jobs.windows.timers``)."""
     if not len(state.starts):
         return None
     ends = state.starts + b.duration_ms
     return int(np.where(state.revisions == 0, ends - b.allowed_lateness_ms, ends).min())
+
+
+@dataclass(frozen=True)
+class Fixed(StateFamily):
+    """Tumbling and hopping windows on the state API; with ``revision``, each emitted
+    row carries the revision it is (``late_data = "reopen"``)."""
+
+    bounds: Bounds
+    revision: bool = False
+
+    def empty(self, frame: EventFrame) -> ReopenState:
+        return empty(frame)
+
+    def add(
+        self, state: ReopenState, new: EventFrame, emit_current: bool
+    ) -> tuple[ReopenState, Emission | None]:
+        state, reopened = add(state, new, self.bounds)
+        if emit_current:  # every window holding a new row, as it stands
+            touched = np.searchsorted(state.starts, window_starts(new.t, self.bounds))
+            return state, self._windows(state, touched) if len(touched) else None
+        # late rows corrected emitted windows: they emit again
+        return state, self._windows(state, reopened) if len(reopened) else None
+
+    def close(self, state: ReopenState, watermark_ms: int | None) -> tuple[ReopenState, Emission]:
+        after, first = close(state, watermark_ms or 0, self.bounds)
+        return after, self._windows(state, first)
+
+    def due(self, state: ReopenState) -> int | None:
+        return due(state, self.bounds)
+
+    def open_windows(self, state: ReopenState) -> Emission:
+        return self._windows(state, np.arange(len(state.starts)))
+
+    def held(self, state: ReopenState) -> bool:
+        return bool(len(state.starts))
+
+    def _windows(self, state: ReopenState, index: np.ndarray) -> Emission:
+        starts = state.starts[index]
+        revisions = state.revisions[index].astype(np.int32) if self.revision else None
+        return Emission(
+            state.frame,
+            ranges(state.frame, starts, self.bounds),
+            starts,
+            starts + self.bounds.duration_ms,
+            revisions=revisions,
+        )
+
+    @classmethod
+    def of(cls, plan: Any) -> Fixed:
+        duration = plan.duration_ms or 0
+        bounds = Bounds(duration, plan.hop_ms or duration, plan.allowed_lateness_ms)
+        return cls(bounds, plan.revision)

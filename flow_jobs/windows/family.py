@@ -1,0 +1,106 @@
+"""The interface every state-API window family implements, and what it emits.
+
+A family is a small object built from the plan (``WindowOperatorPlan``) that holds the
+family's parameters (a duration, a gap, a count...); a group's state is a plain value
+(a dataclass of numpy arrays and an ``EventFrame``) that the processor pickles into the
+group's ``ValueState``. The processor (``flow_jobs.windows.processor``) calls, per
+group and micro-batch:
+
+* on input: ``add`` (and, for a family that ``closes_on_input``, ``close`` at the
+  batch's watermark), the cap check over ``open_windows``, then the timer at ``due``;
+* when the group's timer fires: ``close`` at the watermark, then the next timer.
+
+``add`` returns what an ``emit = "current"`` window emits (and what a family emits on
+input whatever the mode: a reopened window's correction); ``close`` returns what the
+watermark completed, which ``emit = "final"`` writes.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from flow_jobs.operators.aggregators import Ranges
+from flow_jobs.operators.frame import EventFrame
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A window's parameters, as the families read them (the operator's plan carries
+    the same fields; ``flow_jobs.plan.state_windows.shape_of`` derives them from a spec)."""
+
+    duration_ms: int | None = None
+    hop_ms: int | None = None
+    gap_ms: int | None = None
+    count: int | None = None
+    stride: int | None = None
+    #: tumbling / hopping windows that reopen (late_data = "reopen"): how long after
+    #: their end, and the revision column last in the output
+    allowed_lateness_ms: int = 0
+    revision: bool = False
+    #: False: time_mode = "processing" (count windows number events on arrival)
+    event_time: bool = True
+
+
+@dataclass(frozen=True)
+class Emission:
+    """Windows of a group to emit (or to check): index ranges into ``frame`` and each
+    window's bounds (epoch ms)."""
+
+    frame: EventFrame
+    ranges: Ranges
+    starts: np.ndarray
+    ends: np.ndarray
+    #: count windows: each window's index (``window_index``)
+    indices: np.ndarray | None = None
+    #: reopening windows: the revision each row carries
+    revisions: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.ranges)
+
+
+class StateFamily(ABC):
+    """One window family's rules over a group's state."""
+
+    #: the family numbers (closes) at the batch's watermark on input too (count windows)
+    closes_on_input: ClassVar[bool] = False
+    #: a window holds its end (sliding and count windows: ``[start, end]``)
+    holds_end: ClassVar[bool] = False
+
+    @abstractmethod
+    def empty(self, frame: EventFrame) -> Any:
+        """A group's state before its first row (``frame``: no rows, the plan's columns)."""
+
+    @abstractmethod
+    def add(self, state: Any, new: EventFrame, emit_current: bool) -> tuple[Any, Emission | None]:
+        """Take a micro-batch's rows of the group; returns the state and what to emit now."""
+
+    @abstractmethod
+    def close(self, state: Any, watermark_ms: int | None) -> tuple[Any, Emission | None]:
+        """At the watermark: the state without what no window needs any more, and the
+        windows completed (``emit = "final"`` writes them)."""
+
+    @abstractmethod
+    def due(self, state: Any) -> int | None:
+        """The lowest watermark at which ``close`` has work (``None``: nothing waits):
+        the group's timer (``flow_jobs.windows.timers``)."""
+
+    @abstractmethod
+    def open_windows(self, state: Any) -> Emission:
+        """Every window the state holds, as it stands."""
+
+    @abstractmethod
+    def held(self, state: Any) -> bool:
+        """Whether the group has state to keep."""
+
+    def span(self, state: Any) -> tuple[int | None, int | None]:
+        """The time span the group's open windows cover (saved beside the state: read by
+        the ``max_groups_per_window`` check without unpickling)."""
+        w = self.open_windows(state)
+        if not len(w):
+            return None, None
+        return int(w.starts.min()), int(w.ends.max())
