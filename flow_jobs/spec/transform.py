@@ -1,0 +1,241 @@
+"""``[transform]``: the SQL, the stream-stream join and the lookups."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    Field,
+    SecretStr,
+    model_validator,
+)
+
+from flow_jobs.spec.base import (
+    EVENT_TS,
+    SpecModel,
+    _identifier,
+    dead_letter_topic_rule,
+    key_error,
+    not_supported,
+)
+from flow_jobs.spec.windows import WindowSpec
+
+JoinHow = Literal["inner", "left", "right", "full"]
+#: Output column lists: names kept as they are, or a table of column -> new name.
+OutputColumns = list[str] | dict[str, str]
+
+
+class JoinSpec(SpecModel):
+    """``[transform.join]``: a keyed, time-bounded stream-stream join, plus
+    outer joins and asymmetric bounds."""
+
+    kind: Literal["stream_stream_join"]
+    left_source: str
+    right_source: str
+    left_keys: list[str]
+    right_keys: list[str]
+    how: JoinHow = "inner"
+    #: Symmetric bound: |left time - right time| <= time_window_ms.
+    time_window_ms: Annotated[int, Field(ge=0)] | None = None
+    #: Asymmetric bounds: right time - left time within [lower_bound_ms, upper_bound_ms].
+    lower_bound_ms: int | None = None
+    upper_bound_ms: int | None = None
+    event_time_column: str = EVENT_TS
+    left_event_time_column: str | None = None
+    right_event_time_column: str | None = None
+    time_mode: Literal["event", "processing"] = "event"
+    lateness_ms: Annotated[int, Field(ge=0)] = 0
+    late_data: Literal["drop", "dlq", "reopen"] = "drop"
+    #: late_data = "dlq": late rows go to this Kafka topic instead of the dead-letter table
+    dead_letter_topic: str | None = None
+    max_event_time_skew_ms: Annotated[int, Field(gt=0)] = 300_000
+    output_left_columns: OutputColumns | None = None
+    output_right_columns: OutputColumns | None = None
+    #: Output columns that identify a joined row; default: join_row_id, a hash of both
+    #: sides' Kafka positions.
+    row_id: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _rules(self) -> JoinSpec:
+        if self.left_source == self.right_source:
+            raise key_error(
+                "right_source", f"right_source = {self.right_source!r} is also left_source"
+            )
+        for side in ("left_keys", "right_keys"):
+            keys = getattr(self, side)
+            if not keys:
+                raise key_error(
+                    side,
+                    f"{side} is empty: a join without keys would pair every row of a "
+                    "time range (a cross join); name the key columns",
+                )
+            for i, k in enumerate(keys):
+                _identifier(f"{side}[{i}]", k)
+        if len(self.left_keys) != len(self.right_keys):
+            raise key_error(
+                "right_keys",
+                f"left_keys has {len(self.left_keys)} columns and right_keys "
+                f"{len(self.right_keys)}: they pair up one to one",
+            )
+        symmetric = self.time_window_ms is not None
+        bounds = (self.lower_bound_ms, self.upper_bound_ms)
+        if symmetric and any(b is not None for b in bounds):
+            raise key_error(
+                "time_window_ms",
+                "time_window_ms and lower_bound_ms/upper_bound_ms are both set; use one",
+            )
+        if not symmetric and None in bounds:
+            missing = "upper_bound_ms" if self.upper_bound_ms is None else "lower_bound_ms"
+            raise key_error(
+                missing,
+                "a join needs a time bound: time_window_ms, or both lower_bound_ms and "
+                "upper_bound_ms",
+            )
+        lower, upper = self.bounds
+        if lower > upper:
+            raise key_error(
+                "upper_bound_ms", f"upper_bound_ms = {upper} is below lower_bound_ms = {lower}"
+            )
+        for key in ("event_time_column", "left_event_time_column", "right_event_time_column"):
+            if getattr(self, key) is not None:
+                _identifier(key, getattr(self, key))
+        if self.time_mode == "processing" and (
+            self.event_time_column != EVENT_TS
+            or self.left_event_time_column
+            or self.right_event_time_column
+        ):
+            raise key_error(
+                "time_mode",
+                f'time_mode = "processing" joins on arrival time ({EVENT_TS}); remove the '
+                "event-time columns",
+            )
+        if self.late_data == "reopen":  # a joined row is final once written
+            raise not_supported("late_data", self.late_data, ("drop", "dlq"))
+        if self.late_data == "dlq" and self.time_mode == "processing":
+            raise key_error(
+                "late_data",
+                'late_data = "dlq" needs event time: with time_mode = "processing" every row '
+                'is stamped on arrival and none is ever late; use "drop"',
+            )
+        dead_letter_topic_rule(self.dead_letter_topic, self.late_data)
+        for side in ("output_left_columns", "output_right_columns"):
+            columns = getattr(self, side)
+            if columns is not None and not columns:
+                raise key_error(side, f"{side} is empty: list the columns to keep")
+        return self
+
+    @property
+    def bounds(self) -> tuple[int, int]:
+        """right time - left time must lie within these (inclusive), in ms."""
+        if self.time_window_ms is not None:
+            return -self.time_window_ms, self.time_window_ms
+        assert self.lower_bound_ms is not None and self.upper_bound_ms is not None
+        return self.lower_bound_ms, self.upper_bound_ms
+
+    def side_event_time(self, side: str) -> str:
+        override = self.left_event_time_column if side == "left" else self.right_event_time_column
+        return override or self.event_time_column
+
+
+LookupKind = Literal["delta", "postgres", "csv", "parquet"]
+
+
+class LookupSpec(SpecModel):
+    """``[[transform.lookups]]``: a static table joined in the SQL pre-stage, refreshed."""
+
+    name: str
+    kind: LookupKind
+    path: str | None = None
+    url: SecretStr | None = None
+    table: str | None = None
+    schema_ddl: str | None = Field(default=None, alias="schema")
+    options: dict[str, str] = Field(default_factory=dict)
+    #: Cached, and re-read once this much time has passed (0: not cached, read by every
+    #: micro-batch); micro-batches planned after a refresh see the new contents.
+    refresh_interval_ms: Annotated[int, Field(ge=0)] = 60_000
+
+    @model_validator(mode="after")
+    def _rules(self) -> LookupSpec:
+        _identifier("name", self.name)
+        postgres = self.kind == "postgres"
+        if not postgres and not self.path:
+            raise key_error("path", f'path is required for kind = "{self.kind}"')
+        if postgres and self.path:
+            raise key_error("path", 'path is not used by kind = "postgres"; set url and table')
+        for key in ("url", "table"):
+            if postgres and not getattr(self, key):
+                raise key_error(key, f'{key} is required for kind = "postgres"')
+            if not postgres and getattr(self, key):
+                raise key_error(key, f'{key} is only valid for kind = "postgres"')
+        if self.table and not re.match(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)?$", self.table):
+            raise key_error("table", f"table = {self.table!r} must be table or schema.table")
+        if self.schema_ddl and self.kind != "csv":
+            raise key_error("schema", 'schema is only for kind = "csv" (others carry theirs)')
+        return self
+
+
+class TransformSpec(SpecModel):
+    """``[transform]``: a SQL pre-stage with lookups then a window, or a join (then,
+    with ``chain = ["join", "window"]``, a window over the joined stream)."""
+
+    sql: str | None = None
+    lookups: list[LookupSpec] = Field(default_factory=list)
+    window: WindowSpec | None = None
+    join: JoinSpec | None = None
+    chain: list[Literal["join", "window"]] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _join_kind(cls, data: Any) -> Any:
+        join = data.get("join") if isinstance(data, dict) else None
+        if (
+            isinstance(join, dict)
+            and join.get("kind", "stream_stream_join") != "stream_stream_join"
+        ):
+            raise key_error("join", f'join.kind = {join["kind"]!r}: use "stream_stream_join"')
+        return data
+
+    @model_validator(mode="after")
+    def _operator(self) -> TransformSpec:
+        if self.chain is not None and self.chain != ["join", "window"]:
+            raise key_error(
+                "chain", f'chain = {self.chain!r}: the supported chain is ["join", "window"]'
+            )
+        if self.window is not None and self.join is not None and self.chain is None:
+            raise key_error(
+                "join",
+                "[transform.window] and [transform.join] are both set: to aggregate the "
+                'joined stream, add chain = ["join", "window"]; otherwise keep one of them',
+            )
+        if self.chain is not None and (self.window is None or self.join is None):
+            raise key_error("chain", "chain needs both [transform.join] and [transform.window]")
+        if self.chain is not None and self.window is not None and self.window.late_data != "drop":
+            raise key_error(
+                "window",
+                f'window.late_data = "{self.window.late_data}" after a join: the window\'s '
+                "input is the join's output, whose late rows the join drops; use "
+                '"drop" (the default) for a window after a join',
+            )
+        if self.window is None and self.join is None:
+            raise key_error(
+                "window", "[transform.window] or [transform.join] is required: what should run?"
+            )
+        if self.join is not None and (self.sql or self.lookups):
+            raise key_error(
+                "sql",
+                "[transform].sql and lookups with a join are not supported yet: the join reads "
+                "the source views directly",
+            )
+        names: dict[str, int] = {}
+        for i, lookup in enumerate(self.lookups):
+            if lookup.name in names:
+                raise key_error(
+                    "lookups",
+                    f"lookups[{i}].name = {lookup.name!r} repeats "
+                    f"lookups[{names[lookup.name]}].name",
+                )
+            names[lookup.name] = i
+        if self.lookups and not self.sql:
+            raise key_error("lookups", "lookups are joined in [transform].sql, which is empty")
+        return self
