@@ -16,8 +16,13 @@ from pathlib import Path
 import pyarrow as pa
 
 
-def executors_python(spark) -> list[dict[str, str]]:  # type: ignore[no-untyped-def]
-    """Where each executor's SQL Python worker runs from and imports flow_jobs from."""
+def executors_python(spark, executors: int) -> list[dict[str, str]]:  # type: ignore[no-untyped-def]
+    """Where each executor's SQL Python worker runs from and imports flow_jobs from.
+
+    Spark places a job's tasks where it likes: one job of a few tasks may run them all
+    on one executor (seen here: the first executor to register took all four while the
+    other unpacked the archive). So the probe runs until ``executors`` executors have
+    answered, a bounded number of times; the test then checks every answer."""
     from pyspark.sql import functions as F
     from pyspark.sql.functions import arrow_udf
 
@@ -32,8 +37,15 @@ def executors_python(spark) -> list[dict[str, str]]:  # type: ignore[no-untyped-
         seen = j.dumps({"python": s.executable, "cwd": o.getcwd(), "flow_jobs": flow_jobs.__file__})
         return pa.array([seen] * len(ids))
 
-    rows = spark.range(0, 4, 1, 4).select(where(F.col("id")).alias("w")).distinct().collect()
-    return [json.loads(r.w) for r in rows]
+    seen: dict[str, dict[str, str]] = {}
+    for _ in range(50):
+        rows = spark.range(0, 8, 1, 8).select(where(F.col("id")).alias("w")).distinct().collect()
+        for r in rows:
+            answer = json.loads(r.w)
+            seen[answer["cwd"]] = answer
+        if len(seen) >= executors:
+            break
+    return list(seen.values())
 
 
 def main() -> int:
@@ -52,7 +64,7 @@ def main() -> int:
 
     conf = {"spark.executor.memory": "512m", "spark.executor.cores": "1"}
     spark = build_spark_session(args["master"], conf, archive=args["archive"])
-    seen = executors_python(spark)
+    seen = executors_python(spark, args["executors"])
     result = materialize(
         [pipeline_asset(load_spec(Path(p)), Path(p)) for p in args["specs"]],
         resources={

@@ -232,6 +232,7 @@ def test_three_pipeline_shapes_on_a_cluster_equal_local(
     args = {
         "master": standalone.master_url,
         "archive": str(archive),
+        "executors": standalone.workers,
         "specs": [str(specs / f"{shape}.toml") for shape in shapes],
     }
     log = workdir / "driver.log"
