@@ -73,8 +73,8 @@ class KafkaResource(ConfigurableResource):
 
     def end_offsets(self, spec: PipelineSpec) -> dict[str, dict[str, dict[str, int]]]:
         """Each source's topic end offsets, shaped like the ledger's ``end_offsets``,
-        asked of the broker as the reader asks (``kafka_source.source_watermarks``)."""
-        from flow_jobs.io.kafka_source import source_watermarks
+        asked of the broker as the reader asks (``flow_jobs.kafka.offsets.source_watermarks``)."""
+        from flow_jobs.kafka.offsets import source_watermarks
 
         out: dict[str, dict[str, dict[str, int]]] = {}
         for source in spec.sources:

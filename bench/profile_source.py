@@ -12,7 +12,9 @@ import io
 import pstats
 import time
 
-from flow_jobs.io.kafka_source import KafkaRange, KafkaSourceOptions, read_range
+from flow_jobs.kafka.options import KafkaSourceOptions
+from flow_jobs.kafka.partitions import KafkaRange
+from flow_jobs.kafka.read import read_range
 from flow_jobs_dev.broker import EmbeddedBroker
 from flow_jobs_dev.producer import produce
 from flow_jobs_dev.sample_events import sample_clicks

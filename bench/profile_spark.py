@@ -27,7 +27,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 _CHUNK = 50_000
 _UTC_US = pa.timestamp("us", tz="UTC")
 
-#: Column groups of the Kafka reader's output (flow_jobs.io.kafka_source) and their DDL.
+#: Column groups of the Kafka reader's output (flow_jobs.kafka.schema) and their DDL.
 GROUPS = {
     "value": "value BINARY",
     "key": "key BINARY",

@@ -2,7 +2,7 @@
 
 It hands out one numbered "block" of rows per offset and, each time Spark asks it for a
 micro-batch's partitions, records what the checkpoint's offset log holds at that moment:
-the contract ``flow_jobs.io.kafka_source.batch_stamps`` relies on. It lives in a module
+the contract ``flow_jobs.kafka.heartbeats.batch_stamps`` relies on. It lives in a module
 of its own so that the process Spark runs Python sources in can import it.
 """
 

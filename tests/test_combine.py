@@ -37,7 +37,8 @@ from pyspark.sql import SparkSession
 from flow_jobs.io.combine import PARTIAL, CombinePlan, Folder, RangeRows, partial_type
 from flow_jobs.io.delta import read_delta
 from flow_jobs.io.json_decode import JsonDecoder
-from flow_jobs.io.kafka_source import _ARROW_SCHEMA, _decoded_schema, _with_corrupt_field
+from flow_jobs.kafka.read import decoded_schema, with_corrupt_field
+from flow_jobs.kafka.schema import ARROW_SCHEMA
 from flow_jobs.plan.combine import MARKER
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs_dev.broker import EmbeddedBroker
@@ -64,7 +65,7 @@ TS = pa.timestamp("us", tz="UTC")
 
 
 def reader_table(payloads: Sequence[bytes | None], offsets: Sequence[int]) -> pa.Table:
-    """Rows as the reader builds them (``kafka_source._to_arrow``), decoded by Arrow."""
+    """Rows as the reader builds them (``flow_jobs.kafka.read._to_arrow``), decoded by Arrow."""
     decoder = JsonDecoder(PAYLOAD, smallest_piece=1)  # a bad record alone is undecoded
     n = len(payloads)
     decoded, undecoded = decoder.decode(list(payloads))
@@ -75,16 +76,16 @@ def reader_table(payloads: Sequence[bytes | None], offsets: Sequence[int]) -> pa
         pa.repeat(pa.scalar(1, pa.int32()), n),
         pa.array(offsets, pa.int64()),
         pa.nulls(n, TS),
-        pa.nulls(n, _ARROW_SCHEMA.field("headers").type),
+        pa.nulls(n, ARROW_SCHEMA.field("headers").type),
         pa.nulls(n, TS),
         pa.repeat(pa.scalar(None, TS), n),
         pa.nulls(n, TS),
         pa.repeat(pa.scalar(NOW_MS * 1000, TS), n),
-        _with_corrupt_field(decoded),
+        with_corrupt_field(decoded),
         undecoded,
     ]
     return pa.Table.from_batches(
-        [pa.RecordBatch.from_arrays(columns, schema=_decoded_schema(decoder))]
+        [pa.RecordBatch.from_arrays(columns, schema=decoded_schema(decoder))]
     )
 
 

@@ -19,18 +19,13 @@ from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-from flow_jobs.io.kafka_source import (
-    DATA_LOSS_KEY,
-    DataLoss,
-    KafkaDataLossError,
-    KafkaRange,
-    KafkaSourceOptions,
-    KafkaStreamReader,
-    find_data_loss,
-    read_range,
-    retry,
-)
 from flow_jobs.io.state_store import StateStore
+from flow_jobs.kafka.data_loss import DATA_LOSS_KEY, DataLoss, find_data_loss
+from flow_jobs.kafka.options import KafkaDataLossError, KafkaSourceOptions
+from flow_jobs.kafka.partitions import KafkaRange
+from flow_jobs.kafka.planning import KafkaStreamReader
+from flow_jobs.kafka.read import read_range
+from flow_jobs.kafka.retries import retry
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs_dev.broker import EmbeddedBroker
 from tests.reference import reference_windows

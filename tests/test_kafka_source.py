@@ -9,14 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from flow_jobs.io.kafka_source import (
-    KafkaDataLossError,
-    KafkaRange,
-    KafkaSourceOptions,
-    KafkaStreamReader,
-    cap_offsets,
-    read_range,
-)
+from flow_jobs.kafka.options import KafkaDataLossError, KafkaSourceOptions
+from flow_jobs.kafka.partitions import KafkaRange
+from flow_jobs.kafka.planning import KafkaStreamReader, cap_offsets
+from flow_jobs.kafka.read import read_range
 from flow_jobs_dev.broker import EmbeddedBroker
 from flow_jobs_dev.producer import Record
 from tests.support import send
@@ -106,7 +102,7 @@ def test_read_limit_and_available_now_pin(broker: EmbeddedBroker, topic: str) ->
         before = int(time.time() * 1000)
         planned = reader.partitions({topic: {"0": 40, "1": 100}}, {topic: {"0": 100, "1": 100}})
         # Without a checkpoint to read batchTimestampMs from, the batch's time is when it
-        # was planned (kafka_source.BATCH_TIME).
+        # was planned (flow_jobs.kafka.schema.BATCH_TIME).
         now = planned[0].batch_timestamp_ms
         assert now is not None and before <= now <= int(time.time() * 1000)
         assert planned == [KafkaRange(topic, 0, 40, 100, batch_timestamp_ms=now)]

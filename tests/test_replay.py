@@ -12,9 +12,11 @@ import pytest
 from pyspark.sql import SparkSession
 
 from flow_jobs.cli import main
-from flow_jobs.io.kafka_source import IDLE_FOR_THE_RUN_MS, KafkaSourceOptions, KafkaStreamReader
 from flow_jobs.io.kafka_time_offsets import first_offset_at
 from flow_jobs.io.state_store import StateStore
+from flow_jobs.kafka.heartbeats import IDLE_FOR_THE_RUN_MS
+from flow_jobs.kafka.options import KafkaSourceOptions
+from flow_jobs.kafka.planning import KafkaStreamReader
 from flow_jobs.runtime.idleness import replay_targets
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec import SpecError

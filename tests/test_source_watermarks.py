@@ -24,7 +24,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from flow_jobs.cli import format_batches
-from flow_jobs.io.kafka_source import IDLE_FOR_THE_RUN_MS
+from flow_jobs.kafka.heartbeats import IDLE_FOR_THE_RUN_MS
 from flow_jobs.runtime.idleness import IdleSources, replay_targets
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec.models import PipelineSpec

@@ -103,7 +103,7 @@ def test_a_batch_s_offset_log_entry_is_the_newest_when_its_partitions_are_planne
     partitions, and nothing newer exists then; ``batchTimestampMs`` is what
     ``current_timestamp()`` is in the batch's streaming plan.
 
-    Depends on it: ``flow_jobs.io.kafka_source.batch_stamps`` (the late-row stamp and
+    Depends on it: ``flow_jobs.kafka.heartbeats.batch_stamps`` (the late-row stamp and
     the skew bound of pre-aggregation take the newest entry holding the batch's end
     offsets), ``flow_jobs.runtime.checkpoint.read_offset_log`` (the ledger's offsets and
     watermark per batch) and ``flow_jobs.runtime.idleness.run_start``."""
@@ -162,7 +162,7 @@ def test_a_window_drops_rows_whose_window_closed_by_the_previous_batch_s_waterma
     open is aggregated too.
 
     Depends on it: ``flow_jobs.plan.late_rows`` (the spec reference's "Late rows"): the
-    Kafka reader stamps each row with W(N-1) (``flow_jobs.io.kafka_source.batch_stamps``)
+    Kafka reader stamps each row with W(N-1) (``flow_jobs.kafka.heartbeats.batch_stamps``)
     and a row is late when its event time is at or below it; every row Spark would drop
     (its window ended at or before W(N-1)) is therefore late by that rule already, and
     Spark's own filter finds nothing left to drop, so the late-row count and the dead
@@ -529,7 +529,7 @@ def test_async_progress_tracking_is_refused_for_a_foreach_batch_sink(
     the batch being planned"; Spark refuses it for ``foreachBatch`` sinks, the only kind
     flow-jobs writes through.
 
-    Depends on it: ``flow_jobs.io.kafka_source.batch_stamps`` and the sink's ledger row
+    Depends on it: ``flow_jobs.kafka.heartbeats.batch_stamps`` and the sink's ledger row
     per batch (``flow_jobs.runtime.sink``); ``[spark] conf`` refuses the setting too
     (``flow_jobs.spec.models``), since it is a query option there is no place for."""
     files = Files(tmp_path / "in")

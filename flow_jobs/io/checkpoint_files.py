@@ -5,7 +5,10 @@ flow-jobs reads what Spark keeps in a query's checkpoint (the offset log
 commit log ``commits/``, the query's ``metadata``) and keeps marker files of its own
 there (``flow-jobs-pipeline.json``, ``flow_pre_aggregate``); a reset moves the whole
 checkpoint aside. ``CheckpointFiles`` is that handful of operations over a checkpoint's
-root, so a URI behaves exactly like a local path:
+root, so a URI behaves exactly like a local path. Spark's logs are listed
+(``logged_batches``) and an offset-log entry parsed (``read_offset_entry``) here only,
+and the file where the driver tells the readers which sources are idle
+(``idle_file``) is placed here:
 
 * a plain path or a ``file://`` URI goes through the local file system (no JVM needed:
   the CLI's ``reset`` and ``inspect`` run without a SparkSession there);
@@ -262,6 +265,22 @@ class OffsetLogEntry:
     def timestamp_ms(self) -> int | None:
         stamp = self.metadata.get("batchTimestampMs")
         return int(stamp) if isinstance(stamp, int) else None
+
+
+def idle_file(checkpoint: str) -> str:
+    """Where the driver publishes a query's idle sources for its Kafka readers (JSON):
+    beside the checkpoint's folders where it is local, else in the temp folder."""
+    folder = local_path(checkpoint)
+    if folder is None:
+        digest = hashlib.sha256(checkpoint.encode()).hexdigest()[:16]
+        folder = os.path.join(tempfile.gettempdir(), "flow-jobs-idle", digest)
+    return os.path.join(folder, "flow_idle_sources.json")
+
+
+def logged_batches(files: CheckpointFiles, log: str) -> list[int]:
+    """The micro-batch ids in one of Spark's logs (``offsets``: planned, ``commits``:
+    committed), ascending; raises ``FileNotFoundError`` where the log is not there yet."""
+    return sorted(int(n) for n in files.names(log) if n.isdigit())
 
 
 def read_offset_entry(files: CheckpointFiles, batch: int) -> OffsetLogEntry | None:

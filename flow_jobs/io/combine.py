@@ -33,7 +33,7 @@ What makes it exact, whatever the cut (``tests/test_combine.py`` checks each rul
   (|value| x (block rows + chunk rows) >= 2^62) is not folded: Spark's ``try_sum`` then
   sees its rows one by one, as before.
 
-The reader (``kafka_source.read_folded``) builds full Kafka rows (key, value, headers,
+The reader (``flow_jobs.kafka.read.read_folded``) builds full Kafka rows (key, value, headers,
 ...) only for the records that pass through; a folded record's bytes are never copied.
 """
 
@@ -157,7 +157,7 @@ def ddl(data_type: pa.DataType) -> str:
 
 class Folder:
     """Folds one Kafka partition range chunk by chunk, the reader's way
-    (``kafka_source.read_folded``): each chunk's foldable rows join the block, and the
+    (``flow_jobs.kafka.read.read_folded``): each chunk's foldable rows join the block, and the
     block becomes partial rows once it holds ``block_rows`` (and at the range's end)."""
 
     def __init__(
@@ -356,7 +356,7 @@ class RangeRows:
     topic: str
     partition: int
     late_watermark: Any  # a timestamp scalar (NULL in a first batch)
-    batch_time: Any = None  # a timestamp scalar (kafka_source.BATCH_TIME)
+    batch_time: Any = None  # a timestamp scalar (flow_jobs.kafka.schema.BATCH_TIME)
 
     def partial_rows(
         self, rows: Folded, g: pa.Table, plan: CombinePlan, payload: pa.Schema

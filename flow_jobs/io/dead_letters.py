@@ -39,8 +39,8 @@ from typing import Any
 import pyarrow as pa
 
 from flow_jobs.io.delta import DeltaMergeTable
-from flow_jobs.io.kafka_source import HEADERS_TYPE, RECORD_SCHEMA
 from flow_jobs.io.state_store import StateStore
+from flow_jobs.records import HEADERS_TYPE, RECORD_SCHEMA
 from flow_jobs.spec.models import PipelineSpec
 
 #: Spark DDL of Kafka headers, as a tapped row carries them.

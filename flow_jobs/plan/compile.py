@@ -13,10 +13,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 from pyspark.sql.utils import AnalysisException
 
-from flow_jobs.io.checkpoint_files import LOCATION_KEY, checkpoint_files
+from flow_jobs.io.checkpoint_files import LOCATION_KEY, checkpoint_files, idle_file
 from flow_jobs.io.combine import CombinePlan
 from flow_jobs.io.dead_letters import DeadLetterTable
-from flow_jobs.io.kafka_source import idle_file
 from flow_jobs.plan.aggregations import AGGREGATORS
 from flow_jobs.plan.combine import Merge, checkpoint_merges, describe, foldable
 from flow_jobs.plan.errors import PlanError

@@ -28,7 +28,7 @@ from __future__ import annotations
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-from flow_jobs.io.kafka_source import LATE_WATERMARK
+from flow_jobs.kafka.schema import LATE_WATERMARK
 
 LATE = "__flow_late"
 

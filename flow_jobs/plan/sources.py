@@ -30,7 +30,7 @@ from pyspark.sql.utils import AnalysisException
 from flow_jobs.io.combine import PARTIAL, CombinePlan
 from flow_jobs.io.dead_letters import HEADERS_DDL, TAPPED_FIELDS, DeadLetterTap
 from flow_jobs.io.json_decode import arrow_schema
-from flow_jobs.io.kafka_source import (
+from flow_jobs.kafka.schema import (
     BATCH_TIME,
     CORRUPT_RECORD,
     DECODED,

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from flow_jobs.io.checkpoint_files import checkpoint_files, read_offset_entry
+from flow_jobs.io.checkpoint_files import checkpoint_files, logged_batches, read_offset_entry
 from flow_jobs.locations import is_uri
 from flow_jobs.spec.models import PipelineSpec
 
@@ -49,7 +49,7 @@ def read_offset_log(checkpoint: str, batch_id: int, spec: PipelineSpec) -> Batch
     for i, value in enumerate(entry.sources):
         if value is None:
             continue
-        # "_data_loss" (flow_jobs.io.kafka_source) rides beside the topic: kept, not a topic.
+        # "_data_loss" (flow_jobs.kafka.data_loss) rides beside the topic: kept, not a topic.
         topics = [t for t in value if not t.startswith("_")] if isinstance(value, dict) else []
         name = by_topic.get(topics[0]) if len(topics) == 1 else None
         offsets[name or f"source{i}"] = value
@@ -62,7 +62,7 @@ def has_committed_batch(checkpoint: str) -> bool:
     """Whether Spark committed a micro-batch in the checkpoint: if not, the query starts
     its sources at their ``starting_offsets`` (Spark calls ``initialOffset``)."""
     try:
-        return any(n.isdigit() for n in checkpoint_files(checkpoint).names("commits"))
+        return bool(logged_batches(checkpoint_files(checkpoint), "commits"))
     except FileNotFoundError:
         return False
 
@@ -72,7 +72,7 @@ def describe_batch_in_flight(checkpoint: str, spec: PipelineSpec) -> str | None:
     as ``micro-batch N (source: topic[partition] first..last, ...)``; None if unknown."""
     files = checkpoint_files(checkpoint)
     try:
-        planned = [int(n) for n in files.names("offsets") if n.isdigit()]
+        planned = logged_batches(files, "offsets")
     except FileNotFoundError:
         return None
     if not planned:

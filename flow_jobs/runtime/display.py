@@ -216,7 +216,7 @@ def run_extents(
     checkpoint the topic's start or end as ``starting_offsets`` says) and, available-now,
     its end (the topic's end offsets now, as the reader pins them when the query starts).
     Empty when the broker cannot be asked: the display then shows no totals."""
-    from flow_jobs.io.kafka_source import source_watermarks
+    from flow_jobs.kafka.offsets import source_watermarks
     from flow_jobs.runtime.idleness import run_start
 
     begin = run_start(spec, checkpoint)

@@ -13,7 +13,7 @@ idle source raises its own: the run publishes, after every micro-batch's report 
 every half second, the watermark each idle source must reach, the lowest watermark of
 the sources that are not idle, to a small JSON file; the source's Kafka reader, finding
 a higher value there and no record of its own, plans a heartbeat row that carries it
-(``io.kafka_source``). Once the source has records again it is no longer idle, sends no
+(``flow_jobs.kafka``). Once the source has records again it is no longer idle, sends no
 heartbeat, and holds the minimum from where its records and its last heartbeat left it:
 records behind the watermark reached meanwhile are late, as they would be in Flink.
 
@@ -33,8 +33,9 @@ import os
 import time
 from collections.abc import Callable, Iterable
 
-from flow_jobs.io.checkpoint_files import checkpoint_files
-from flow_jobs.io.kafka_source import IDLE_FOR_THE_RUN_MS, source_time_offsets, source_watermarks
+from flow_jobs.io.checkpoint_files import checkpoint_files, logged_batches
+from flow_jobs.kafka.heartbeats import IDLE_FOR_THE_RUN_MS
+from flow_jobs.kafka.offsets import source_time_offsets, source_watermarks
 from flow_jobs.runtime.checkpoint import read_offset_log
 from flow_jobs.runtime.reports import Progress, source_metrics
 from flow_jobs.spec.models import KafkaSource, PipelineSpec, epoch_ms
@@ -132,8 +133,8 @@ def run_start(spec: PipelineSpec, checkpoint: str) -> dict[str, dict[int, int]]:
     offset): the newest committed batch's end offsets; {} for a fresh checkpoint."""
     files = checkpoint_files(checkpoint)
     try:
-        planned = sorted(int(n) for n in files.names("offsets") if n.isdigit())
-        done = {int(n) for n in files.names("commits") if n.isdigit()}
+        planned = logged_batches(files, "offsets")
+        done = set(logged_batches(files, "commits"))
     except FileNotFoundError:
         return {}
     committed = [b for b in planned if b in done]

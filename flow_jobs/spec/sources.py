@@ -38,7 +38,7 @@ class StartingTimestamp(SpecModel):
         return aware_instant(value, "starting_offsets.timestamp")
 
     def option(self) -> str:
-        """What the Kafka reader takes (``flow_jobs.io.kafka_source``)."""
+        """What the Kafka reader takes (``flow_jobs.kafka``)."""
         return f"timestamp:{epoch_ms(self.timestamp)}"
 
 

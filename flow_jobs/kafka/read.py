@@ -1,0 +1,357 @@
+"""The executor-side read: a range's records, decoded in bulk into Arrow batches (or
+folded)."""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from flow_jobs.io.combine import EVENT_TS, PARTIAL, CombinePlan, Folder, RangeRows, partial_type
+from flow_jobs.io.json_decode import JsonDecoder, arrow_schema
+from flow_jobs.kafka.options import KafkaDataLossError, KafkaSourceOptions
+from flow_jobs.kafka.partitions import KafkaRange
+from flow_jobs.kafka.retries import FAIL_HINT, Backoff, is_transient, retry
+from flow_jobs.kafka.schema import (
+    ARROW_SCHEMA,
+    CORRUPT_RECORD,
+    DECODED,
+    MAX_TS_MS,
+    MIN_TS_MS,
+    READ_CHUNK,
+    SOURCE_FORMAT,
+    TIMESTAMP_US,
+    UNDECODED,
+)
+from flow_jobs.records import HEADERS_TYPE
+
+log = logging.getLogger(__name__)
+
+
+def read_range(options: KafkaSourceOptions, rng: KafkaRange) -> Iterator[pa.RecordBatch]:
+    """Read offsets [rng.start, rng.end) of one partition as Arrow record batches."""
+    decoder = json_decoder(options)
+    for batch, offsets in read_messages(options, rng):
+        yield _to_arrow(rng, batch, offsets, options.processing_time, decoder)
+
+
+def read_folded(
+    options: KafkaSourceOptions, rng: KafkaRange, decoder: JsonDecoder, plan: CombinePlan
+) -> Iterator[pa.RecordBatch]:
+    """``read_range`` with the records the window would aggregate folded into partials
+    (``flow_jobs.io.combine``), without building their Kafka columns: only the records
+    that pass through become full rows."""
+    from confluent_kafka import Message
+
+    payload = decoder.schema
+    ptype = partial_type(plan, payload)
+    schema = decoded_schema(decoder).append(pa.field(PARTIAL, ptype))
+    late = rng.late_watermark_ms
+    stamp = pa.scalar(None if late is None else late * 1000, TIMESTAMP_US)
+    now = None if rng.batch_timestamp_ms is None else rng.batch_timestamp_ms * 1000
+    meta = RangeRows(schema, rng.topic, rng.partition, stamp, pa.scalar(now, TIMESTAMP_US))
+    folder = Folder(plan, payload, meta, rng.batch_timestamp_ms, late)
+    for batch, offsets in read_messages(options, rng):
+        decoded, undecoded = decoder.decode(list(map(Message.value, batch)))
+        stamps = None
+        if plan.time_field == EVENT_TS:
+            ms, missing = _kafka_stamps(batch)
+            stamps = np.where(missing, 0, ms) * 1000, ~missing
+        undecoded_np = undecoded.to_numpy(zero_copy_only=False)
+        ok = folder.add(decoded, undecoded_np, np.asarray(offsets, dtype=np.int64), stamps)
+        if not ok.any():
+            yield _with_partial(_to_arrow(rng, batch, offsets, False, decoder), ptype)
+        elif not ok.all():
+            rest = [m for m, keep in zip(batch, ok, strict=True) if not keep]
+            rest_offsets = [o for o, keep in zip(offsets, ok, strict=True) if not keep]
+            yield _with_partial(_to_arrow(rng, rest, rest_offsets, False, decoder), ptype)
+        if folder.full:
+            yield from _emitted(folder)
+    yield from _emitted(folder)
+
+
+def _emitted(folder: Folder) -> Iterator[pa.RecordBatch]:
+    partials = folder.emit()
+    if partials is not None:
+        yield from partials.to_batches()
+
+
+def _with_partial(batch: pa.RecordBatch, ptype: pa.DataType) -> pa.RecordBatch:
+    return batch.append_column(PARTIAL, pa.nulls(batch.num_rows, ptype))
+
+
+def read_messages(options: KafkaSourceOptions, rng: KafkaRange) -> Iterator[tuple[list, list[int]]]:
+    """Read offsets [rng.start, rng.end) of one partition: (messages, their offsets).
+
+    The range is done when a record at or past ``end`` arrives, when the partition's end
+    (EOF) is at or past it, or when the consumer's position is: the offsets between the
+    last record and ``end`` may hold no record at all (transaction markers, aborted
+    records, compaction), so waiting for one would hang until the read timeout."""
+    from confluent_kafka import Consumer, Message, TopicPartition
+
+    consumer = Consumer(options.consumer_config())
+    where = f"Kafka {rng.topic}[{rng.partition}] reading [{rng.start}, {rng.end})"
+    backoff = Backoff(options.retries, options.retry_backoff_ms)
+    try:
+        consumer.assign([TopicPartition(rng.topic, rng.partition, rng.start)])
+        next_offset = rng.start
+        last_progress = time.monotonic()
+        while next_offset < rng.end:
+            messages = consumer.consume(min(READ_CHUNK, rng.end - next_offset), 1.0)
+            done = False
+            resume: int | None = None
+            if not any(map(Message.error, messages)):
+                # The usual case, without a Python step per message: the records of one
+                # partition come in offset order, so the range's part is a slice.
+                offsets = list(map(Message.offset, messages))
+                first = bisect.bisect_left(offsets, next_offset)
+                last = bisect.bisect_left(offsets, rng.end)
+                done = last < len(offsets)  # a record past the end: nothing is left
+                batch, batch_offsets = messages[first:last], offsets[first:last]
+            else:
+                batch, done, resume = _sift(options, consumer, rng, messages, next_offset, backoff)
+                batch_offsets = [m.offset() for m in batch]
+            if batch:
+                next_offset = batch_offsets[-1] + 1
+                last_progress = time.monotonic()
+                backoff.succeeded()
+                yield batch, batch_offsets
+            if done or next_offset >= rng.end:
+                return
+            if resume is not None:
+                next_offset = max(next_offset, resume)
+                consumer.assign([TopicPartition(rng.topic, rng.partition, next_offset)])
+                continue
+            if batch:
+                continue
+            if _position(consumer, rng) >= rng.end:
+                return  # only markers or aborted records were left
+            # Nothing came: are the offsets still there? (Not every broker reports an
+            # offset out of range: tansu, for one, just serves nothing.)
+            low, high = marks = _marks(options, consumer, rng)
+            if low > next_offset or high < rng.end:
+                resume = _data_lost_while_reading(options, rng, next_offset, marks, "no record")
+                if resume is None:
+                    return
+                next_offset = max(next_offset, resume)
+                consumer.assign([TopicPartition(rng.topic, rng.partition, next_offset)])
+                continue
+            if time.monotonic() - last_progress > options.read_timeout_ms / 1000:
+                raise KafkaDataLossError(
+                    f"{where}: no record at offset {next_offset} within "
+                    f"{options.read_timeout_ms} ms; the broker no longer serves the planned "
+                    "range"
+                )
+    finally:
+        consumer.close()
+
+
+def _sift(
+    options: KafkaSourceOptions,
+    consumer: Any,
+    rng: KafkaRange,
+    messages: list,
+    next_offset: int,
+    backoff: Backoff,
+) -> tuple[list, bool, int | None]:
+    """The records of the range among ``messages`` that hold errors: (records, whether
+    the range is done, where to resume after offsets vanished, or None)."""
+    from confluent_kafka import KafkaError
+
+    where = f"Kafka {rng.topic}[{rng.partition}] reading [{rng.start}, {rng.end})"
+    lost = (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE)
+    batch = []
+    done = False
+    for m in messages:
+        err = m.error()
+        if err is None:
+            if m.offset() >= rng.end:
+                done = True  # past the end: nothing of the range is left
+            elif m.offset() >= next_offset:
+                batch.append(m)
+            continue
+        if err.code() == KafkaError._PARTITION_EOF:
+            done = done or m.offset() >= rng.end
+            continue
+        if err.code() in lost:
+            marks = _marks(options, consumer, rng)
+            resume = _data_lost_while_reading(options, rng, next_offset, marks, err.str())
+            return batch, resume is None, resume
+        if is_transient(err):
+            backoff.failed(f"{where} at {next_offset}", err.str())
+            continue
+        raise RuntimeError(f"{where} at {next_offset}: {err.str()}")
+    return batch, done, None
+
+
+def combine_plan(options: KafkaSourceOptions) -> CombinePlan | None:
+    """What this source pre-aggregates in the reader (``flow_jobs.io.combine``), or None."""
+    return CombinePlan.from_json(options.combine) if options.combine else None
+
+
+def json_decoder(options: KafkaSourceOptions) -> JsonDecoder | None:
+    """The bulk decoder of a source reading with ``json_schema``, else None."""
+    if options.json_schema is None:
+        return None
+    schema = arrow_schema(options.json_schema)
+    if schema is None:
+        raise ValueError(f"{SOURCE_FORMAT}: json_schema has a type Arrow does not decode")
+    return JsonDecoder(schema)
+
+
+def _position(consumer: Any, rng: KafkaRange) -> int:
+    from confluent_kafka import TopicPartition
+
+    [position] = consumer.position([TopicPartition(rng.topic, rng.partition)])
+    return int(position.offset) if position.offset is not None else -1
+
+
+def _marks(options: KafkaSourceOptions, consumer: Any, rng: KafkaRange) -> tuple[int, int]:
+    from confluent_kafka import TopicPartition
+
+    return retry(
+        lambda: consumer.get_watermark_offsets(
+            TopicPartition(rng.topic, rng.partition), timeout=30
+        ),
+        f"Kafka {rng.topic}[{rng.partition}]",
+        options.retries,
+        options.retry_backoff_ms,
+    )
+
+
+def _data_lost_while_reading(
+    options: KafkaSourceOptions, rng: KafkaRange, at: int, marks: tuple[int, int], why: str
+) -> int | None:
+    """Offsets of the range vanished after it was planned (retention, a recreated
+    topic): fail, or return where to resume (None: nothing of the range is left)."""
+    low, high = marks
+    what = (
+        f"Kafka {rng.topic}[{rng.partition}]: offset {at} of the planned range [{rng.start}, "
+        f"{rng.end}) is no longer served (earliest {low}, latest {high}: deleted by "
+        f"retention, or the topic was recreated) [{why}]"
+    )
+    if options.fail_on_data_loss:
+        raise KafkaDataLossError(f"{what}; {FAIL_HINT}")
+    if at < low < rng.end and high >= rng.end:
+        log.warning("%s; resuming at offset %s", what, low)
+        return low
+    log.warning("%s; skipping the rest of the range", what)
+    return None
+
+
+def _to_arrow(
+    rng: KafkaRange,
+    batch: list,
+    offsets: list[int],
+    processing_time: bool,
+    decoder: JsonDecoder | None = None,
+) -> pa.RecordBatch:
+    from confluent_kafka import Message
+
+    n = len(batch)
+    ms, missing = _kafka_stamps(batch)
+    ts_type = pa.timestamp("us", tz="UTC")
+    ts_array = pa.array(np.where(missing, 0, ms) * 1000, ts_type, mask=missing)
+    mark = rng.late_watermark_ms
+    late_watermark = (
+        pa.nulls(n, ts_type) if mark is None else pa.repeat(pa.scalar(mark * 1000, ts_type), n)
+    )
+    if processing_time:
+        event_ts = pa.repeat(pa.scalar(time.time_ns() // 1000, ts_type), n)
+    else:
+        event_ts = ts_array
+    values = list(map(Message.value, batch))
+    columns = [
+        pa.array(list(map(Message.key, batch)), pa.binary()),
+        pa.array(values, pa.binary()),
+        pa.repeat(pa.scalar(rng.topic, pa.string()), n),
+        pa.repeat(pa.scalar(rng.partition, pa.int32()), n),
+        pa.array(offsets, pa.int64()),
+        ts_array,
+        _headers(batch),
+        event_ts,
+        late_watermark,
+        pa.nulls(n, ts_type),
+        _batch_time(rng, n),
+    ]
+    if decoder is None:
+        return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+    decoded, undecoded = decoder.decode(values)
+    return pa.RecordBatch.from_arrays(
+        [*columns, with_corrupt_field(decoded), undecoded], schema=decoded_schema(decoder)
+    )
+
+
+def _batch_time(rng: KafkaRange, n: int) -> pa.Array:
+    """BATCH_TIME (the planner always sets it; NULL only on a range made by hand)."""
+    now = rng.batch_timestamp_ms
+    return pa.repeat(pa.scalar(None if now is None else now * 1000, TIMESTAMP_US), n)
+
+
+def _kafka_stamps(batch: list) -> tuple[np.ndarray, np.ndarray]:
+    """The records' Kafka timestamps (epoch ms) and where they are missing. A record
+    without one (type 0) has none; one outside Spark's TIMESTAMP range (e.g. 2^62) would
+    overflow and fail the read on every replay: it is missing too (a dead letter where it
+    is the event time)."""
+    from confluent_kafka import Message
+
+    stamps = np.array(list(map(Message.timestamp, batch)), dtype=np.int64).reshape(len(batch), 2)
+    kind, ms = stamps[:, 0], stamps[:, 1]
+    return ms, (kind == 0) | (ms < MIN_TS_MS) | (ms > MAX_TS_MS)
+
+
+def decoded_schema(decoder: JsonDecoder) -> pa.Schema:
+    fields = [*decoder.schema, pa.field(CORRUPT_RECORD, pa.string())]
+    return ARROW_SCHEMA.append(pa.field(DECODED, pa.struct(fields))).append(
+        pa.field(UNDECODED, pa.bool_())
+    )
+
+
+def with_corrupt_field(decoded: pa.StructArray) -> pa.StructArray:
+    """``decoded`` with ``from_json``'s corrupt-record field, NULL on every row."""
+    n = len(decoded)
+    fields = [decoded.type.field(i) for i in range(decoded.type.num_fields)]
+    return pa.StructArray.from_arrays(
+        [*decoded.flatten(), pa.nulls(n, pa.string())],
+        fields=[*fields, pa.field(CORRUPT_RECORD, pa.string())],
+        mask=decoded.is_null(),
+    )
+
+
+def _headers(batch: list) -> pa.Array:
+    headers = [m.headers() for m in batch]
+    if not any(headers):  # the usual case: no record has headers
+        return pa.nulls(len(batch), HEADERS_TYPE)
+    return pa.array(
+        [None if h is None else [{"key": k, "value": v} for k, v in h] for h in headers],
+        HEADERS_TYPE,
+    )
+
+
+def _heartbeat_row(rng: KafkaRange, decoder: JsonDecoder | None = None) -> pa.RecordBatch:
+    ts_type = pa.timestamp("us", tz="UTC")
+    mark = rng.late_watermark_ms
+    assert rng.heartbeat_ms is not None
+    columns = [
+        pa.nulls(1, pa.binary()),
+        pa.nulls(1, pa.binary()),
+        pa.array([rng.topic], pa.string()),
+        pa.nulls(1, pa.int32()),
+        pa.nulls(1, pa.int64()),
+        pa.nulls(1, ts_type),
+        pa.nulls(1, HEADERS_TYPE),
+        pa.nulls(1, ts_type),
+        pa.array([None if mark is None else mark * 1000], ts_type),
+        pa.array([rng.heartbeat_ms * 1000], ts_type),
+        _batch_time(rng, 1),
+    ]
+    if decoder is None:
+        return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+    schema = decoded_schema(decoder)
+    decoded = pa.nulls(1, schema.field(DECODED).type)
+    return pa.RecordBatch.from_arrays([*columns, decoded, pa.array([True])], schema=schema)

@@ -1,0 +1,68 @@
+"""Transient broker errors, retried with exponential backoff."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+FAIL_HINT = "set fail_on_data_loss = false on the source to skip to the earliest offset"
+
+#: librdkafka error codes that a retry (or librdkafka's own reconnect) can cure.
+_TRANSIENT_NAMES = (
+    "_TRANSPORT",
+    "_ALL_BROKERS_DOWN",
+    "_TIMED_OUT",
+    "NOT_LEADER_FOR_PARTITION",
+    "NOT_LEADER_OR_FOLLOWER",
+    "LEADER_NOT_AVAILABLE",
+    "REQUEST_TIMED_OUT",
+    "NETWORK_EXCEPTION",
+)
+
+
+def is_transient(err: Any) -> bool:
+    from confluent_kafka import KafkaError
+
+    codes = {getattr(KafkaError, n) for n in _TRANSIENT_NAMES if hasattr(KafkaError, n)}
+    return err.code() in codes or bool(err.retriable())
+
+
+class Backoff:
+    """Exponential backoff over consecutive transient errors, ``retries`` at most."""
+
+    def __init__(self, retries: int, base_ms: int, sleep: Any = time.sleep) -> None:
+        self.retries, self.base_ms, self.sleep = retries, base_ms, sleep
+        self.failures = 0
+
+    def failed(self, what: str, err: str) -> None:
+        """Wait before the next try, or raise once ``retries`` tries in a row failed."""
+        self.failures += 1
+        if self.failures > self.retries:
+            raise RuntimeError(
+                f"{what}: {err} ({self.retries} retries with backoff exhausted; raise "
+                "retries on the source if the broker needs longer to recover)"
+            )
+        log.warning("%s: %s; retry %d of %d", what, err, self.failures, self.retries)
+        self.sleep(min(self.base_ms * 2 ** (self.failures - 1), 30_000) / 1000)
+
+    def succeeded(self) -> None:
+        self.failures = 0
+
+
+def retry(call: Any, what: str, retries: int, base_ms: int, sleep: Any = time.sleep) -> Any:
+    """``call()``, retried on transient Kafka errors (``KafkaException``)."""
+    from confluent_kafka import KafkaException
+
+    backoff = Backoff(retries, base_ms, sleep)
+    while True:
+        try:
+            return call()
+        except KafkaException as e:
+            err = e.args[0] if e.args else None
+            if err is None or not hasattr(err, "code") or not is_transient(err):
+                raise
+            backoff.failed(what, err.str())

@@ -1,0 +1,73 @@
+"""The PySpark ``DataSource`` for ``format("flow_kafka")``: as thin as PySpark's own
+examples."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader
+
+from flow_jobs.io.combine import PARTIAL, CombinePlan, partial_type
+from flow_jobs.io.combine import ddl as combine_ddl
+from flow_jobs.io.json_decode import arrow_schema
+from flow_jobs.kafka.options import KafkaSourceOptions
+from flow_jobs.kafka.partitions import Offsets
+from flow_jobs.kafka.planning import KafkaStreamReader
+from flow_jobs.kafka.schema import (
+    CORRUPT_RECORD,
+    DECODED,
+    KAFKA_COLUMNS_DDL,
+    SOURCE_FORMAT,
+    UNDECODED,
+)
+
+
+class KafkaDataSource(DataSource):
+    """``spark.readStream.format("flow_kafka").option("topic", ...)...``"""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_FORMAT
+
+    def schema(self) -> str:
+        payload = self.options.get("json_schema")
+        if not payload:
+            return KAFKA_COLUMNS_DDL
+        fields = ", ".join(
+            f"{_quote(f['name'])}: {_DDL_TYPES[f['type']]}" for f in json.loads(payload)["fields"]
+        )
+        ddl = (
+            f"{KAFKA_COLUMNS_DDL}, {DECODED} STRUCT<{fields}, {CORRUPT_RECORD}: STRING>, "
+            f"{UNDECODED} BOOLEAN"
+        )
+        combine = self.options.get("combine")
+        if not combine:
+            return ddl
+        schema = arrow_schema(payload)
+        assert schema is not None, "pre-aggregation needs a payload Arrow decodes"
+        partial = partial_type(CombinePlan.from_json(combine), schema)
+        return f"{ddl}, {PARTIAL} {combine_ddl(partial)}"
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return KafkaStreamReader(KafkaSourceOptions.from_options(dict(self.options)))
+
+
+#: Spark's JSON type names of the types Arrow decodes (``json_decode``), as DDL.
+_DDL_TYPES = {
+    "string": "STRING",
+    "long": "BIGINT",
+    "integer": "INT",
+    "short": "SMALLINT",
+    "byte": "TINYINT",
+    "double": "DOUBLE",
+    "boolean": "BOOLEAN",
+}
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def offsets_json(offsets: Offsets) -> str:
+    return json.dumps(offsets, sort_keys=True)

@@ -1,0 +1,22 @@
+"""A Kafka record's columns, as the Kafka reader yields them (``flow_jobs.kafka``) and a
+dead letter keeps them (``flow_jobs.io.dead_letters``)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+#: A record's Kafka headers, in order (NULL: none): kept so a dead letter carries them.
+HEADERS_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
+
+#: A Kafka record's columns as the reader gives them (and the dead-letter tap keeps them).
+RECORD_SCHEMA = pa.schema(
+    [
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("headers", HEADERS_TYPE),
+    ]
+)
