@@ -43,20 +43,23 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
+    ByteType,
     DataType,
     DecimalType,
     DoubleType,
     FractionalType,
+    IntegerType,
     IntegralType,
     LongType,
     NumericType,
+    ShortType,
     StringType,
 )
 
 from flow_jobs.operators import aggregators as ops
 from flow_jobs.operators.aggregators import WindowAggregator
-from flow_jobs.plan.combine import Merge
 from flow_jobs.plan.errors import PlanError
+from flow_jobs.plan.partials import Merge
 from flow_jobs.spec.models import Aggregation, resolve_import_path
 
 
@@ -156,16 +159,40 @@ class NativeWindow:
 
 StateInputs = dict[str, tuple[Column, DataType]]
 
+#: What ``inspect`` shows for an aggregate whose open value the state does not hold.
+NOT_DECODED = "n/a"
+#: Numbers the Kafka reader sums and compares in its partials (``flow_jobs.io.combine``).
+_PARTIAL_NUMBERS = (LongType, IntegerType, ShortType, ByteType, DoubleType)
+
 
 class Aggregator(ABC):
     """One aggregator: its native compile, its state-API implementation, its result
-    types. Adding one is a subclass here (with its numpy implementation in
-    ``flow_jobs.operators.aggregators``) and its name in ``spec.models.AggKind``."""
+    types, the partial parts it merges when the reader pre-aggregates, and how ``inspect``
+    reads an open native window's value from Spark's aggregation buffer. Adding one is a
+    subclass here (with its numpy implementation in ``flow_jobs.operators.aggregators``)
+    and its name in ``spec.models.AggKind``; ``tests/test_aggregators.py`` checks that it
+    has every part."""
 
     name: ClassVar[str]
     native_form: ClassVar[str]  # what it compiles to in a native window (``--plan``)
     state_form: ClassVar[str]  # what computes it in a state-API window
     numeric_only: ClassVar[bool] = False
+    #: The parts of the reader's partial it merges (``flow_jobs.io.combine``: ``nn``,
+    #: ``sum``, ``dsum``, ``min``, ``max``, ``first``, ``last``); None: a window holding
+    #: it does not pre-aggregate.
+    partial_parts: ClassVar[tuple[str, ...] | None] = None
+    #: The fields of Spark's aggregation buffer for its native aggregate, in order.
+    buffer_fields: ClassVar[tuple[str, ...]]
+
+    def folds(self, value: DataType | None) -> bool:
+        """Whether the reader can pre-aggregate it over a column of type ``value``
+        (None: no column), given ``partial_parts``."""
+        return self.partial_parts is not None and value is not None
+
+    def partial_value(self, buffer: list[Any]) -> Any:
+        """An open native window's value from its ``buffer_fields`` (``inspect``), or
+        ``NOT_DECODED`` where the buffer does not hold it as such."""
+        return NOT_DECODED
 
     @abstractmethod
     def result_types(self, a: AggregationInput) -> list[DataType]:
@@ -231,6 +258,14 @@ class CountAgg(_OneFunctionAgg):
     native_form = "count(1), or count(col)"
     state_form = "prefix sums of row / non-NULL counts"
     state_class = ops.Count
+    partial_parts = ("nn",)  # count(*) merges the partial's row count, ``n``
+    buffer_fields = ("count",)
+
+    def folds(self, value: DataType | None) -> bool:
+        return True
+
+    def partial_value(self, buffer: list[Any]) -> Any:
+        return buffer[0]
 
     def result_types(self, a: AggregationInput) -> list[DataType]:
         return [LongType()]
@@ -255,11 +290,24 @@ class TryAgg(_OneFunctionAgg):
         state_form: str,
         result_type: Callable[[DataType | None], DataType],
         state_class: type[WindowAggregator],
+        partial_parts: tuple[str, ...],
+        buffer_fields: tuple[str, ...],
     ) -> None:
         self.name = name  # type: ignore[misc]
         self.native_form = f"try_{name}(col)"  # type: ignore[misc]
         self.state_form = state_form  # type: ignore[misc]
         self.result_type, self.state_class = result_type, state_class
+        self.partial_parts = partial_parts  # type: ignore[misc]
+        self.buffer_fields = buffer_fields  # type: ignore[misc]
+
+    def folds(self, value: DataType | None) -> bool:
+        return isinstance(value, _PARTIAL_NUMBERS)
+
+    def partial_value(self, buffer: list[Any]) -> Any:
+        if self.name == "sum":  # a DECIMAL sum's buffer adds isEmpty
+            return None if len(buffer) > 1 and buffer[1] else buffer[0]
+        total, n = buffer
+        return None if not n or total is None else total / n
 
     def result_types(self, a: AggregationInput) -> list[DataType]:
         return [self.result_type(a.data_type)]
@@ -290,10 +338,19 @@ class _PairedAgg(Aggregator):
     """One of two aggregators that share a class (min / max, first / last), whose
     result has its input's type."""
 
-    def __init__(self, name: str, native_form: str, state_form: str) -> None:
+    def __init__(
+        self,
+        name: str,
+        native_form: str,
+        state_form: str,
+        partial_parts: tuple[str, ...],
+        buffer_fields: tuple[str, ...],
+    ) -> None:
         self.name = name  # type: ignore[misc]
         self.native_form = native_form  # type: ignore[misc]
         self.state_form = state_form  # type: ignore[misc]
+        self.partial_parts = partial_parts  # type: ignore[misc]
+        self.buffer_fields = buffer_fields  # type: ignore[misc]
 
     def result_types(self, a: AggregationInput) -> list[DataType]:
         return _own_type(a)
@@ -303,7 +360,14 @@ class ExtremeAgg(_PairedAgg):
     """min / max."""
 
     def __init__(self, name: str) -> None:
-        super().__init__(name, f"{name}(col)", f"range {name}imum (sparse table)")
+        forms = f"{name}(col)", f"range {name}imum (sparse table)"
+        super().__init__(name, *forms, ("nn", name), (name,))
+
+    def folds(self, value: DataType | None) -> bool:
+        return isinstance(value, (*_PARTIAL_NUMBERS, StringType))
+
+    def partial_value(self, buffer: list[Any]) -> Any:
+        return buffer[0]
 
     def native(self, a: AggregationInput, w: NativeWindow) -> NativeAggregate:
         if w.merge is not None and a.spec.column is not None:
@@ -337,7 +401,11 @@ class PositionalAgg(_PairedAgg):
     def __init__(self, name: str) -> None:
         pick = "min" if name == "first" else "max"
         native_form = f"{pick}(struct(event_time, lane, pos, col)).col"
-        super().__init__(name, native_form, f"range {pick}imum of order rank")
+        state_form = f"range {pick}imum of order rank"
+        super().__init__(name, native_form, state_form, (name,), (pick,))
+
+    def partial_value(self, buffer: list[Any]) -> Any:
+        return None if buffer[0] is None else buffer[0]["v"]
 
     def native(self, a: AggregationInput, w: NativeWindow) -> NativeAggregate:
         value = _value(a)
@@ -357,6 +425,18 @@ class CountDistinctAgg(Aggregator):
     name = "count_distinct"
     native_form = "hll_sketch_agg + hll_sketch_estimate (exact: runs on the state API)"
     state_form = "datasketches hll_sketch HLL_8 (exact: a set, capped while open)"
+    buffer_fields = ("buf",)
+
+    def partial_value(self, buffer: list[Any]) -> Any:
+        """``hll_sketch_estimate`` of the partial sketch (a DataSketches HLL image)."""
+        if buffer[0] is None:
+            return 0
+        try:
+            from datasketches import hll_sketch
+
+            return round(hll_sketch.deserialize(bytes(buffer[0])).get_estimate())
+        except Exception:  # not a sketch image after all: say so, do not guess
+            return NOT_DECODED
 
     def result_types(self, a: AggregationInput) -> list[DataType]:
         return [LongType(), BinaryType()][: len(a.spec.output_names())]
@@ -397,6 +477,7 @@ class CollectAgg(Aggregator):
     name = "collect"
     native_form = "array_sort(collect_list(struct(event_time, lane, pos, col))).col"
     state_form = "values in the events' total order"
+    buffer_fields = ("buf",)  # the sorted items: not decoded
 
     def result_types(self, a: AggregationInput) -> list[DataType]:
         assert a.data_type is not None
@@ -420,6 +501,7 @@ class ReduceAgg(Aggregator):
         "array_sort(collect_list(struct(event_time, lane, pos, value))) folded by a Python UDF"
     )
     state_form = "fold in the events' total order"
+    buffer_fields = ("buf",)  # the sorted items, folded when the window is emitted
 
     def result_types(self, a: AggregationInput) -> list[DataType]:
         return [_parse_type(a.spec.result_type or "", f"{a.key}.result_type")]
@@ -458,10 +540,12 @@ AGGREGATORS: dict[str, Aggregator] = {
     a.name: a
     for a in (
         CountAgg(),
-        TryAgg("sum", "prefix sums (double-double for floats)", _sum_type, ops.Sum),
+        TryAgg(
+            "sum", "prefix sums (double-double for floats)", _sum_type, ops.Sum, ("sum",), ("sum",)
+        ),
         ExtremeAgg("min"),
         ExtremeAgg("max"),
-        TryAgg("avg", "prefix sums / counts", _avg_type, ops.Avg),
+        TryAgg("avg", "prefix sums / counts", _avg_type, ops.Avg, ("nn", "dsum"), ("sum", "count")),
         PositionalAgg("first"),
         PositionalAgg("last"),
         CountDistinctAgg(),

@@ -1,5 +1,6 @@
-"""Which windows pre-aggregate in the Kafka reader (``flow_jobs.io.combine``), and how
-Spark merges the partials.
+"""Which windows pre-aggregate in the Kafka reader (``flow_jobs.io.combine``): each
+aggregator says which partial parts it merges (``Aggregator.partial_parts``, ``folds``);
+how Spark merges them is ``flow_jobs.plan.partials``.
 
 A window pre-aggregates when everything it reads comes straight from one JSON source that
 Arrow decodes: no ``[transform].sql`` nor lookups, a tumbling or hopping window on the
@@ -27,13 +28,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from pyspark.sql import Column
-from pyspark.sql import functions as F
 from pyspark.sql.types import (
     BooleanType,
     ByteType,
-    DataType,
-    DoubleType,
     IntegerType,
     IntegralType,
     LongType,
@@ -42,27 +39,16 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from flow_jobs.io.checkpoint_files import CheckpointFiles
+from flow_jobs.io.checkpoint_files import CheckpointFiles, logged_batches
 from flow_jobs.io.combine import CombinePlan
 from flow_jobs.io.json_decode import arrow_schema
+from flow_jobs.plan.aggregations import AGGREGATORS
 from flow_jobs.spec.models import EVENT_TS, PipelineSpec
 
-#: The partial struct in a source view (hidden from ``[transform].sql``-visible columns).
-PARTIAL_VIEW = "__flow_partial"
 #: A checkpoint whose windows merge partials carries this file.
 MARKER = "flow_pre_aggregate"
 
 _KEY_TYPES = (StringType, LongType, IntegerType, ShortType, ByteType, BooleanType)
-_NUMBER_TYPES = (LongType, IntegerType, ShortType, ByteType, DoubleType)
-_PARTS = {
-    "count": ("nn",),
-    "sum": ("sum",),
-    "avg": ("nn", "dsum"),
-    "min": ("nn", "min"),
-    "max": ("nn", "max"),
-    "first": ("first",),
-    "last": ("last",),
-}
 
 
 def foldable(spec: PipelineSpec, payload: StructType | None) -> CombinePlan | None:
@@ -86,16 +72,14 @@ def foldable(spec: PipelineSpec, payload: StructType | None) -> CombinePlan | No
         return None
     fields: dict[str, set[str]] = {}
     for a in w.aggregations:
-        if a.agg not in _PARTS:
+        unit = AGGREGATORS[a.agg]
+        value = types.get(a.column) if a.column is not None else None
+        if unit.partial_parts is None or (a.column is not None and value is None):
             return None
-        if a.column is None:
-            if a.agg != "count":
-                return None
-            continue
-        value = types.get(a.column)
-        if value is None or not _fits(a.agg, value):
+        if not unit.folds(value):
             return None
-        fields.setdefault(a.column, set()).update(_PARTS[a.agg])
+        if a.column is not None:
+            fields.setdefault(a.column, set()).update(unit.partial_parts)
     assert w.duration_ms is not None
     pane = math.gcd(w.duration_ms, w.hop_ms or w.duration_ms)
     return CombinePlan(
@@ -106,14 +90,6 @@ def foldable(spec: PipelineSpec, payload: StructType | None) -> CombinePlan | No
         tuple((f, tuple(sorted(parts))) for f, parts in fields.items()),
         fold=w.pre_aggregate,
     )
-
-
-def _fits(agg: str, value: DataType) -> bool:
-    if agg in ("sum", "avg"):
-        return isinstance(value, _NUMBER_TYPES)
-    if agg in ("min", "max"):
-        return isinstance(value, (*_NUMBER_TYPES, StringType))
-    return True
 
 
 def checkpoint_merges(plan: CombinePlan, checkpoint: CheckpointFiles | None) -> bool:
@@ -127,7 +103,7 @@ def checkpoint_merges(plan: CombinePlan, checkpoint: CheckpointFiles | None) -> 
     if checkpoint.exists(MARKER):
         return True
     try:
-        ran = any(n.isdigit() for n in checkpoint.names("offsets"))
+        ran = bool(logged_batches(checkpoint, "offsets"))
     except FileNotFoundError:
         ran = False
     return plan.fold and not ran
@@ -139,59 +115,6 @@ def mark_checkpoint(checkpoint: CheckpointFiles) -> None:
         checkpoint.write_text(
             MARKER, "partial aggregates from the Kafka reader (flow_jobs.plan.combine)\n"
         )
-
-
-class Merge:
-    """How a native window aggregates rows and partials alike: each column a partial's
-    part, or what the row is as a partial of one."""
-
-    def __init__(self, plan: CombinePlan) -> None:
-        self.plan = plan
-        self.partial = F.col(PARTIAL_VIEW)
-
-    def _part(self, name: str, column: str | None) -> Column:
-        slot = "" if column is None else str(self.plan.slot(column))
-        return self.partial.getField(f"{name}{slot}")
-
-    def _either(self, part: Column, row: Column) -> Column:
-        return F.when(self.partial.isNull(), row).otherwise(part)
-
-    def count(self, value: Column | None, column: str | None) -> Column:
-        if value is None:
-            return F.sum(F.coalesce(self._part("n", None), F.lit(1).cast("bigint")))
-        return F.sum(self._either(self._part("nn", column), _present(value)))
-
-    def sum(self, value: Column, column: str) -> Column:
-        return F.try_sum(self._either(self._part("sum", column), value))
-
-    def avg(self, value: Column, column: str) -> Column:
-        total = F.try_sum(self._either(self._part("dsum", column), value.cast("double")))
-        count = F.sum(self._either(self._part("nn", column), _present(value)))
-        return F.try_divide(total, count)
-
-    def extreme(self, name: str, value: Column, column: str) -> Column:
-        pick = F.min if name == "min" else F.max
-        return pick(self._either(self._part(name, column), value))
-
-    def positional(self, name: str, row: Column, lane: Column, column: str) -> Column:
-        """``row``: the row's ``struct(t, lane, pos, v)`` (NULL for a NULL value)."""
-        part = self._part(name, column)
-        folded = F.when(
-            part.isNotNull(),
-            F.struct(
-                part.getField("t").alias("t"),
-                lane.alias("lane"),
-                part.getField("pos").alias("pos"),
-                part.getField("v").alias("v"),
-            ),
-        )
-        pick = F.min if name == "first" else F.max
-        return pick(self._either(folded, row)).getField("v")
-
-
-def _present(value: Column) -> Column:
-    """A row as a partial of one: 1 non-NULL value, or 0 (BIGINT, as ``nn``)."""
-    return F.when(value.isNotNull(), F.lit(1)).otherwise(F.lit(0)).cast("bigint")
 
 
 def describe(spec: PipelineSpec, payload: Any) -> str | None:

@@ -39,7 +39,6 @@ from flow_jobs.kafka.schema import (
     SOURCE_FORMAT,
     UNDECODED,
 )
-from flow_jobs.plan.combine import PARTIAL_VIEW
 from flow_jobs.plan.errors import PlanError
 from flow_jobs.plan.event_time import (
     EPOCH_MILLIS_TYPES,
@@ -48,6 +47,7 @@ from flow_jobs.plan.event_time import (
     event_time_of,
 )
 from flow_jobs.plan.late_rows import LATE, late_condition, late_reason
+from flow_jobs.plan.partials import PARTIAL_VIEW
 from flow_jobs.spec.models import EVENT_TS, KAFKA_COLUMN, KafkaSource
 
 _PAYLOAD = "__flow_payload"

@@ -25,10 +25,10 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from flow_jobs.plan.aggregations import NativeWindow, aggregation_input, native_aggregate
-from flow_jobs.plan.combine import Merge
 from flow_jobs.plan.errors import PlanError
 from flow_jobs.plan.event_time import EVENT_TIME, with_event_time
 from flow_jobs.plan.ordering import tie_break
+from flow_jobs.plan.partials import Merge
 from flow_jobs.plan.state_windows import compile_state_window
 from flow_jobs.spec.models import WindowSpec
 

@@ -9,8 +9,9 @@ the watermark that batch ran under (Spark's offset log) and each source's waterm
 Where the partial aggregates come from:
 
 * native windows (tumbling, hopping, session on Spark's aggregation): the state value
-  is Spark's aggregation buffers, in the order of the spec's aggregations (``_BUFFERS``
-  names the fields each one keeps: ``avg`` keeps sum and count, ``first`` / ``last``
+  is Spark's aggregation buffers, in the order of the spec's aggregations (each
+  aggregator's ``buffer_fields`` names the fields it keeps, and its ``partial_value``
+  reads them: ``avg`` keeps sum and count, ``first`` / ``last``
   the least / greatest ``struct(event time, lane, position, value)``, an approximate
   ``count_distinct`` its DataSketches HLL sketch). When the buffers are not laid out as
   expected, every aggregate says "n/a" rather than guess; so do ``collect`` and
@@ -33,10 +34,11 @@ import numpy as np
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from flow_jobs.io.checkpoint_files import CheckpointFiles, checkpoint_files
+from flow_jobs.io.checkpoint_files import CheckpointFiles, checkpoint_files, logged_batches
 from flow_jobs.locations import local_path
 from flow_jobs.operators.aggregators import Ranges
 from flow_jobs.operators.frame import EventFrame, to_python
+from flow_jobs.plan.aggregations import AGGREGATORS, NOT_DECODED
 from flow_jobs.plan.state_windows import shape_of
 from flow_jobs.runtime.checkpoint import checkpoint_location, read_offset_log
 from flow_jobs.runtime.reports import JOIN_OPERATOR
@@ -49,23 +51,6 @@ from flow_jobs.windows.processor import FAMILIES, STATE_VARIABLE, load_blob
 
 if TYPE_CHECKING:
     from flow_jobs.io.state_store import StateStore
-
-#: What an aggregate shows when its partial value cannot be read from the state.
-NOT_DECODED = "n/a"
-
-#: Spark's aggregation buffer fields per aggregator of a native window, in order.
-_BUFFERS: dict[str, tuple[str, ...]] = {
-    "count": ("count",),
-    "sum": ("sum",),  # DECIMAL: ("sum", "isEmpty")
-    "avg": ("sum", "count"),
-    "min": ("min",),
-    "max": ("max",),
-    "first": ("min",),
-    "last": ("max",),
-    "count_distinct": ("buf",),
-    "collect": ("buf",),
-    "reduce": ("buf",),
-}
 
 NO_STATE = "no state yet: the pipeline has not run"
 
@@ -186,7 +171,7 @@ def state_absent(location: str) -> bool:
 def _latest_commit(files: CheckpointFiles) -> int | None:
     """The latest committed micro-batch (``commits/<id>``), None before the first."""
     try:
-        done = [int(n) for n in files.names("commits") if n.isdigit()]
+        done = logged_batches(files, "commits")
     except FileNotFoundError:
         return None
     return max(done) if done else None
@@ -357,9 +342,7 @@ def _buffer_layout(aggs: Iterable[Aggregation], names: list[str]) -> list[slice]
     """Each aggregation's slice of the buffer fields; None when they do not match."""
     layout, at = [], 0
     for a in aggs:
-        expected = _BUFFERS.get(a.agg)
-        if expected is None:
-            return None
+        expected = AGGREGATORS[a.agg].buffer_fields
         width = len(expected)
         if a.agg == "sum" and names[at + 1 : at + 2] == ["isEmpty"]:
             width = 2
@@ -373,36 +356,13 @@ def _buffer_layout(aggs: Iterable[Aggregation], names: list[str]) -> list[slice]
 def _native_aggregates(
     aggs: list[Aggregation], layout: list[slice] | None, buffers: list[Any]
 ) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for i, a in enumerate(aggs):
-        value: Any = NOT_DECODED
-        if layout is not None:
-            part = buffers[layout[i]]
-            if a.agg in ("count", "min", "max"):
-                value = _plain(part[0])
-            elif a.agg == "sum":
-                value = None if len(part) > 1 and part[1] else _plain(part[0])
-            elif a.agg == "avg":
-                total, n = part
-                value = None if not n or total is None else _plain(total) / n
-            elif a.agg in ("first", "last"):
-                value = None if part[0] is None else _plain(part[0]["v"])
-            elif a.agg == "count_distinct":
-                value = _hll_estimate(part[0])
-        out[a.as_] = value
-    return out
-
-
-def _hll_estimate(buffer: bytes | None) -> Any:
-    """``hll_sketch_estimate`` of the partial sketch (a DataSketches HLL image)."""
-    if buffer is None:
-        return 0
-    try:
-        from datasketches import hll_sketch
-
-        return round(hll_sketch.deserialize(bytes(buffer)).get_estimate())
-    except Exception:  # not a sketch image after all: say so, do not guess
-        return NOT_DECODED
+    """Each aggregate's open value, read by its aggregator from its buffer fields."""
+    return {
+        a.as_: NOT_DECODED
+        if layout is None
+        else _plain(AGGREGATORS[a.agg].partial_value(buffers[layout[i]]))
+        for i, a in enumerate(aggs)
+    }
 
 
 # -- state-API windows ---------------------------------------------------------------
