@@ -19,6 +19,7 @@ import tomli_w
 from pyspark.sql import SparkSession
 
 from flow_jobs.cli import main
+from flow_jobs.io.delta import read_delta
 from flow_jobs.io.state_store import StateStore
 from flow_jobs.runtime.inspect import NO_STATE, inspect_state
 from flow_jobs.runtime.runner import PipelineRunner
@@ -163,6 +164,75 @@ def test_open_sliding_windows_are_decoded_from_the_state_api(
     actual = {(_ms(w.start), _ms(w.end), w.group["user_id"]): w.aggregates for w in report.windows}
     _assert_same(actual, expected)
     assert all("> end" in w.closes_when for w in report.windows)
+
+
+@pytest.mark.parametrize("kind", ["sliding", "count_sliding"])
+def test_open_state_windows_show_what_the_operator_emits(
+    spark: SparkSession, broker: EmbeddedBroker, workdir: Path, kind: str
+) -> None:
+    """With ``emit = "current"`` the target holds every open window as the operator last
+    emitted it; ``inspect`` computes the same windows from the state with the operator's
+    own aggregators, so each open window's aggregates equal its row in the target, every
+    aggregator but ``reduce`` (not run by inspect) and the sketch's bytes included."""
+    topic = f"inspect-emitted-{kind}-{random.randrange(10**9)}"
+    broker.create_topic(topic, partitions=3)
+    events = random_clicks(
+        random.Random(kind), 180, keys=("a", "b"), step_ms=250, disorder_ms=1_000
+    )
+    send(broker.bootstrap_servers, topic, to_records(events, partitions=3))
+    size = {"duration_ms": 3_000} if kind == "sliding" else {"count": 5}
+    aggregations = [
+        {"agg": "count", "as": "n"},
+        {"agg": "count", "column": "amount", "as": "amounts"},
+        {"agg": "sum", "column": "amount", "as": "spent"},
+        {"agg": "avg", "column": "qty", "as": "qty_avg"},
+        {"agg": "min", "column": "page", "as": "least_page"},
+        {"agg": "max", "column": "amount", "as": "most"},
+        {"agg": "first", "column": "page", "as": "first_page"},
+        {"agg": "last", "column": "amount", "as": "last_amount"},
+        {"agg": "collect", "column": "qty", "as": "qtys"},
+        {"agg": "count_distinct", "column": "page", "as": "pages"},
+        {"agg": "count_distinct", "column": "qty", "as": "qty_kinds", "mode": "exact",
+         "max_distinct_values_per_group": 100},
+    ]  # fmt: skip
+    spec = make_spec(
+        workdir,
+        broker.bootstrap_servers,
+        topic,
+        {
+            "kind": kind,
+            **size,
+            "emit": "current",
+            "event_time_column": "ts",
+            "lateness_ms": LATENESS,
+            "group_by": ["user_id"],
+            "aggregations": aggregations,
+        },
+        name=f"inspect-emitted-{kind.replace('_', '-')}",
+        source={"max_offsets_per_trigger": 40},
+    )
+    path = _spec_file(spec, workdir)
+    PipelineRunner(load_spec(path), spark).run(available_now=True)
+
+    report = inspect_state(spark, spec, store=StateStore.for_spec(spec), limit=10_000)
+    assert report.open_windows and report.open_windows == len(report.windows)
+    count = kind.startswith("count_")  # a count window is known by its index (ties)
+    emitted = {
+        (
+            r["window_index"] if count else _ms(r["window_start"]),
+            _ms(r["window_end"]),
+            r["user_id"],
+        ): r
+        for r in read_delta(spec.target.path).to_pylist()
+    }
+    for w in report.windows:
+        row = emitted[(w.index if count else _ms(w.start), _ms(w.end), w.group["user_id"])]
+        for a in aggregations:
+            got, want = w.aggregates[a["as"]], row[a["as"]]
+            if isinstance(want, float):
+                assert got is not None and math.isclose(got, want, rel_tol=1e-12), a
+            else:
+                assert got == want, (w, a["as"], got, want)
 
 
 def test_a_pipeline_that_has_not_run_has_no_state_yet(

@@ -31,14 +31,15 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pandas as pd
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from flow_jobs.io.checkpoint_files import CheckpointFiles, checkpoint_files, logged_batches
 from flow_jobs.locations import local_path
-from flow_jobs.operators.aggregators import Ranges
-from flow_jobs.operators.frame import EventFrame, to_python
-from flow_jobs.plan.aggregations import AGGREGATORS, NOT_DECODED
+from flow_jobs.operators.aggregators import Context, Ranges
+from flow_jobs.operators.frame import EventFrame, Values
+from flow_jobs.plan.aggregations import AGGREGATORS, NOT_DECODED, AggregationInput
 from flow_jobs.plan.state_windows import shape_of
 from flow_jobs.runtime.checkpoint import checkpoint_location, read_offset_log
 from flow_jobs.runtime.reports import JOIN_OPERATOR
@@ -447,62 +448,39 @@ def _windows(
     rules: list[tuple[str, tuple[str, ...]]],
     c: _Context,
 ) -> list[OpenWindow]:
+    aggregates = _open_aggregates(c, frame, ranges)
     return [
-        OpenWindow(
-            _datetime(int(s)),
-            _datetime(int(e)),
-            group,
-            _event_aggregates(c.window.aggregations, frame, int(lo), int(hi)),
-            rule,
-            sources,
-        )
-        for s, e, lo, hi, (rule, sources) in zip(
-            starts, ends, ranges.lo, ranges.hi, rules, strict=True
-        )
+        OpenWindow(_datetime(int(s)), _datetime(int(e)), group, values, rule, sources)
+        for s, e, values, (rule, sources) in zip(starts, ends, aggregates, rules, strict=True)
     ]
 
 
-def _event_aggregates(aggs: list[Aggregation], frame: EventFrame, lo: int, hi: int) -> dict:
-    """The aggregates over a time-ordered frame's rows ``lo..hi``, SQL's NULL rules."""
-    out: dict[str, Any] = {}
-    rows = np.arange(lo, hi + 1) if hi >= lo else np.empty(0, np.int64)
-    for a in aggs:
-        if a.agg == "count" and a.column is None:
-            out[a.as_] = len(rows)
-            continue
-        values = frame.columns.get(a.column or "")
-        if values is None or a.agg == "reduce":
-            out[a.as_] = NOT_DECODED
-            continue
-        kept = rows[values.valid[rows]]
-        items = [_plain(to_python(values, _kind(values), int(i))) for i in kept]
-        out[a.as_] = _fold(a.agg, items)
+def _open_aggregates(c: _Context, frame: EventFrame, ranges: Ranges) -> list[dict[str, Any]]:
+    """Each open window's aggregates as they stand, computed by the operator's own
+    aggregators (``Aggregator.state``) over the group's state. The frame's column kinds
+    come from their dtype, so a timestamp column shows as the epoch microseconds it
+    holds; ``reduce`` runs the user's functions, which ``inspect`` does not: "n/a"."""
+    kinds = {name: _kind(values) for name, values in frame.columns.items()}
+    ctx = Context.of(frame, kinds, lambda i: f"open window {i}")
+    out: list[dict[str, Any]] = [{} for _ in range(len(ranges))]
+    for i, a in enumerate(c.window.aggregations):
+        unit = AGGREGATORS[a.agg]
+        given = AggregationInput(a, i, None, None, ())
+        column = unit.state_column(given)
+        values: Any = [NOT_DECODED] * len(ranges)
+        if a.agg != "reduce" and (column is None or column in frame.columns):
+            operator = unit.state(given, column, c.spec.name)
+            values = operator.compute(ctx, ranges)[0]
+        for window, value in zip(out, values, strict=True):
+            window[a.as_] = None if value is pd.NA else _plain(value)  # pandas' NULL
     return out
 
 
-def _fold(agg: str, items: list[Any]) -> Any:
-    if agg == "count":
-        return len(items)
-    if agg == "count_distinct":
-        return len({json.dumps(_jsonable(i), sort_keys=True) for i in items})
-    if agg == "collect":
-        return items
-    if not items:
-        return None
-    return {
-        "sum": lambda: sum(items),
-        "avg": lambda: sum(items) / len(items),
-        "min": lambda: min(items),
-        "max": lambda: max(items),
-        "first": lambda: items[0],
-        "last": lambda: items[-1],
-    }.get(agg, lambda: NOT_DECODED)()
-
-
-def _kind(values: Any) -> str:
-    # The frame's own column kinds are the plan's; the dtype tells them apart here,
-    # except timestamps (epoch µs, int64): shown as numbers, which is what they hold.
-    return "object" if values.data.dtype == object else "number"
+def _kind(values: Values) -> str:
+    """A frame column's kind (``flow_jobs.operators.frame.ColumnKind``) from its dtype."""
+    if values.data.dtype == np.float64:
+        return "float"
+    return "int" if values.data.dtype == np.int64 else "object"
 
 
 # -- join buffers --------------------------------------------------------------------
