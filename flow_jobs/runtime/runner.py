@@ -321,6 +321,7 @@ class PipelineRunner:
                     log.info("%s: stop requested; finishing the batch in flight", self.spec.name)
                     with _quiet_expected_stop(self.spark):
                         sink.request_stop()
+                        _await_trigger_end(query)
                         query.stop()
                     return "stopped on request"
         except StreamingQueryException as e:
@@ -330,6 +331,18 @@ class PipelineRunner:
             at = f" in {where}" if where else ""
             raise PipelineFailed(f"pipeline {self.spec.name} failed{at}: {_one_line(e)}") from e
         return "input drained" if available_now else "query ended"
+
+
+def _await_trigger_end(query: StreamingQuery, timeout_s: float = 60.0) -> None:
+    """Let Spark finish the trigger in flight before ``query.stop()``: the sink has
+    written the batch, but Spark still writes its commit log after that, and a stop
+    then interrupts the stream thread mid-write (the batch replays on the next run, and
+    Hadoop's interrupted file write prints its stack trace on a clean stop). A trigger
+    that starts meanwhile is refused by the sink and ends the query by itself."""
+    deadline = time.monotonic() + timeout_s
+    while query.status.get("isTriggerActive") and time.monotonic() < deadline:
+        if query.awaitTermination(0.05):
+            return
 
 
 @contextmanager
