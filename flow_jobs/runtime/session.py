@@ -40,10 +40,6 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
-    # The JVM and its Python workers (the Kafka reader, the state-API windows) over Unix
-    # sockets: over loopback TCP each worker round trip of a task cost ~40 ms more
-    # (small writes waiting on delayed ACKs), most of a small micro-batch's Python time.
-    "spark.python.unix.domain.socket.enabled": "true",
     # PySpark records the Python call site of every DataFrame call for error messages,
     # three JVM round trips a call: ~0.3 s of each run's plan, for call sites that are
     # flow-jobs' own code (the spec's SQL keeps its own error context). PySpark reads
