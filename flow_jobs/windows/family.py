@@ -97,10 +97,8 @@ class StateFamily(ABC):
     def held(self, state: Any) -> bool:
         """Whether the group has state to keep."""
 
+    @abstractmethod
     def span(self, state: Any) -> tuple[int | None, int | None]:
-        """The time span the group's open windows cover (saved beside the state: read by
-        the ``max_groups_per_window`` check without unpickling)."""
-        w = self.open_windows(state)
-        if not len(w):
-            return None, None
-        return int(w.starts.min()), int(w.ends.max())
+        """The time span the group's open windows cover (saved beside the state on every
+        batch: read by the ``max_groups_per_window`` check without unpickling), from the
+        state's bounds alone, not by building every window's range."""

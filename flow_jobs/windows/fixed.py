@@ -148,6 +148,12 @@ class Fixed(StateFamily):
     def held(self, state: ReopenState) -> bool:
         return bool(len(state.starts))
 
+    def span(self, state: ReopenState) -> tuple[int | None, int | None]:
+        starts = state.starts  # sorted
+        if not len(starts):
+            return None, None
+        return int(starts[0]), int(starts[-1]) + self.bounds.duration_ms
+
     def _windows(self, state: ReopenState, index: np.ndarray) -> Emission:
         starts = state.starts[index]
         revisions = state.revisions[index].astype(np.int32) if self.revision else None

@@ -116,6 +116,10 @@ class Session(StateFamily):
     def held(self, state: SessionState) -> bool:
         return bool(len(state.frame))
 
+    def span(self, state: SessionState) -> tuple[int | None, int | None]:
+        t = state.frame.t  # time-ordered: the first session's start, the last one's end
+        return (int(t[0]), int(t[-1]) + self.gap_ms) if len(t) else (None, None)
+
     def _windows(self, frame: EventFrame, w: Ranges) -> Emission:
         return Emission(frame, w, *bounds(frame, w, self.gap_ms))
 

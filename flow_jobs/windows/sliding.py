@@ -108,6 +108,12 @@ class Sliding(StateFamily):
     def held(self, state: SlidingState) -> bool:
         return bool(len(state.pending) or len(state.frame))
 
+    def span(self, state: SlidingState) -> tuple[int | None, int | None]:
+        pending = state.pending  # sorted: the first window's start, the last one's end
+        if not len(pending):
+            return None, None
+        return int(window_starts(pending[:1], self.duration_ms)[0]), int(pending[-1])
+
     def _windows(self, frame: EventFrame, ends: np.ndarray) -> Emission:
         starts = window_starts(ends, self.duration_ms)
         return Emission(frame, ranges(frame, ends, self.duration_ms), starts, ends)
