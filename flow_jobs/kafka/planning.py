@@ -24,12 +24,12 @@ from flow_jobs.kafka.offsets import read_watermarks, time_offsets
 from flow_jobs.kafka.options import KafkaDataLossError, KafkaSourceOptions
 from flow_jobs.kafka.partitions import KafkaRange, partition_offsets, topic_offsets
 from flow_jobs.kafka.read import (
-    _heartbeat_row,
-    _with_partial,
     combine_plan,
+    heartbeat_row,
     json_decoder,
     read_folded,
     read_range,
+    with_partial,
 )
 from flow_jobs.kafka.retries import FAIL_HINT, retry
 from flow_jobs.kafka.schema import HEARTBEAT_KEY
@@ -230,9 +230,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         decoder = json_decoder(self.options)
         plan = combine_plan(self.options)
         if partition.heartbeat_ms is not None:
-            row = _heartbeat_row(partition, decoder)
+            row = heartbeat_row(partition, decoder)
             if plan is not None and decoder is not None:
-                row = _with_partial(row, partial_type(plan, decoder.schema))
+                row = with_partial(row, partial_type(plan, decoder.schema))
             yield row
             return
         if plan is None or decoder is None:

@@ -65,11 +65,11 @@ def read_folded(
         undecoded_np = undecoded.to_numpy(zero_copy_only=False)
         ok = folder.add(decoded, undecoded_np, np.asarray(offsets, dtype=np.int64), stamps)
         if not ok.any():
-            yield _with_partial(_to_arrow(rng, batch, offsets, False, decoder), ptype)
+            yield with_partial(_to_arrow(rng, batch, offsets, False, decoder), ptype)
         elif not ok.all():
             rest = [m for m, keep in zip(batch, ok, strict=True) if not keep]
             rest_offsets = [o for o, keep in zip(offsets, ok, strict=True) if not keep]
-            yield _with_partial(_to_arrow(rng, rest, rest_offsets, False, decoder), ptype)
+            yield with_partial(_to_arrow(rng, rest, rest_offsets, False, decoder), ptype)
         if folder.full:
             yield from _emitted(folder)
     yield from _emitted(folder)
@@ -81,7 +81,7 @@ def _emitted(folder: Folder) -> Iterator[pa.RecordBatch]:
         yield from partials.to_batches()
 
 
-def _with_partial(batch: pa.RecordBatch, ptype: pa.DataType) -> pa.RecordBatch:
+def with_partial(batch: pa.RecordBatch, ptype: pa.DataType) -> pa.RecordBatch:
     return batch.append_column(PARTIAL, pa.nulls(batch.num_rows, ptype))
 
 
@@ -333,7 +333,7 @@ def _headers(batch: list) -> pa.Array:
     )
 
 
-def _heartbeat_row(rng: KafkaRange, decoder: JsonDecoder | None = None) -> pa.RecordBatch:
+def heartbeat_row(rng: KafkaRange, decoder: JsonDecoder | None = None) -> pa.RecordBatch:
     ts_type = pa.timestamp("us", tz="UTC")
     mark = rng.late_watermark_ms
     assert rng.heartbeat_ms is not None
