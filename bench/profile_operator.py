@@ -17,7 +17,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from flow_jobs.operators.aggregators import Avg, Count, Extreme, Sum
+from flow_jobs.aggregations.avg import Avg
+from flow_jobs.aggregations.count import Count
+from flow_jobs.aggregations.extremes import Extreme
+from flow_jobs.aggregations.sum import Sum
 from flow_jobs.operators.frame import LANE, NULL_SUFFIX, POSITION, TIME, VALUE_PREFIX, ColumnKind
 from flow_jobs.windows.processor import WindowOperatorPlan, WindowProcessor
 

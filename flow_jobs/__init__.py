@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from flow_jobs.spec.models import LookupSpec as Lookup
     from flow_jobs.spec.models import PipelineSpec as Pipeline
     from flow_jobs.spec.models import TransformSpec as Transform
-    from flow_jobs.spec.models import WindowSpec as Window
+    from flow_jobs.windows import Window
 
 __version__ = "0.1.0"
 
@@ -51,7 +51,7 @@ _FACADE = {
     "Source": ("flow_jobs.spec.models", "KafkaSource"),
     "SpecError": ("flow_jobs.spec.loader", "SpecError"),
     "Transform": ("flow_jobs.spec.models", "TransformSpec"),
-    "Window": ("flow_jobs.spec.models", "WindowSpec"),
+    "Window": ("flow_jobs.windows", "Window"),
     "load_spec": ("flow_jobs.spec.loader", "load_spec"),
     "parse_spec": ("flow_jobs.spec.loader", "parse_spec"),
 }

@@ -59,12 +59,7 @@ def _describe(spec: PipelineSpec) -> str:
             f"[{lower}, {upper}] ms{then} -> {target}"
         )
     w = spec.window
-    size = {
-        "hopping": f"{w.duration_ms} ms every {w.hop_ms} ms",
-        "session": f"with a {w.gap_ms} ms gap",
-        "sliding": f"{w.duration_ms} ms per event",
-        "count_hopping": f"of {w.count} events every {w.step}",
-    }.get(w.kind, f"of {w.count} events" if w.is_count_based else f"{w.duration_ms} ms")
+    size = w.size_text
     return (
         f"pipeline {spec.name!r}: {w.kind} window {size} over "
         f"{', '.join(s.name for s in spec.sources)} -> {spec.target.kind} {spec.target.describe()}"

@@ -1,4 +1,4 @@
-"""Every aggregator is one unit with every part (``flow_jobs.plan.aggregations``).
+"""Every aggregator is one unit with every part (``flow_jobs.aggregations``).
 
 A part left out used to fail silently: an aggregator missing from ``inspect``'s table of
 Spark's buffers showed "n/a", one missing from the pre-aggregation table simply never
@@ -8,11 +8,15 @@ pre-aggregated. Walking the registry here makes a missing part a failing test.
 from __future__ import annotations
 
 import inspect
-import typing
 
+import numpy as np
+
+from flow_jobs.aggregations import AGGREGATORS, NOT_DECODED, Aggregator
+from flow_jobs.aggregations.base import AggregationInput
 from flow_jobs.io.combine import PARTS
-from flow_jobs.plan.aggregations import AGGREGATORS, NOT_DECODED, Aggregator
-from flow_jobs.spec.models import AggKind
+from flow_jobs.operators.frame import EventFrame, Values
+from flow_jobs.operators.ranges import Context, Ranges, WindowAggregator
+from flow_jobs.spec.models import Aggregation
 
 #: Aggregators whose native buffer holds the window's items, not its value: ``inspect``
 #: says "n/a" for them by design (the spec reference, ``flow-jobs inspect``).
@@ -20,7 +24,6 @@ ITEMS_ONLY = {"collect", "reduce"}
 
 
 def test_every_aggregator_kind_has_one_unit_with_every_part() -> None:
-    assert set(AGGREGATORS) == set(typing.get_args(AggKind))
     for name, unit in AGGREGATORS.items():
         assert isinstance(unit, Aggregator) and unit.name == name
         assert not inspect.isabstract(type(unit)), name
@@ -54,3 +57,28 @@ def test_buffers_decode_as_inspect_shows_them() -> None:
     assert value["last"]([None]) is None
     assert value["count_distinct"]([None]) == 0
     assert value["count_distinct"]([b"not a sketch"]) == NOT_DECODED
+
+
+def test_every_aggregator_computes_on_the_state_api() -> None:
+    """Each unit's state-API implementation runs over a frame and writes one column per
+    output: the operator and ``inspect`` both call it."""
+    times = np.array([1, 2, 2, 5], np.int64)
+    x = Values(np.array([3.0, np.nan, -1.0, 2.0]), np.array([True, True, False, True]))
+    frame = EventFrame(times, np.zeros(4, np.int64), np.arange(4, dtype=np.int64), {"x": x})
+    ranges = Ranges(np.array([0, 1], np.int64), np.array([3, 2], np.int64))
+    ctx = Context.of(frame, {"x": "float"}, lambda i: f"window {i}")
+    keys = {
+        "reduce": {
+            "initializer": "tests.reduce_fns:start_trail",
+            "reducer": "tests.reduce_fns:extend_trail",
+            "result_type": "STRING",
+        },
+        "count_distinct": {"mode": "exact", "max_distinct_values_per_group": 10},
+    }
+    for name, unit in AGGREGATORS.items():
+        spec = Aggregation(agg=name, column="x", as_="a", **keys.get(name, {}))
+        operator = unit.state(AggregationInput(spec, 0, None, None, ()), "x", "p")
+        assert isinstance(operator, WindowAggregator), name
+        columns = operator.compute(ctx, ranges)
+        assert len(columns) == len(spec.output_names()), name
+        assert all(len(c) == len(ranges) for c in columns), name

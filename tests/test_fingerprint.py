@@ -245,3 +245,25 @@ def test_a_checkpoint_without_the_order_is_not_named_as_reordered() -> None:
         "transform.window.duration_ms: 60000 -> 1000"
     ]
     assert comparable(ORDERED_FIELDS, fields) == fields
+
+
+_TUMBLING = 'kind = "tumbling"\nduration_ms = 60000'
+
+
+@pytest.mark.parametrize(
+    ("window", "stored"),
+    [
+        (_TUMBLING, "4b1a7576a134e955"),
+        ('kind = "hopping"\nduration_ms = 60000\nhop_ms = 20000', "5912f5488585f689"),
+        ('kind = "session"\ngap_ms = 5000', "610824ac4b8c8ff6"),
+        ('kind = "sliding"\nduration_ms = 60000', "f4f69f21ba070afa"),
+        ('kind = "count_tumbling"\ncount = 5', "44a8a1c41d315b56"),
+        ('kind = "count_hopping"\ncount = 5\nstep = 2', "3f31d17c0fe1cc6c"),
+        ('kind = "count_sliding"\ncount = 5', "cf3a135a6b17c130"),
+    ],
+)
+def test_every_kinds_fingerprint_is_the_one_its_checkpoints_hold(window: str, stored: str) -> None:
+    """Fingerprints computed when one model held every kind's size keys (at 2684361):
+    each family's model holds only its own now, and an upgrade must still resume the
+    checkpoints those fingerprints guard."""
+    assert _fingerprint(edit(_TUMBLING, window))[0] == stored

@@ -740,15 +740,19 @@ def test_output_columns_follow_the_seed_order() -> None:
 
 
 def test_every_aggregator_name_has_its_unit() -> None:
-    """An aggregator is one unit (flow_jobs.plan.aggregations) plus its name in AggKind."""
-    from typing import get_args
+    """An aggregator is one unit (flow_jobs.aggregations): its name is valid for ``agg``,
+    and only the registry's names are."""
+    from pydantic import ValidationError
 
-    from flow_jobs.plan.aggregations import AGGREGATORS
-    from flow_jobs.spec.models import AggKind
+    from flow_jobs.aggregations import AGGREGATORS
+    from flow_jobs.spec.models import Aggregation
 
-    assert set(get_args(AggKind)) == set(AGGREGATORS)
     for name, unit in AGGREGATORS.items():
         assert unit.name == name and unit.native_form and unit.state_form
+        keys = {"reduce": {"initializer": "m:f", "reducer": "m:g", "result_type": "DOUBLE"}}
+        Aggregation(agg=name, column="x", as_="a", **keys.get(name, {}))
+    with pytest.raises(ValidationError, match=r"Input should be 'count', 'sum', .* or 'reduce'"):
+        Aggregation(agg="median", column="x", as_="a")
 
 
 def test_ddl_columns_reads_top_level_names() -> None:

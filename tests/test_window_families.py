@@ -1,9 +1,12 @@
-"""The state-API window families behind one interface (``flow_jobs.windows``).
+"""The window families behind one interface (``flow_jobs.windows``).
 
-Every window kind the spec accepts can run on the state API (sliding and count windows
-always; tumbling, hopping and session windows when they reopen, emit "current" sessions
-or hold an exact distinct count), so each needs a family that implements every part the
-one processor calls. A family that left a part out would fail here, not in a run.
+Every window kind the spec accepts is one family module: its spec model answers what the
+engine asks of a kind (where it runs, Spark's window column, the plan's and the CLI's
+words, the state-size bound, its parameters), and every kind can run on the state API
+(sliding and count windows always; tumbling, hopping and session windows when they
+reopen, emit "current" sessions or hold an exact distinct count), so each needs a
+family that implements every part the one processor and ``inspect`` call. A family
+that left a part out would fail here, not in a run.
 """
 
 from __future__ import annotations
@@ -16,11 +19,14 @@ import typing
 
 import numpy as np
 import pytest
+from pyspark.sql import Column, SparkSession
+from pyspark.sql import functions as F
 
 from flow_jobs.operators.frame import EventFrame, Values
-from flow_jobs.spec.models import WindowKind
+from flow_jobs.spec.models import WindowKind, WindowSpec
+from flow_jobs.spec.windows import KINDS
 from flow_jobs.windows import sliding
-from flow_jobs.windows.family import Shape, StateFamily
+from flow_jobs.windows.family import CloseRule, Shape, StateFamily
 from flow_jobs.windows.processor import FAMILIES, load_blob
 
 SHAPE = Shape(duration_ms=10, hop_ms=5, gap_ms=3, count=3, stride=1)
@@ -34,13 +40,71 @@ def _frame(times: list[int]) -> EventFrame:
     )
 
 
+class _Clock:
+    watermark = "watermark 12:00:00"
+
+    def at(self, ms: int) -> str:
+        return f"@{ms}"
+
+
+def _window(kind: str, **keys: object) -> WindowSpec:
+    sizes = {"duration_ms": 10, "hop_ms": 5, "gap_ms": 3, "count": 3, "step": 2}
+    own = {k: sizes[k] for k in KINDS[kind].SIZE_KEYS[kind]}
+    aggregations = [{"agg": "count", "as": "n"}]
+    return WindowSpec.model_validate({"kind": kind, **own, "aggregations": aggregations, **keys})
+
+
 def test_every_window_kind_has_a_family_with_every_part() -> None:
     kinds = set(typing.get_args(WindowKind))
-    assert set(FAMILIES) == kinds
+    assert set(FAMILIES) == set(KINDS) == kinds
     for kind in sorted(kinds):
+        model = KINDS[kind]
+        assert not inspect.isabstract(model), f"{model.__name__} lacks {model.__abstractmethods__}"
+        assert not inspect.isabstract(model.STATE_FAMILY), kind
         family = FAMILIES[kind](SHAPE)
         assert isinstance(family, StateFamily)
         assert not inspect.isabstract(type(family)), kind
+
+
+@pytest.mark.parametrize("kind", sorted(typing.get_args(WindowKind)))
+def test_a_kinds_model_answers_what_the_engine_asks(kind: str, spark: SparkSession) -> None:
+    """The parts the plan, the CLI, sizing and ``inspect`` read from a kind's model."""
+    window = _window(kind)
+    assert type(window) is KINDS[kind] and window.kind == kind
+    assert window.operator_text and window.size_text
+    assert window.active_windows() >= 1
+    family = window.state_family()
+    assert isinstance(family, window.STATE_FAMILY)
+    native = window.native_window(F.col("t"))
+    if window.runs_natively:
+        assert window.engine == "native" and isinstance(native, Column)
+        assert (
+            spark.range(1)
+            .select(F.timestamp_millis(F.lit(7)).alias("t"))
+            .select(native.alias("w"))
+            .first()
+            is not None
+        )
+    else:
+        assert window.engine == "state" and native is None
+    exact = {"agg": "count_distinct", "column": "x", "as": "d", "mode": "exact"}
+    capped = _window(kind, aggregations=[{**exact, "max_distinct_values_per_group": 2}])
+    assert capped.engine == "state"  # an exact distinct set is capped while open
+
+
+@pytest.mark.parametrize("kind", sorted(typing.get_args(WindowKind)))
+def test_a_family_says_what_closes_each_window_it_holds(kind: str) -> None:
+    """``inspect``'s close rules: one per open window, naming the end it waits for."""
+    family = _window(kind).state_family()
+    state, _ = family.add(family.empty(_frame([])), _frame([1, 2, 7]), emit_current=False)
+    held = family.open_windows(state)
+    rules = family.close_rules(state, held, _Clock())
+    assert len(rules) == len(held) > 0
+    assert all(isinstance(r, CloseRule) and r.text for r in rules)
+    if kind.startswith("count_"):
+        assert [r.index for r in rules] == sorted(r.index for r in rules)  # type: ignore[type-var]
+    else:
+        assert all(f"@{int(e)}" in r.text for r, e in zip(rules, held.ends, strict=True))
 
 
 @pytest.mark.parametrize("kind", sorted(typing.get_args(WindowKind)))

@@ -1,3 +1,4 @@
-"""What a window computes on Spark's arbitrary-state API: the event frame a group's
-state holds (``frame``) and the aggregators over its windows (``aggregators``). The
-window families that hold that state are ``flow_jobs.windows``."""
+"""What a window computes with on Spark's arbitrary-state API: the event frame a group's
+state holds (``frame``) and windows as index ranges over it, with the interface every
+aggregator's state-API compute implements (``ranges``). The aggregators are
+``flow_jobs.aggregations``; the window families that hold the state, ``flow_jobs.windows``."""

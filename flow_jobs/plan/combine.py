@@ -25,7 +25,6 @@ reader folds nothing.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from pyspark.sql.types import (
@@ -39,11 +38,12 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from flow_jobs.aggregations import AGGREGATORS
 from flow_jobs.io.checkpoint_files import CheckpointFiles, logged_batches
 from flow_jobs.io.combine import CombinePlan
 from flow_jobs.io.json_decode import arrow_schema
-from flow_jobs.plan.aggregations import AGGREGATORS
 from flow_jobs.spec.models import EVENT_TS, PipelineSpec
+from flow_jobs.windows import FixedWindow
 
 #: A checkpoint whose windows merge partials carries this file.
 MARKER = "flow_pre_aggregate"
@@ -60,8 +60,8 @@ def foldable(spec: PipelineSpec, payload: StructType | None) -> CombinePlan | No
     source = spec.sources[0]
     if source.format != "json" or source.decoder != "auto" or w.engine != "native":
         return None
-    if w.kind not in ("tumbling", "hopping") or w.time_mode != "event":
-        return None
+    if not isinstance(w, FixedWindow) or w.time_mode != "event":
+        return None  # a set of panes: tumbling and hopping windows
     if arrow_schema(payload.json()) is None:
         return None
     types = {f.name: f.dataType for f in payload.fields}
@@ -80,11 +80,9 @@ def foldable(spec: PipelineSpec, payload: StructType | None) -> CombinePlan | No
             return None
         if a.column is not None:
             fields.setdefault(a.column, set()).update(unit.partial_parts)
-    assert w.duration_ms is not None
-    pane = math.gcd(w.duration_ms, w.hop_ms or w.duration_ms)
     return CombinePlan(
         time,
-        pane,
+        w.pane_ms,
         w.max_event_time_skew_ms,
         tuple(w.group_by),
         tuple((f, tuple(sorted(parts))) for f, parts in fields.items()),

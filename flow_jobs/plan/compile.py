@@ -13,10 +13,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 from pyspark.sql.utils import AnalysisException
 
+from flow_jobs.aggregations import AGGREGATORS
 from flow_jobs.io.checkpoint_files import LOCATION_KEY, checkpoint_files, idle_file
 from flow_jobs.io.combine import CombinePlan
 from flow_jobs.io.dead_letters import DeadLetterTable
-from flow_jobs.plan.aggregations import AGGREGATORS
 from flow_jobs.plan.combine import checkpoint_merges, describe, foldable
 from flow_jobs.plan.errors import PlanError
 from flow_jobs.plan.event_time import EventTime
@@ -31,7 +31,7 @@ from flow_jobs.plan.sources import (
     payload_schema,
     source_carries,
 )
-from flow_jobs.plan.windows import WINDOW_KINDS, CompiledWindow, compile_window
+from flow_jobs.plan.windows import CompiledWindow, compile_window
 from flow_jobs.spec.models import PipelineSpec
 
 
@@ -334,18 +334,11 @@ def _window_operators(spec: PipelineSpec) -> tuple[OperatorChoice, ...]:
         if w.emit == "current"
         else "output mode append: each window once, when it closes"
     )
-    kind = WINDOW_KINDS[w.kind].compiles_to
+    kind = w.operator_text  # the family's (flow_jobs.windows)
     lateness = f"lateness_ms = {w.lateness_ms}, late_data = {w.late_data}"
     if spec.supersedes_sessions:
-        kind = "sessions on transformWithStateInPandas (event-time timers)"
         emit += "; each row replaces the group's rows its bounds overlap (deleted in the MERGE)"
-    elif w.exact_distinct and w.kind in ("tumbling", "hopping", "session"):
-        kind = (
-            f"{w.kind} windows on transformWithStateInPandas (event-time timers): the exact "
-            "count_distinct set is capped while a window is open"
-        )
     if w.reopens:
-        kind = f"{w.kind} windows on transformWithStateInPandas (event-time timers)"
         lateness += f", allowed_lateness_ms = {w.allowed_lateness_ms}"
         late = (
             f"withWatermark(event_time, {w.watermark_delay_ms} ms = lateness + allowed "

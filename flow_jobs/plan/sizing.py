@@ -13,7 +13,6 @@ aggregator of sliding and count windows, which keep the window's events) are siz
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from flow_jobs.spec.models import Aggregation, WindowSpec
@@ -52,14 +51,7 @@ def _aggregation_bytes(a: Aggregation) -> int:
 
 
 def estimate_state(window: WindowSpec) -> StateEstimate:
-    lateness = window.watermark_delay_ms  # a reopening window is held allowed_lateness_ms more
-    if window.kind == "tumbling":
-        duration = window.duration_ms or 1
-        active = math.ceil((duration + lateness) / duration)
-    elif window.kind == "hopping":
-        active = math.ceil(((window.duration_ms or 0) + lateness) / (window.hop_ms or 1))
-    else:
-        active = 1  # session, sliding and count windows: per-group state, sized per row
+    active = window.active_windows()  # each family's bound (flow_jobs.windows)
     per_row = window.engine == "state" or any(
         a.agg in ("collect", "reduce") for a in window.aggregations
     )

@@ -12,7 +12,7 @@ handed to ``transformWithStateInPandas`` with ``flow_jobs.windows.processor``:
 * each column an aggregation reads, numeric and timestamp columns split into a value
   and a NULL flag (see ``flow_jobs.operators.frame``).
 
-The output schema (types from ``flow_jobs.plan.aggregations.result_types``) matches
+The output schema (types from ``flow_jobs.aggregations.result_types``) matches
 the native engine's, so targets do not care which engine produced a window.
 """
 
@@ -33,6 +33,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from flow_jobs.aggregations import AGGREGATORS, aggregation_input, result_types
 from flow_jobs.operators.frame import (
     LANE,
     NULL_SUFFIX,
@@ -41,10 +42,8 @@ from flow_jobs.operators.frame import (
     VALUE_PREFIX,
     ColumnKind,
 )
-from flow_jobs.plan.aggregations import AGGREGATORS, aggregation_input, result_types
 from flow_jobs.plan.event_time import EVENT_TIME
 from flow_jobs.spec.models import WindowSpec
-from flow_jobs.windows.family import Shape
 from flow_jobs.windows.processor import WindowOperatorPlan, WindowProcessor
 
 _ALL = "flowop_all"  # the single group when group_by is empty
@@ -98,7 +97,7 @@ def compile_state_window(
         columns=tuple(kinds),
         aggregators=tuple(aggregators),
         output_columns=tuple(schema.fieldNames()),
-        **vars(shape_of(window)),
+        **vars(window.shape()),  # the family's parameters (flow_jobs.windows)
     )
     return (
         framed.select(*projection)
@@ -145,17 +144,3 @@ def _kind(data_type: DataType) -> str:
     if isinstance(data_type, (TimestampType, TimestampNTZType)):
         return "ts"
     return "object"  # strings, decimals, dates, booleans, binary, nested: Python objects
-
-
-def shape_of(window: WindowSpec) -> Shape:
-    """The window's parameters as its family reads them (the operator, ``inspect``)."""
-    return Shape(
-        duration_ms=window.duration_ms,
-        hop_ms=window.hop_ms,
-        gap_ms=window.gap_ms,
-        count=window.count,
-        stride=window.stride,
-        allowed_lateness_ms=(window.allowed_lateness_ms or 0) if window.reopens else 0,
-        revision=window.reopens,
-        event_time=window.time_mode == "event",
-    )

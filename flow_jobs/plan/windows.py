@@ -1,9 +1,10 @@
-"""Window operators: each kind a small named unit with the Spark operator it compiles to.
+"""Window operators: Spark's aggregation for the kinds it has, the state API for the rest.
 
 Native kinds (tumbling, hopping, session) are Spark's ``window()`` / ``session_window()``
-grouping with a watermark: a JVM hash aggregation whose partial aggregates are shuffled
-and kept in the state store. ``window()`` aligns to the epoch and a row belongs to every
-window [start, end) that contains it (the textbook hopping formula,
+grouping with a watermark (each family's ``native_window``, ``flow_jobs.windows``): a
+JVM hash aggregation whose partial aggregates are shuffled and kept in the state store.
+``window()`` aligns to the epoch and a row belongs to every window [start, end) that
+contains it (the textbook hopping formula,
 ``[event_ts − duration + hop, event_ts]``, misses the window that starts exactly
 ``duration − hop`` before the row when ``hop`` does not divide the time since epoch;
 Spark's is right). A session is [first event, last event + gap).
@@ -18,13 +19,13 @@ end); ``emit = "current"`` is update (every trigger, the windows it changed).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from flow_jobs.plan.aggregations import NativeWindow, aggregation_input, native_aggregate
+from flow_jobs.aggregations import NativeWindow, aggregation_input, native_aggregate
 from flow_jobs.plan.errors import PlanError
 from flow_jobs.plan.event_time import EVENT_TIME, with_event_time
 from flow_jobs.plan.ordering import tie_break
@@ -33,45 +34,6 @@ from flow_jobs.plan.state_windows import compile_state_window
 from flow_jobs.spec.models import WindowSpec
 
 _WINDOW = "__flow_window"
-
-
-@dataclass(frozen=True)
-class WindowKind:
-    name: str
-    compiles_to: str
-    window: Callable[[Column, WindowSpec], Column] | None = None  # native kinds only
-
-
-def _ms(value: int | None) -> str:
-    return f"{value} milliseconds"
-
-
-_TWS = "transformWithStateInPandas (event-time timers), state in the state store"
-WINDOW_KINDS: dict[str, WindowKind] = {
-    k.name: k
-    for k in (
-        WindowKind(
-            "tumbling",
-            "groupBy(window(event_time, duration)): native streaming aggregation",
-            lambda t, w: F.window(t, _ms(w.duration_ms)),
-        ),
-        WindowKind(
-            "hopping",
-            "groupBy(window(event_time, duration, hop)): native streaming aggregation",
-            lambda t, w: F.window(t, _ms(w.duration_ms), _ms(w.hop_ms)),
-        ),
-        WindowKind(
-            "session",
-            "groupBy(session_window(event_time, gap)): native session aggregation "
-            '(emit = "current": sessions on transformWithStateInPandas)',
-            lambda t, w: F.session_window(t, _ms(w.gap_ms)),
-        ),
-        WindowKind("sliding", f"per-row windows on {_TWS}"),
-        WindowKind("count_tumbling", "count windows on transformWithStateInPandas"),
-        WindowKind("count_hopping", "count windows on transformWithStateInPandas"),
-        WindowKind("count_sliding", "count windows on transformWithStateInPandas"),
-    )
-}
 
 
 @dataclass(frozen=True)
@@ -114,8 +76,8 @@ def compile_window(
         return CompiledWindow(compile_state_window(timed, window, pipeline, tie), mode)
     event_time = F.col(EVENT_TIME)
     order = (event_time, *tie)
-    kind = WINDOW_KINDS[window.kind]
-    assert kind.window is not None
+    window_column = window.native_window(event_time)
+    assert window_column is not None  # engine "native": the family has a native form
     bounds = (F.col(f"{_WINDOW}.start"), F.col(f"{_WINDOW}.end"))
     aggregates = [
         native_aggregate(
@@ -124,9 +86,9 @@ def compile_window(
         )
         for i, a in enumerate(window.aggregations)
     ]
-    grouped = timed.groupBy(
-        kind.window(event_time, window).alias(_WINDOW), *(F.col(c) for c in window.group_by)
-    ).agg(*(c for a in aggregates for c in a.aggregates))
+    grouped = timed.groupBy(window_column.alias(_WINDOW), *(F.col(c) for c in window.group_by)).agg(
+        *(c for a in aggregates for c in a.aggregates)
+    )
     output = grouped.select(
         bounds[0].alias(window.window_start_column),
         bounds[1].alias(window.window_end_column),

@@ -25,6 +25,7 @@ from pyspark.sql import functions as F
 
 from flow_jobs.runtime.reports import JOIN_OPERATOR, Progress, window_state_rows
 from flow_jobs.spec.models import PipelineSpec
+from flow_jobs.windows import FixedWindow
 from flow_jobs.windows.processor import STATE_VARIABLE
 
 
@@ -82,8 +83,8 @@ class GroupCap:
             .option("batchId", batch)
             .option("operatorId", self._window_operator())
         )
-        kind = self.spec.window.kind
-        if self.spec.window.engine == "native" and kind in ("tumbling", "hopping"):
+        window = self.spec.window
+        if window.engine == "native" and isinstance(window, FixedWindow):
             state = reader.load(self.checkpoint)
             rows = (
                 state.groupBy(F.col("key.window").alias("w"))
@@ -98,7 +99,7 @@ class GroupCap:
                 if rows
                 else None
             )
-        if kind == "session":
+        if window.kind == "session":
             state = reader.load(self.checkpoint)
             groups = [F.col(f"key.{c}") for c in self.spec.window.group_by] or [F.lit(0)]
             row = state.select(

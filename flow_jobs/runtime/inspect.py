@@ -35,20 +35,16 @@ import pandas as pd
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from flow_jobs.aggregations import AGGREGATORS, NOT_DECODED, AggregationInput
 from flow_jobs.io.checkpoint_files import CheckpointFiles, checkpoint_files, logged_batches
 from flow_jobs.locations import local_path
-from flow_jobs.operators.aggregators import Context, Ranges
 from flow_jobs.operators.frame import EventFrame, Values
-from flow_jobs.plan.aggregations import AGGREGATORS, NOT_DECODED, AggregationInput
-from flow_jobs.plan.state_windows import shape_of
+from flow_jobs.operators.ranges import Context, Ranges
 from flow_jobs.runtime.checkpoint import checkpoint_location, read_offset_log
 from flow_jobs.runtime.reports import JOIN_OPERATOR
 from flow_jobs.spec.models import Aggregation, PipelineSpec, WindowSpec
-from flow_jobs.windows import count as count_based
-from flow_jobs.windows import fixed as reopen
-from flow_jobs.windows import sliding
-from flow_jobs.windows.family import Emission
-from flow_jobs.windows.processor import FAMILIES, STATE_VARIABLE, load_blob
+from flow_jobs.windows.family import CloseRule, span_text, time_rule
+from flow_jobs.windows.processor import STATE_VARIABLE, load_blob
 
 if TYPE_CHECKING:
     from flow_jobs.io.state_store import StateStore
@@ -271,23 +267,20 @@ class _Context:
         w = self.report.watermark
         return f"watermark {self.clock(_ms(w))}" if w is not None else "no watermark yet"
 
+    # the window families' RuleClock (flow_jobs.windows.family)
+    @property
+    def watermark(self) -> str:
+        return self.watermark_text()
 
-def _time_rule(c: _Context, end_ms: int, revision: int | None = None) -> tuple[str, ...]:
-    """A time window: emitted once the watermark reaches its end (``allowed_lateness_ms``
-    earlier when it reopens, and then kept until the watermark reaches its end)."""
-    wm = c.watermark_text()
-    allowed = (c.window.allowed_lateness_ms or 0) if c.window.reopens else 0
-    if revision:  # emitted already: held for late rows
-        return c.because(
-            f"emitted (revision {revision}); takes late rows until {wm} >= end {c.clock(end_ms)}",
-            end_ms,
-        )
-    if allowed:
-        return c.because(
-            f"emits when {wm} + allowed lateness {_span(allowed)} >= end {c.clock(end_ms)}",
-            end_ms - allowed,
-        )
-    return c.because(f"closes when {wm} >= end {c.clock(end_ms)}", end_ms)
+    def at(self, ms: int) -> str:
+        return self.clock(ms)
+
+    def explained(self, rule: CloseRule) -> tuple[str, tuple[str, ...]]:
+        """A family's close rule, with the sources it waits for (none when it waits for
+        events, not the watermark)."""
+        if rule.needed_ms is None:
+            return rule.text, ()
+        return self.because(rule.text, rule.needed_ms)
 
 
 # -- native windows ------------------------------------------------------------------
@@ -325,7 +318,7 @@ def _native_windows(reader: Any, c: _Context) -> tuple[list[OpenWindow], int | N
     for r in rows:
         buffers = [v for f, v in zip(r["value"].__fields__, r["value"], strict=True)
                    if f not in skip]  # fmt: skip
-        rule, sources = _time_rule(c, r["end"])
+        rule, sources = c.explained(time_rule(c, r["end"]))
         windows.append(
             OpenWindow(
                 _datetime(r["start"]),
@@ -394,49 +387,18 @@ def _state_windows(reader: Any, c: _Context) -> tuple[list[OpenWindow], int | No
 
 def _group_windows(state: Any, group: dict[str, Any], c: _Context) -> list[OpenWindow]:
     """A group's open windows, as the operator's own family sees them
-    (``StateFamily.open_windows``), each with the rule that closes it."""
-    w = c.window
-    family = FAMILIES[w.kind](shape_of(w))
+    (``StateFamily.open_windows``), each with the rule that closes it (``close_rules``)."""
+    family = c.window.state_family()
     held = family.open_windows(state)
-    ends = [int(e) for e in held.ends]
-    if isinstance(state, count_based.CountState):
-        rules = _count_rules(state, held, c)
-    elif isinstance(state, sliding.SlidingState):
-        rules = [
-            c.because(f"closes when {c.watermark_text()} > end {c.clock(e)}", e + 1) for e in ends
-        ]
-    elif isinstance(state, reopen.ReopenState):
-        revisions = [int(r) for r in state.revisions]
-        rules = [
-            _time_rule(c, e, r if w.reopens else None) for e, r in zip(ends, revisions, strict=True)
-        ]
-    else:
-        rules = [_time_rule(c, e) for e in ends]
-    found = _windows(held.frame, held.ranges, held.starts, held.ends, group, rules, c)
-    if isinstance(state, count_based.CountState):
-        first_k = state.first_index // (w.stride or 1)
-        return [_with(x, index=first_k + i) for i, x in enumerate(found)]
-    if isinstance(state, reopen.ReopenState) and w.reopens:
-        return [_with(x, revision=int(r)) for x, r in zip(found, state.revisions, strict=True)]
-    return found
-
-
-def _count_rules(
-    state: count_based.CountState, held: Emission, c: _Context
-) -> list[tuple[str, tuple[str, ...]]]:
-    count = c.window.count or 0
-    t = state.frame.t
-    numbered = state.numbered - state.first_index  # frame rows numbered so far
-    rules = []
-    for lo, hi in zip(held.ranges.lo, held.ranges.hi, strict=True):
-        n = int(hi - lo + 1)
-        waiting = max(0, int(hi) + 1 - numbered)  # held, but not numbered yet
-        rule = f"holds {n} of {count} events; closes when its {count}th event is numbered"
-        if waiting:
-            rule += f" ({waiting} wait for the watermark to pass them, {c.watermark_text()})"
-        needed = int(t[hi]) + 1 if waiting else None
-        rules.append(c.because(rule, needed) if needed else (rule, ()))
-    return rules
+    rules = family.close_rules(state, held, c)
+    found = _windows(
+        held.frame, held.ranges, held.starts, held.ends, group, [c.explained(r) for r in rules], c
+    )
+    labels = [(("index", r.index), ("revision", r.revision)) for r in rules]
+    return [
+        _with(x, **{k: v for k, v in label if v is not None})
+        for x, label in zip(found, labels, strict=True)
+    ]
 
 
 def _windows(
@@ -519,7 +481,7 @@ def _join_rows(reader: Any, c: _Context) -> tuple[list[BufferedJoinRow], int]:
             t = r["t"]
             rule, _ = c.because(
                 f"evicted once {c.watermark_text()} passes event time "
-                f"{'+' if offset >= 0 else '-'} {_span(abs(offset))}"
+                f"{'+' if offset >= 0 else '-'} {span_text(abs(offset))}"
                 + (f" = {c.clock(t + offset)}" if t is not None else ""),
                 None,
             )
@@ -573,10 +535,6 @@ def _clock(ms: int) -> str:
     t = datetime.fromtimestamp(ms / 1000, tz=UTC)
     text = t.strftime("%Y-%m-%d %H:%M:%S")
     return text + (f".{t.microsecond // 1000:03d}" if t.microsecond else "")
-
-
-def _span(ms: int) -> str:
-    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
 
 
 def _plain(value: Any) -> Any:

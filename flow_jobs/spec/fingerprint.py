@@ -54,7 +54,7 @@ import hashlib
 import json
 from typing import Any
 
-from flow_jobs.spec.models import PipelineSpec
+from flow_jobs.spec.models import PipelineSpec, WindowSpec
 
 SAFE_SOURCE_KEYS = frozenset(
     {
@@ -112,6 +112,11 @@ def fingerprint_fields(spec: PipelineSpec) -> dict[str, Any]:
             else:
                 fields[f"transform.{part}.{key}"] = value
     window = transform.window
+    if window is not None:
+        # Each family's model holds its own size keys; the fingerprint keeps every
+        # kind's (None where the kind has none), as it had them when one model held all.
+        for key in WindowSpec.size_keys():
+            fields.setdefault(f"transform.window.{key}", None)
     # Not a spec key: where the window's state lives. A tumbling, hopping or session
     # window with an exact count_distinct moved from Spark's aggregation to the state
     # API (its cap is checked while open); a checkpoint of the former cannot resume there.

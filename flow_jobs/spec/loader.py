@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from flow_jobs.secrets import redact
 from flow_jobs.spec.models import PipelineSpec
+from flow_jobs.spec.windows import KINDS
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 #: Keys whose values are never echoed back in an error message.
@@ -44,21 +45,36 @@ def _key_path(loc: tuple[int | str, ...]) -> str:
     return out or "(top level)"
 
 
+#: Error types whose message is complete as is (no "(got ...)" appended).
+_OWN_MESSAGES = ("value_error", "assertion_error", "spec_key", "union_tag_invalid")
+
+
+def _flat_window(loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
+    """``[transform.window]`` is a union on ``kind`` (``flow_jobs.windows``): pydantic
+    puts the kind in an error's location, but the user's key has no such level."""
+    return tuple(
+        part for i, part in enumerate(loc) if not (i and loc[i - 1] == "window" and part in KINDS)
+    )
+
+
 def format_validation_error(err: ValidationError) -> list[str]:
     problems = []
     for e in err.errors():
-        loc, msg = e["loc"], e["msg"].removeprefix("Value error, ")
+        loc, msg = _flat_window(e["loc"]), e["msg"].removeprefix("Value error, ")
+        ctx = e.get("ctx") or {}
         if e["type"] == "spec_key":  # raised by a model validator about one of its keys
-            ctx = e.get("ctx") or {}
             loc, msg = (*loc, ctx["key"]), ctx["message"]
+        elif e["type"] == "union_tag_invalid":  # a kind no member of the union has
+            loc = (*loc, ctx["discriminator"].strip("'"))
+            msg = f"Input should be {ctx['expected_tags']} (got {ctx['tag']!r})"
+        elif e["type"] == "union_tag_not_found":
+            loc, msg = (*loc, ctx["discriminator"].strip("'")), "required key is missing"
         key = _key_path(loc)
         if e["type"] == "extra_forbidden":
             msg = "unknown key; check its spelling against the spec reference"
         elif e["type"] == "missing":
             msg = "required key is missing"
-        elif e["type"] not in ("value_error", "assertion_error", "spec_key") and not (
-            _SECRET_KEYS & {str(p) for p in e["loc"]}
-        ):
+        elif e["type"] not in _OWN_MESSAGES and not (_SECRET_KEYS & {str(p) for p in e["loc"]}):
             msg = f"{msg} (got {e['input']!r})"
         problems.append(redact(f"{key}: {msg}"))  # a URL given where a table belongs
     return problems

@@ -63,15 +63,8 @@ from flow_jobs.spec.transform import (
     OutputColumns,
     TransformSpec,
 )
-from flow_jobs.spec.windows import (
-    COUNT_KINDS,
-    REOPEN_KINDS,
-    TIME_KINDS,
-    AggKind,
-    Aggregation,
-    WindowKind,
-    WindowSpec,
-)
+from flow_jobs.spec.windows import Aggregation, WindowSpec
+from flow_jobs.windows import COUNT_KINDS, REOPEN_KINDS, TIME_KINDS, WindowKind
 
 __all__ = [
     "COUNT_KINDS",
@@ -86,7 +79,6 @@ __all__ = [
     "SQL_IDENTIFIER",
     "TARGET_KINDS",
     "TIME_KINDS",
-    "AggKind",
     "Aggregation",
     "CheckpointSpec",
     "ChecksSpec",

@@ -19,7 +19,7 @@ from flow_jobs.spec.base import (
     key_error,
     not_supported,
 )
-from flow_jobs.spec.windows import WindowSpec
+from flow_jobs.windows import AnyWindow
 
 JoinHow = Literal["inner", "left", "right", "full"]
 #: Output column lists: names kept as they are, or a table of column -> new name.
@@ -181,7 +181,7 @@ class TransformSpec(SpecModel):
 
     sql: str | None = None
     lookups: list[LookupSpec] = Field(default_factory=list)
-    window: WindowSpec | None = None
+    window: AnyWindow | None = None
     join: JoinSpec | None = None
     chain: list[Literal["join", "window"]] | None = None
 

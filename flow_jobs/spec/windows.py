@@ -1,13 +1,23 @@
-"""``[transform.window]`` and its aggregations: every window kind's keys and rules."""
+"""``[transform.window]`` and its aggregations: the keys and rules every window kind shares.
+
+Each window family is one module of ``flow_jobs.windows`` holding its spec model (a
+subclass of ``WindowSpec`` with its size keys and rules: ``fixed`` for tumbling and
+hopping, ``session``, ``sliding``, ``count``), its engine choice, its native compile, its
+descriptions, its state-size bound and its state-API logic. ``flow_jobs.windows`` joins
+the models into the union ``[transform.window]`` is read with, discriminated on ``kind``.
+"""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from abc import abstractmethod
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     Field,
+    field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from flow_jobs.spec.base import (
     EVENT_TS,
@@ -20,29 +30,17 @@ from flow_jobs.spec.base import (
     not_supported,
 )
 
-WindowKind = Literal[
-    "tumbling",
-    "hopping",
-    "session",
-    "sliding",
-    "count_tumbling",
-    "count_hopping",
-    "count_sliding",
-]
-TIME_KINDS = ("tumbling", "hopping", "session", "sliding")
-COUNT_KINDS = ("count_tumbling", "count_hopping", "count_sliding")
-#: Kinds whose windows can reopen (late_data = "reopen"): fixed bounds.
-REOPEN_KINDS = ("tumbling", "hopping")
+if TYPE_CHECKING:
+    from pyspark.sql import Column
 
-AggKind = Literal[
-    "count", "sum", "min", "max", "avg", "first", "last", "count_distinct", "collect", "reduce"
-]
+    from flow_jobs.windows.family import Shape, StateFamily
 
 
 class Aggregation(SpecModel):
     """One ``[[transform.window.aggregations]]`` entry."""
 
-    agg: AggKind
+    #: An aggregator's name: a key of ``flow_jobs.aggregations.AGGREGATORS``.
+    agg: str
     column: str | None = None
     as_: str = Field(alias="as", min_length=1)
     #: count_distinct: "approximate" (HyperLogLog, the default) or "exact".
@@ -59,11 +57,27 @@ class Aggregation(SpecModel):
     #: reduce: the Spark DDL type of what the reducer returns, e.g. "DOUBLE".
     result_type: str | None = None
 
+    @field_validator("agg")
+    @classmethod
+    def _an_aggregator(cls, name: str) -> str:
+        # the registry holds Spark's API: imported when a spec is validated, not with it
+        from flow_jobs.aggregations import AGGREGATORS
+
+        if name not in AGGREGATORS:
+            *most, last = (repr(n) for n in AGGREGATORS)
+            expected = f"{', '.join(most)} or {last}"
+            raise PydanticCustomError(
+                "literal_error", "Input should be {expected}", {"expected": expected}
+            )
+        return name
+
     @model_validator(mode="after")
     def _rules(self) -> Aggregation:
+        from flow_jobs.aggregations import AGGREGATORS
+
         _identifier("as", self.as_)
         agg = self.agg
-        if agg not in ("count", "reduce") and not self.column:
+        if not AGGREGATORS[agg].column_optional and not self.column:
             raise key_error("column", f'column is required for agg = "{agg}"')
         distinct = agg == "count_distinct"
         if self.mode is not None and not distinct:
@@ -111,15 +125,25 @@ class Aggregation(SpecModel):
         return [self.as_, *([self.sketch_column] if self.sketch_column else [])]
 
 
-class WindowSpec(SpecModel):
-    """``[transform.window]``: every window kind's keys (docs/spec-reference.md)."""
+#: Every window kind, in the order its family's model registered it (``flow_jobs.windows``
+#: imports the families: fixed, session, sliding, count).
+KINDS: dict[str, type[WindowSpec]] = {}
+#: What a state-API window compiles to, in ``validate --plan``.
+ON_STATE_API = "transformWithStateInPandas (event-time timers)"
 
-    kind: WindowKind
-    duration_ms: Annotated[int, Field(gt=0)] | None = None
-    hop_ms: Annotated[int, Field(gt=0)] | None = None
-    gap_ms: Annotated[int, Field(gt=0)] | None = None
-    count: Annotated[int, Field(ge=2)] | None = None
-    step: Annotated[int, Field(ge=1)] | None = None
+
+class WindowSpec(SpecModel):
+    """``[transform.window]``: the keys every kind shares (docs/spec-reference.md).
+
+    A family's model (``flow_jobs.windows``) narrows ``kind`` to its kinds, adds its size
+    keys (``SIZE_KEYS``) and rules, and answers what the rest of the engine asks of a
+    window kind: where it runs (``runs_natively``), Spark's window column
+    (``native_window``), what ``--plan`` and the CLI say (``operator_text``,
+    ``size_text``), how many windows a group holds at once (``active_windows``), its
+    parameters as its state-API family reads them (``shape``) and that family
+    (``STATE_FAMILY``)."""
+
+    kind: str
     event_time_column: str = EVENT_TS
     time_mode: Literal["event", "processing"] = "event"
     lateness_ms: Annotated[int, Field(ge=0)] = 0
@@ -152,9 +176,96 @@ class WindowSpec(SpecModel):
     pre_aggregate: bool = True
     aggregations: list[Aggregation] = Field(min_length=1)
 
+    #: Each kind of the family, with its size keys (all required for that kind, and
+    #: valid for no other).
+    SIZE_KEYS: ClassVar[dict[str, tuple[str, ...]]] = {}
+    #: Why the family's windows cannot reopen (late_data = "reopen"); None: they can.
+    REOPEN_REFUSED: ClassVar[str | None] = ""
+    #: Count windows: numbered by event, keyed by their index.
+    COUNTS_EVENTS: ClassVar[bool] = False
+    #: The family's state-API logic (``flow_jobs.windows.family``).
+    STATE_FAMILY: ClassVar[type[StateFamily]]
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        for kind in cls.SIZE_KEYS:
+            KINDS[kind] = cls
+
+    @classmethod
+    def model_validate(cls, obj: Any, *args: Any, **kwargs: Any) -> Any:
+        """On ``WindowSpec`` itself: the model of ``obj``'s kind (``flow_jobs.windows``)."""
+        if cls is WindowSpec:
+            from flow_jobs.windows import window_adapter
+
+            return window_adapter().validate_python(obj, *args, **kwargs)
+        return super().model_validate(obj, *args, **kwargs)
+
+    @staticmethod
+    def size_keys() -> tuple[str, ...]:
+        """Every family's size keys, in the order the families registered them."""
+        keys = (k for model in KINDS.values() for ks in model.SIZE_KEYS.values() for k in ks)
+        return tuple(dict.fromkeys(keys))
+
+    # -- what each family answers ---------------------------------------------------
+
+    @property
+    @abstractmethod
+    def runs_natively(self) -> bool:
+        """Spark's own aggregation can run the window (``engine`` adds the rules that
+        move any kind to the state API)."""
+
+    @abstractmethod
+    def native_window(self, event_time: Column) -> Column | None:
+        """Spark's window column over ``event_time`` (None: the kind has no native form)."""
+
+    @property
+    @abstractmethod
+    def operator_text(self) -> str:
+        """What the window compiles to, as ``validate --plan`` says it."""
+
+    @property
+    @abstractmethod
+    def size_text(self) -> str:
+        """The window's size in the CLI's one-line description, e.g. "60000 ms"."""
+
+    @abstractmethod
+    def active_windows(self) -> int:
+        """How many windows of a group can be open at once (``flow_jobs.plan.sizing``)."""
+
+    @abstractmethod
+    def shape(self) -> Shape:
+        """The window's parameters as its state-API family reads them."""
+
+    def state_family(self) -> StateFamily:
+        return self.STATE_FAMILY.of(self.shape())
+
+    # -- rules ----------------------------------------------------------------------
+
+    @model_validator(mode="before")
+    @classmethod
+    def _size_keys_of_other_kinds(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or cls is WindowSpec:
+            return data
+        kind = data.get("kind")
+        own = cls.SIZE_KEYS.get(kind, ()) if isinstance(kind, str) else ()
+        for key in WindowSpec.size_keys():
+            if key in data and key not in own:
+                valid = [k for k, model in KINDS.items() if key in model.SIZE_KEYS[k]]
+                raise key_error(
+                    key,
+                    f"{key} is only valid for kind = "
+                    + " or ".join(f'"{k}"' for k in valid)
+                    + f', not "{kind}"',
+                )
+        return data
+
     @model_validator(mode="after")
     def _rules(self) -> WindowSpec:
-        self._size_rules()
+        for key in self.SIZE_KEYS[self.kind]:
+            if getattr(self, key) is None:
+                raise key_error(key, f'{key} is required when kind = "{self.kind}"')
+        self._family_rules()
         self._time_rules()
         self._late_data_rules()
         if self.crash_recovery != "at_least_once":
@@ -164,30 +275,8 @@ class WindowSpec(SpecModel):
         self._output_rules()
         return self
 
-    def _size_rules(self) -> None:
-        needs = _SIZE_KEYS[self.kind]
-        for key in ("duration_ms", "hop_ms", "gap_ms", "count", "step"):
-            value = getattr(self, key)
-            if key in needs and value is None:
-                raise key_error(key, f'{key} is required when kind = "{self.kind}"')
-            if key not in needs and value is not None:
-                valid = [k for k, keys in _SIZE_KEYS.items() if key in keys]
-                raise key_error(
-                    key,
-                    f"{key} is only valid for kind = "
-                    + " or ".join(f'"{k}"' for k in valid)
-                    + f', not "{self.kind}"',
-                )
-        if (
-            self.hop_ms is not None
-            and self.duration_ms is not None
-            and self.hop_ms > self.duration_ms
-        ):
-            raise key_error(
-                "hop_ms", f"hop_ms = {self.hop_ms} must be <= duration_ms = {self.duration_ms}"
-            )
-        if self.step is not None and self.count is not None and self.step > self.count:
-            raise key_error("step", f"step = {self.step} must be <= count = {self.count}")
+    def _family_rules(self) -> None:
+        """A family's rules between its size keys (e.g. ``hop_ms <= duration_ms``)."""
 
     def _time_rules(self) -> None:
         _identifier("event_time_column", self.event_time_column)
@@ -218,16 +307,13 @@ class WindowSpec(SpecModel):
         dead_letter_topic_rule(self.dead_letter_topic, self.late_data)
 
     def _reopen_rules(self) -> None:
-        if self.kind not in REOPEN_KINDS:
-            why = {
-                "session": "a late row can merge two emitted sessions into one with other "
-                "bounds, and the superseded rows would stay in the target",
-                "sliding": "each event time is its own window; reopening one is not there yet",
-            }.get(self.kind, "")
+        if self.REOPEN_REFUSED is not None:
+            why = self.REOPEN_REFUSED
+            reopening = [k for k, model in KINDS.items() if model.REOPEN_REFUSED is None]
             raise key_error(
                 "late_data",
                 f'late_data = "reopen" is not supported for kind = "{self.kind}": {why}; '
-                f'use "drop" or "dlq" (reopen works for {", ".join(REOPEN_KINDS)})',
+                f'use "drop" or "dlq" (reopen works for {", ".join(reopening)})',
             )
         if self.time_mode == "processing":
             raise key_error(
@@ -281,9 +367,11 @@ class WindowSpec(SpecModel):
                     raise key_error("aggregations", f"{key} = {name!r} equals a window column name")
                 seen[name] = key
 
+    # -- derived --------------------------------------------------------------------
+
     @property
     def is_count_based(self) -> bool:
-        return self.kind in COUNT_KINDS
+        return self.COUNTS_EVENTS
 
     @property
     def reopens(self) -> bool:
@@ -308,30 +396,27 @@ class WindowSpec(SpecModel):
         """Where the window runs: Spark's native aggregation, or its arbitrary-state API."""
         if self.reopens:  # Spark's aggregation emits a window once, or on every change
             return "state"
-        if self.kind == "session" and self.emit == "current":
-            return "state"  # Spark refuses update mode for session windows (SPARK-36463)
         if self.exact_distinct:
             # Spark's aggregation keeps the set in its own state, where no check can see
             # it before the window is emitted; the state API caps it while open.
             return "state"
-        return "native" if self.kind in ("tumbling", "hopping", "session") else "state"
+        return "native" if self.runs_natively else "state"
 
-    @property
-    def stride(self) -> int | None:
-        """Count windows: how many events apart consecutive windows start."""
-        if self.kind == "count_tumbling":
-            return self.count
-        if self.kind == "count_sliding":
-            return 1
-        return self.step
+    def _exact_distinct_text(self) -> str:
+        return (
+            f"{self.kind} windows on {ON_STATE_API}: the exact count_distinct set is "
+            "capped while a window is open"
+        )
+
+    def _shape_fields(self) -> dict[str, Any]:
+        """The keys of ``Shape`` every family shares."""
+        return {
+            "allowed_lateness_ms": (self.allowed_lateness_ms or 0) if self.reopens else 0,
+            "revision": self.reopens,
+            "event_time": self.time_mode == "event",
+        }
 
 
-_SIZE_KEYS = {
-    "tumbling": ("duration_ms",),
-    "hopping": ("duration_ms", "hop_ms"),
-    "session": ("gap_ms",),
-    "sliding": ("duration_ms",),
-    "count_tumbling": ("count",),
-    "count_hopping": ("count", "step"),
-    "count_sliding": ("count",),
-}
+def milliseconds(value: int | None) -> str:
+    """A duration as Spark's interval strings take it."""
+    return f"{value} milliseconds"

@@ -1,4 +1,6 @@
-"""Count-based windows (Quix Streams semantics), in an order no cut changes.
+"""Count-based windows (``kind = "count_tumbling"``, ``"count_hopping"``,
+``"count_sliding"``; Quix Streams semantics), in an order no cut changes, on the state
+API: Spark has no such window.
 
 A group's events are numbered 0, 1, 2, ... in their total order: event time, then
 Kafka position (``flow_jobs.plan.ordering``). Window ``k`` holds the events
@@ -23,13 +25,25 @@ too); the target keeps one row per window index, its latest.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 import numpy as np
+from pydantic import Field
 
-from flow_jobs.operators.aggregators import Ranges
 from flow_jobs.operators.frame import EventFrame
-from flow_jobs.windows.family import Emission, StateFamily
+from flow_jobs.operators.ranges import Ranges
+from flow_jobs.spec.base import key_error
+from flow_jobs.spec.windows import WindowSpec
+from flow_jobs.windows.family import (
+    CloseRule,
+    Emission,
+    RuleClock,
+    Shape,
+    StateFamily,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
 
 
 @dataclass
@@ -181,6 +195,24 @@ class Count(StateFamily):
         t = state.frame.t
         return (int(t.min()), int(t.max())) if len(t) else (None, None)
 
+    def close_rules(self, state: CountState, held: Emission, clock: RuleClock) -> list[CloseRule]:
+        t = state.frame.t
+        numbered = state.numbered - state.first_index  # frame rows numbered so far
+        first_k = state.first_index // (self.stride or 1)
+        rules = []
+        for i, (lo, hi) in enumerate(zip(held.ranges.lo, held.ranges.hi, strict=True)):
+            n = int(hi - lo + 1)
+            waiting = max(0, int(hi) + 1 - numbered)  # held, but not numbered yet
+            text = (
+                f"holds {n} of {self.count} events; closes when its {self.count}th event "
+                "is numbered"
+            )
+            if waiting:
+                text += f" ({waiting} wait for the watermark to pass them, {clock.watermark})"
+            needed = int(t[hi]) + 1 if waiting else None
+            rules.append(CloseRule(text, needed, index=first_k + i))
+        return rules
+
     @property
     def _k(self) -> tuple[int, int]:
         return self.count, self.stride
@@ -193,3 +225,61 @@ class Count(StateFamily):
 def _emission(windows: Windows) -> Emission:
     w, t = windows.ranges, windows.frame.t
     return Emission(windows.frame, w, t[w.lo], t[w.hi], indices=windows.ks)
+
+
+class CountWindow(WindowSpec):
+    """``kind = "count_tumbling"`` (``count``), ``"count_hopping"`` (``count``, ``step``)
+    or ``"count_sliding"`` (``count``): windows of ``count`` events of a group, one every
+    ``count``, ``step`` or 1 events."""
+
+    kind: Literal["count_tumbling", "count_hopping", "count_sliding"]
+    count: Annotated[int, Field(ge=2)] | None = None
+    step: Annotated[int, Field(ge=1)] | None = None
+
+    SIZE_KEYS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "count_tumbling": ("count",),
+        "count_hopping": ("count", "step"),
+        "count_sliding": ("count",),
+    }
+    REOPEN_REFUSED: ClassVar[str | None] = (
+        "a count window numbers each event once the watermark passes it, and a late row "
+        "has no number left to take"
+    )
+    COUNTS_EVENTS: ClassVar[bool] = True
+    STATE_FAMILY: ClassVar[type[StateFamily]] = Count
+
+    def _family_rules(self) -> None:
+        if self.step is not None and self.count is not None and self.step > self.count:
+            raise key_error("step", f"step = {self.step} must be <= count = {self.count}")
+
+    @property
+    def stride(self) -> int | None:
+        """How many events apart consecutive windows start."""
+        if self.kind == "count_tumbling":
+            return self.count
+        if self.kind == "count_sliding":
+            return 1
+        return self.step
+
+    @property
+    def runs_natively(self) -> bool:
+        return False
+
+    def native_window(self, event_time: Column) -> None:
+        return None
+
+    @property
+    def operator_text(self) -> str:
+        return "count windows on transformWithStateInPandas"
+
+    @property
+    def size_text(self) -> str:
+        if self.kind == "count_hopping":
+            return f"of {self.count} events every {self.step}"
+        return f"of {self.count} events"
+
+    def active_windows(self) -> int:
+        return 1  # per-group state, sized per row
+
+    def shape(self) -> Shape:
+        return Shape(count=self.count, stride=self.stride, **self._shape_fields())

@@ -13,24 +13,27 @@ group and micro-batch:
 ``add`` returns what an ``emit = "current"`` window emits (and what a family emits on
 input whatever the mode: a reopened window's correction); ``close`` returns what the
 watermark completed, which ``emit = "final"`` writes.
+
+``flow-jobs inspect`` asks a family one more thing: the rule that closes each open
+window (``close_rules``), in words, with the watermark it waits for.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from flow_jobs.operators.aggregators import Ranges
 from flow_jobs.operators.frame import EventFrame
+from flow_jobs.operators.ranges import Ranges
 
 
 @dataclass(frozen=True)
 class Shape:
     """A window's parameters, as the families read them (the operator's plan carries
-    the same fields; ``flow_jobs.plan.state_windows.shape_of`` derives them from a spec)."""
+    the same fields; each window family's spec model derives them: ``WindowSpec.shape``)."""
 
     duration_ms: int | None = None
     hop_ms: int | None = None
@@ -61,6 +64,49 @@ class Emission:
 
     def __len__(self) -> int:
         return len(self.ranges)
+
+
+class RuleClock(Protocol):
+    """How ``inspect`` writes times into a close rule."""
+
+    @property
+    def watermark(self) -> str:
+        """The watermark, e.g. "watermark 12:00:05" (or "no watermark yet")."""
+
+    def at(self, ms: int) -> str:
+        """An instant (epoch ms)."""
+
+
+@dataclass(frozen=True)
+class CloseRule:
+    """What closes an open window, for ``inspect``: the rule in words, the watermark it
+    waits for (None: it waits for events, not the watermark), and the window's count
+    index or revision where the family has them."""
+
+    text: str
+    needed_ms: int | None
+    index: int | None = None
+    revision: int | None = None
+
+
+def span_text(ms: int) -> str:
+    """A length of time in a rule: "5s", or "1500ms"."""
+    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
+
+
+def time_rule(
+    clock: RuleClock, end_ms: int, allowed_ms: int = 0, revision: int | None = None
+) -> CloseRule:
+    """A time window: emitted once the watermark reaches its end (``allowed_ms``
+    earlier when it reopens, and then kept until the watermark reaches its end)."""
+    wm, end = clock.watermark, clock.at(end_ms)
+    if revision:  # emitted already: held for late rows
+        text = f"emitted (revision {revision}); takes late rows until {wm} >= end {end}"
+        return CloseRule(text, end_ms, revision=revision)
+    if allowed_ms:
+        text = f"emits when {wm} + allowed lateness {span_text(allowed_ms)} >= end {end}"
+        return CloseRule(text, end_ms - allowed_ms, revision=revision)
+    return CloseRule(f"closes when {wm} >= end {end}", end_ms, revision=revision)
 
 
 class StateFamily(ABC):
@@ -102,3 +148,7 @@ class StateFamily(ABC):
         """The time span the group's open windows cover (saved beside the state on every
         batch: read by the ``max_groups_per_window`` check without unpickling), from the
         state's bounds alone, not by building every window's range."""
+
+    @abstractmethod
+    def close_rules(self, state: Any, held: Emission, clock: RuleClock) -> list[CloseRule]:
+        """What closes each of ``held`` (``open_windows(state)``), for ``inspect``."""

@@ -1,6 +1,12 @@
-"""Tumbling and hopping windows that reopen (``late_data = "reopen"``).
+"""Tumbling and hopping windows: their spec keys, where they run, and on the state API
+the windows that reopen (``late_data = "reopen"``) or hold an exact distinct count.
 
-The rules: docs/spec-reference.md, "Reopening windows".
+The rules: docs/spec-reference.md, "Window kinds" and "Reopening windows".
+
+``kind = "tumbling"`` (``duration_ms``) and ``"hopping"`` (``duration_ms``, ``hop_ms``)
+are Spark's ``window()`` grouping with a watermark (a JVM hash aggregation whose partial
+aggregates are shuffled and kept in the state store), which the Kafka reader can feed
+with partial aggregates (``flow_jobs.plan.combine``).
 
 Spark's native window aggregation emits a window once, when the watermark passes its
 end (output mode append), or on every change while it is open (update); neither emits
@@ -29,14 +35,28 @@ and the events inside them, in (event time, arrival) order.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 import numpy as np
+from pydantic import Field
 
-from flow_jobs.operators.aggregators import Ranges
 from flow_jobs.operators.frame import EventFrame
-from flow_jobs.windows.family import Emission, StateFamily
+from flow_jobs.operators.ranges import Ranges
+from flow_jobs.spec.base import key_error
+from flow_jobs.spec.windows import ON_STATE_API, WindowSpec, milliseconds
+from flow_jobs.windows.family import (
+    CloseRule,
+    Emission,
+    RuleClock,
+    Shape,
+    StateFamily,
+    time_rule,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
 
 
 @dataclass(frozen=True)
@@ -165,8 +185,88 @@ class Fixed(StateFamily):
             revisions=revisions,
         )
 
+    def close_rules(self, state: ReopenState, held: Emission, clock: RuleClock) -> list[CloseRule]:
+        revisions = held.revisions if held.revisions is not None else [None] * len(held)
+        allowed = self.bounds.allowed_lateness_ms
+        return [
+            time_rule(clock, int(e), allowed, None if r is None else int(r))
+            for e, r in zip(held.ends, revisions, strict=True)
+        ]
+
     @classmethod
     def of(cls, plan: Any) -> Fixed:
         duration = plan.duration_ms or 0
         bounds = Bounds(duration, plan.hop_ms or duration, plan.allowed_lateness_ms)
         return cls(bounds, plan.revision)
+
+
+class FixedWindow(WindowSpec):
+    """``kind = "tumbling"`` or ``"hopping"``: windows ``[start, start + duration_ms)``
+    aligned to the epoch, one every ``hop_ms`` (tumbling: every ``duration_ms``)."""
+
+    kind: Literal["tumbling", "hopping"]
+    duration_ms: Annotated[int, Field(gt=0)] | None = None
+    hop_ms: Annotated[int, Field(gt=0)] | None = None
+
+    SIZE_KEYS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "tumbling": ("duration_ms",),
+        "hopping": ("duration_ms", "hop_ms"),
+    }
+    REOPEN_REFUSED: ClassVar[str | None] = None
+    STATE_FAMILY: ClassVar[type[StateFamily]] = Fixed
+
+    def _family_rules(self) -> None:
+        hop, duration = self.hop_ms, self.duration_ms
+        if hop is not None and duration is not None and hop > duration:
+            raise key_error("hop_ms", f"hop_ms = {hop} must be <= duration_ms = {duration}")
+
+    @property
+    def duration(self) -> int:
+        assert self.duration_ms is not None
+        return self.duration_ms
+
+    @property
+    def hop(self) -> int:
+        """How far apart windows start (a tumbling window's duration)."""
+        return self.hop_ms or self.duration
+
+    @property
+    def pane_ms(self) -> int:
+        """The windows' common pane: every window is a whole number of panes
+        (``flow_jobs.plan.combine`` folds rows into them)."""
+        return math.gcd(self.duration, self.hop)
+
+    @property
+    def runs_natively(self) -> bool:
+        return True
+
+    def native_window(self, event_time: Column) -> Column:
+        from pyspark.sql import functions as F
+
+        if self.kind == "hopping":
+            return F.window(event_time, milliseconds(self.duration), milliseconds(self.hop))
+        return F.window(event_time, milliseconds(self.duration))
+
+    @property
+    def operator_text(self) -> str:
+        if self.reopens:
+            return f"{self.kind} windows on {ON_STATE_API}"
+        if self.exact_distinct:
+            return self._exact_distinct_text()
+        if self.kind == "hopping":
+            return "groupBy(window(event_time, duration, hop)): native streaming aggregation"
+        return "groupBy(window(event_time, duration)): native streaming aggregation"
+
+    @property
+    def size_text(self) -> str:
+        if self.kind == "hopping":
+            return f"{self.duration_ms} ms every {self.hop_ms} ms"
+        return f"{self.duration_ms} ms"
+
+    def active_windows(self) -> int:
+        # a row is in duration / hop windows, each held until the watermark (lateness,
+        # and a reopening window's allowed lateness, behind) passes its end
+        return math.ceil((self.duration + self.watermark_delay_ms) / self.hop)
+
+    def shape(self) -> Shape:
+        return Shape(duration_ms=self.duration_ms, hop_ms=self.hop_ms, **self._shape_fields())

@@ -25,14 +25,14 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-import numpy as np
 import pandas as pd
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
-from flow_jobs.operators.aggregators import Context, CountDistinctExact, WindowAggregator
 from flow_jobs.operators.frame import ColumnKind, EventFrame, frame_from_pandas
-from flow_jobs.windows import count, fixed, session, sliding, timers
+from flow_jobs.operators.ranges import Context, WindowAggregator
+from flow_jobs.spec.windows import KINDS
+from flow_jobs.windows import fixed, timers
 from flow_jobs.windows.family import Emission, StateFamily
 
 #: The group's window state, plus the time span of its open windows (epoch ms): read by
@@ -59,7 +59,7 @@ class WindowOperatorPlan:
     emit: str
     group_columns: tuple[str, ...]  # empty: one global group
     columns: tuple[ColumnKind, ...]
-    #: built on the driver by each aggregator's unit (``flow_jobs.plan.aggregations``)
+    #: built on the driver by each aggregator's unit (``flow_jobs.aggregations``)
     aggregators: tuple[WindowAggregator, ...]
     output_columns: tuple[str, ...]
     hop_ms: int | None = None  # hopping (tumbling: the duration)
@@ -78,15 +78,9 @@ class WindowOperatorPlan:
         return fixed.Bounds(duration, self.hop_ms or duration, self.allowed_lateness_ms)
 
 
-#: Each family by the plan's ``kind``: a new family is one module and one entry here.
-FAMILIES: dict[str, Callable[[WindowOperatorPlan], StateFamily]] = {
-    "sliding": sliding.Sliding.of,
-    "session": session.Session.of,
-    "tumbling": fixed.Fixed.of,
-    "hopping": fixed.Fixed.of,
-    "count_tumbling": count.Count.of,
-    "count_hopping": count.Count.of,
-    "count_sliding": count.Count.of,
+#: Each family by the plan's ``kind``: its spec model's ``STATE_FAMILY``.
+FAMILIES: dict[str, Callable[[Any], StateFamily]] = {
+    kind: model.STATE_FAMILY.of for kind, model in KINDS.items()
 }
 
 #: Where each family's state class lived before ``flow_jobs.windows``: a checkpoint
@@ -195,16 +189,15 @@ class WindowProcessor(StatefulProcessor):
 
     # -- the exact distinct-count cap, while windows are open --------------------------
     def _check_open(self, key: Any, w: Emission) -> None:
-        """Fail now if an open window holds more distinct values than its cap allows:
-        its state must not grow until the window closes. Free unless the group's held
-        values outnumber the cap (no window can hold more than all of them)."""
+        """Fail now if an open window holds more than an aggregator allows while open
+        (an exact distinct count's cap): its state must not grow until the window
+        closes."""
+
+        def context() -> Context:
+            return Context.of(w.frame, self.kinds, self._describe(key, w))
+
         for a in self.aggregators:
-            if not isinstance(a, CountDistinctExact) or not len(w):
-                continue
-            values = w.frame.columns[a.column or ""]
-            if _distinct_at_most(values.data[values.valid], a.cap):
-                continue
-            a.compute(Context.of(w.frame, self.kinds, self._describe(key, w)), w.ranges)
+            a.check_open(w.frame, w.ranges, context)
 
     def _describe(self, key: Any, w: Emission) -> Callable[[int], str]:
         group = dict(zip(self.plan.group_columns, key, strict=False))
@@ -235,15 +228,6 @@ class WindowProcessor(StatefulProcessor):
         if w.revisions is not None:
             data[self.plan.output_columns[-1]] = w.revisions
         return pd.DataFrame(data, columns=list(self.plan.output_columns))
-
-
-def _distinct_at_most(values: np.ndarray, cap: int) -> bool:
-    if len(values) <= cap:
-        return True
-    try:
-        return len(pd.unique(values)) <= cap
-    except TypeError:  # unhashable items (arrays): let the aggregator count them
-        return False
 
 
 def _iso(ms: Any) -> str:

@@ -1,5 +1,6 @@
-"""Session windows on the state API: with emit = "current" (Spark refuses update mode
-for ``session_window``), or with an exact ``count_distinct`` (capped while open).
+"""Session windows (``kind = "session"``, ``gap_ms``): Spark's ``session_window()``
+grouping natively, and on the state API with emit = "current" (Spark refuses update
+mode for ``session_window``) or with an exact ``count_distinct`` (capped while open).
 
 A group's events, in time order, form sessions: an event joins the running session when
 it falls before the session's end (its last event + gap), as in Spark's
@@ -20,13 +21,25 @@ emitted.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 import numpy as np
+from pydantic import Field
 
-from flow_jobs.operators.aggregators import Ranges
 from flow_jobs.operators.frame import EventFrame
-from flow_jobs.windows.family import Emission, StateFamily
+from flow_jobs.operators.ranges import Ranges
+from flow_jobs.spec.windows import ON_STATE_API, WindowSpec, milliseconds
+from flow_jobs.windows.family import (
+    CloseRule,
+    Emission,
+    RuleClock,
+    Shape,
+    StateFamily,
+    time_rule,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
 
 
 @dataclass
@@ -123,6 +136,55 @@ class Session(StateFamily):
     def _windows(self, frame: EventFrame, w: Ranges) -> Emission:
         return Emission(frame, w, *bounds(frame, w, self.gap_ms))
 
+    def close_rules(self, state: SessionState, held: Emission, clock: RuleClock) -> list[CloseRule]:
+        return [time_rule(clock, int(e)) for e in held.ends]
+
     @classmethod
     def of(cls, plan: Any) -> Session:
         return cls(plan.gap_ms or 0)
+
+
+class SessionWindow(WindowSpec):
+    """``kind = "session"``: a group's events less than ``gap_ms`` apart, one session
+    ``[first event, last event + gap_ms)``."""
+
+    kind: Literal["session"]
+    gap_ms: Annotated[int, Field(gt=0)] | None = None
+
+    SIZE_KEYS: ClassVar[dict[str, tuple[str, ...]]] = {"session": ("gap_ms",)}
+    REOPEN_REFUSED: ClassVar[str | None] = (
+        "a late row can merge two emitted sessions into one with other bounds, and the "
+        "superseded rows would stay in the target"
+    )
+    STATE_FAMILY: ClassVar[type[StateFamily]] = Session
+
+    @property
+    def runs_natively(self) -> bool:
+        # Spark refuses update mode for session windows (SPARK-36463)
+        return self.emit != "current"
+
+    def native_window(self, event_time: Column) -> Column:
+        from pyspark.sql import functions as F
+
+        return F.session_window(event_time, milliseconds(self.gap_ms))
+
+    @property
+    def operator_text(self) -> str:
+        if self.emit == "current":
+            return f"sessions on {ON_STATE_API}"
+        if self.exact_distinct:
+            return self._exact_distinct_text()
+        return (
+            "groupBy(session_window(event_time, gap)): native session aggregation "
+            '(emit = "current": sessions on transformWithStateInPandas)'
+        )
+
+    @property
+    def size_text(self) -> str:
+        return f"with a {self.gap_ms} ms gap"
+
+    def active_windows(self) -> int:
+        return 1  # per-group state, sized per row
+
+    def shape(self) -> Shape:
+        return Shape(gap_ms=self.gap_ms, **self._shape_fields())

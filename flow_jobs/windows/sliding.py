@@ -1,4 +1,5 @@
-"""Sliding windows, per row (Quix Streams semantics, docs/spec-reference.md "Windows").
+"""Sliding windows (``kind = "sliding"``, ``duration_ms``), per row (Quix Streams
+semantics, docs/spec-reference.md "Windows"), on the state API: Spark has no such window.
 
 Each distinct event time ``t`` of a group defines one window ``[t - duration, t]``,
 inclusive at both ends (its start clamped at 0, as Quix does), aggregating every event
@@ -9,13 +10,24 @@ final once the watermark passes ``t``: no event at or before ``t`` can still arr
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 import numpy as np
+from pydantic import Field
 
-from flow_jobs.operators.aggregators import Ranges
 from flow_jobs.operators.frame import EventFrame
-from flow_jobs.windows.family import Emission, StateFamily
+from flow_jobs.operators.ranges import Ranges
+from flow_jobs.spec.windows import ON_STATE_API, WindowSpec
+from flow_jobs.windows.family import (
+    CloseRule,
+    Emission,
+    RuleClock,
+    Shape,
+    StateFamily,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
 
 
 @dataclass
@@ -118,6 +130,48 @@ class Sliding(StateFamily):
         starts = window_starts(ends, self.duration_ms)
         return Emission(frame, ranges(frame, ends, self.duration_ms), starts, ends)
 
+    def close_rules(self, state: SlidingState, held: Emission, clock: RuleClock) -> list[CloseRule]:
+        # a window [t - duration, t] holds its end: final once the watermark passes t
+        return [
+            CloseRule(f"closes when {clock.watermark} > end {clock.at(int(e))}", int(e) + 1)
+            for e in held.ends
+        ]
+
     @classmethod
     def of(cls, plan: Any) -> Sliding:
         return cls(plan.duration_ms or 0)
+
+
+class SlidingWindow(WindowSpec):
+    """``kind = "sliding"``: one window ``[t - duration_ms, t]`` per distinct event time
+    ``t`` of a group."""
+
+    kind: Literal["sliding"]
+    duration_ms: Annotated[int, Field(gt=0)] | None = None
+
+    SIZE_KEYS: ClassVar[dict[str, tuple[str, ...]]] = {"sliding": ("duration_ms",)}
+    REOPEN_REFUSED: ClassVar[str | None] = (
+        "each event time is its own window; reopening one is not there yet"
+    )
+    STATE_FAMILY: ClassVar[type[StateFamily]] = Sliding
+
+    @property
+    def runs_natively(self) -> bool:
+        return False
+
+    def native_window(self, event_time: Column) -> None:
+        return None
+
+    @property
+    def operator_text(self) -> str:
+        return f"per-row windows on {ON_STATE_API}, state in the state store"
+
+    @property
+    def size_text(self) -> str:
+        return f"{self.duration_ms} ms per event"
+
+    def active_windows(self) -> int:
+        return 1  # per-group state, sized per row
+
+    def shape(self) -> Shape:
+        return Shape(duration_ms=self.duration_ms, **self._shape_fields())

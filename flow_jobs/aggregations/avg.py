@@ -1,0 +1,65 @@
+"""``avg``: Spark's ``try_avg`` natively; on the state API float prefix sums / counts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+from pyspark.sql.types import DataType, DecimalType, DoubleType
+
+from flow_jobs.aggregations.base import (
+    PARTIAL_NUMBERS,
+    AggregationInput,
+    OneFunctionAggregator,
+)
+from flow_jobs.aggregations.sum import float_sums, python_sum
+from flow_jobs.operators.ranges import Context, Ranges, WindowAggregator, nullable, range_sum
+from flow_jobs.plan.partials import Merge, present
+
+
+class Avg(WindowAggregator):
+    def compute(self, ctx: Context, w: Ranges) -> list[Any]:
+        v, kind = self.values(ctx), ctx.kinds[self.column or ""]
+        n = range_sum(v.valid.astype(np.int64), w)
+        if kind in ("int", "float"):
+            total = float_sums(np.where(v.valid, v.data, 0).astype(np.float64), w)
+            return [nullable(total / np.maximum(n, 1), n > 0)]
+        sums = [python_sum(v, ctx, w, i) for i in range(len(w))]
+        return [[None if s is None else s / int(c) for s, c in zip(sums, n, strict=True)]]
+
+
+def avg_type(t: DataType | None) -> DataType:
+    if isinstance(t, DecimalType):
+        return DecimalType(min(38, t.precision + 4), min(38, t.scale + 4))
+    return DoubleType()
+
+
+class AvgAggregator(OneFunctionAggregator):
+    name = "avg"
+    native_form = "try_avg(col)"
+    state_form = "prefix sums / counts"
+    state_class = Avg
+    numeric_only = True
+    partial_parts = ("nn", "dsum")  # Spark sums an average as DOUBLE
+    buffer_fields = ("sum", "count")
+
+    def folds(self, value: DataType | None) -> bool:
+        return isinstance(value, PARTIAL_NUMBERS)
+
+    def partial_value(self, buffer: list[Any]) -> Any:
+        total, n = buffer
+        return None if not n or total is None else total / n
+
+    def result_types(self, a: AggregationInput) -> list[DataType]:
+        return [avg_type(a.data_type)]
+
+    def function(self, a: AggregationInput) -> Column:
+        return F.try_avg(a.column_value)
+
+    def merged(self, a: AggregationInput, merge: Merge) -> Column:
+        value, column = a.column_value, a.spec.column
+        total = F.try_sum(merge.either(merge.part("dsum", column), value.cast("double")))
+        count = F.sum(merge.either(merge.part("nn", column), present(value)))
+        return F.try_divide(total, count)

@@ -1,0 +1,50 @@
+"""``count``: rows (no column), or a column's non-NULL values."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+from pyspark.sql.types import DataType, LongType
+
+from flow_jobs.aggregations.base import AggregationInput, OneFunctionAggregator
+from flow_jobs.operators.ranges import Context, Ranges, WindowAggregator, range_sum
+from flow_jobs.plan.partials import Merge, present
+
+
+class Count(WindowAggregator):
+    """Prefix sums of row / non-NULL counts."""
+
+    def compute(self, ctx: Context, w: Ranges) -> list[Any]:
+        if self.column is None:
+            return [w.hi - w.lo + 1]
+        return [range_sum(self.values(ctx).valid.astype(np.int64), w)]
+
+
+class CountAggregator(OneFunctionAggregator):
+    name = "count"
+    native_form = "count(1), or count(col)"
+    state_form = "prefix sums of row / non-NULL counts"
+    state_class = Count
+    column_optional = True
+    partial_parts = ("nn",)  # count(*) merges the partial's row count, ``n``
+    buffer_fields = ("count",)
+
+    def folds(self, value: DataType | None) -> bool:
+        return True
+
+    def partial_value(self, buffer: list[Any]) -> Any:
+        return buffer[0]
+
+    def result_types(self, a: AggregationInput) -> list[DataType]:
+        return [LongType()]
+
+    def function(self, a: AggregationInput) -> Column:
+        return F.count(F.lit(1)) if a.value is None else F.count(a.value)
+
+    def merged(self, a: AggregationInput, merge: Merge) -> Column:
+        if a.value is None:
+            return F.sum(F.coalesce(merge.part("n", None), F.lit(1).cast("bigint")))
+        return F.sum(merge.either(merge.part("nn", a.spec.column), present(a.value)))

@@ -1,0 +1,93 @@
+"""``first`` and ``last``: the value of the first / last row in the events' total order
+(event time, then Kafka position: ``flow_jobs.plan.ordering``), not arrival: Spark's
+``first()`` / ``last()`` depend on the order rows reach a task, which a shuffle does not
+keep, so natively they are ``min`` / ``max`` over ``struct(event_time, lane, position,
+value)``; on the state API a range minimum / maximum of the order rank."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+from pyspark.sql import functions as F
+from pyspark.sql.types import DataType
+
+from flow_jobs.aggregations.base import (
+    AggregationInput,
+    Aggregator,
+    NativeAggregate,
+    NativeWindow,
+    ordered,
+    simple,
+)
+from flow_jobs.operators.ranges import Context, Ranges, WindowAggregator, as_output, range_reduce
+
+
+@dataclass(eq=False)
+class Positional(WindowAggregator):
+    """first / last: the value of the earliest / latest row (event time, then arrival)."""
+
+    last: bool
+
+    def compute(self, ctx: Context, w: Ranges) -> list[Any]:
+        v = self.values(ctx)
+        big = np.iinfo(np.int64).max
+        ranks = np.where(v.valid, ctx.rank, -1 if self.last else big)
+        best = range_reduce(ranks, w, np.maximum if self.last else np.minimum)
+        present = (best >= 0) & (best != big)
+        rows = ctx.order[np.where(present, best, 0)]
+        return [as_output(v, ctx.kinds[self.column or ""], rows, present)]
+
+
+class _PositionalAggregator(Aggregator):
+    """first / last: the result has the input's type."""
+
+    last: ClassVar[bool]
+
+    def partial_value(self, buffer: list[Any]) -> Any:
+        return None if buffer[0] is None else buffer[0]["v"]
+
+    def result_types(self, a: AggregationInput) -> list[DataType]:
+        assert a.data_type is not None
+        return [a.data_type]
+
+    def native(self, a: AggregationInput, w: NativeWindow) -> NativeAggregate:
+        pick = F.max if self.last else F.min
+        value = a.column_value
+        row = F.when(value.isNotNull(), ordered(w.order, value))
+        if w.merge is not None and a.spec.column is not None:
+            # a partial's first / last keeps its time and position; its lane is the row's
+            part, lane = w.merge.part(self.name, a.spec.column), w.order[1]
+            folded = F.when(
+                part.isNotNull(),
+                F.struct(
+                    part.getField("t").alias("t"),
+                    lane.alias("lane"),
+                    part.getField("pos").alias("pos"),
+                    part.getField("v").alias("v"),
+                ),
+            )
+            row = w.merge.either(folded, row)
+        return simple(pick(row).getField("v"), a.hidden, a.spec.as_)
+
+    def state(self, a: AggregationInput, column: str | None, pipeline: str) -> WindowAggregator:
+        return Positional(column, a.spec.output_names(), last=self.last)
+
+
+class FirstAggregator(_PositionalAggregator):
+    name = "first"
+    native_form = "min(struct(event_time, lane, pos, col)).col"
+    state_form = "range minimum of order rank"
+    partial_parts = ("first",)
+    buffer_fields = ("min",)
+    last = False
+
+
+class LastAggregator(_PositionalAggregator):
+    name = "last"
+    native_form = "max(struct(event_time, lane, pos, col)).col"
+    state_form = "range maximum of order rank"
+    partial_parts = ("last",)
+    buffer_fields = ("max",)
+    last = True
