@@ -23,8 +23,9 @@ result_type="DOUBLE")``), written to TOML as their import paths.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from flow_jobs.lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from flow_jobs.runtime.progress import RunSummary
@@ -39,9 +40,7 @@ if TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
-#: The facade's names, imported on first use (PEP 562): every Python process Spark
-#: starts for the Kafka source (one to plan each query, the executors' workers) imports
-#: ``flow_jobs.io``, and pydantic and the spec models would cost it ~0.1 s each time.
+#: The facade's names, imported on first use (``flow_jobs.lazy``).
 _FACADE = {
     "Aggregation": ("flow_jobs.spec.models", "Aggregation"),
     "DeltaTarget": ("flow_jobs.spec.models", "DeltaTarget"),
@@ -72,13 +71,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _FACADE:
-        raise AttributeError(f"module 'flow_jobs' has no attribute {name!r}")
-    module, attribute = _FACADE[name]
-    value = getattr(importlib.import_module(module), attribute)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _FACADE, globals())
 
 
 def __dir__() -> list[str]:

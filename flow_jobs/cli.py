@@ -17,6 +17,7 @@ import psycopg
 from rich.table import Table
 
 from flow_jobs.cli_inspect import InspectUsageError, add_inspect_command
+from flow_jobs.errors import PlanError
 from flow_jobs.io.state_store import (
     IncompatibleSpec,
     PipelineBusy,
@@ -25,7 +26,6 @@ from flow_jobs.io.state_store import (
     state_store_url,
 )
 from flow_jobs.locations import local_path
-from flow_jobs.plan.errors import PlanError
 from flow_jobs.runtime.checkpoint import retire_checkpoint
 from flow_jobs.runtime.display import configure_logging, make_display
 from flow_jobs.runtime.pack import DEFAULT_ARCHIVE, pack

@@ -283,7 +283,7 @@ def test_a_plain_checkpoint_path_is_refused_on_a_cluster(tmp_path: Path) -> None
     """Executors write a query's state under its checkpoint: on a cluster a plain path
     would be each node's own disk. Refused at start, naming the key; a URI is taken as
     the user's word that the storage is shared; local masters take any path."""
-    from flow_jobs.plan.errors import PlanError
+    from flow_jobs.errors import PlanError
     from flow_jobs.runtime.session import refuse_unshared_paths
 
     doc = {

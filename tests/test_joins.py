@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
+from flow_jobs.errors import PlanError
 from flow_jobs.io.delta import read_delta
 from flow_jobs.io.state_store import StateStore
-from flow_jobs.plan.errors import PlanError
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec.models import PipelineSpec
 from flow_jobs_dev.broker import EmbeddedBroker

@@ -18,8 +18,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from flow_jobs.cli import main
+from flow_jobs.errors import PlanError
 from flow_jobs.io.delta import read_delta
-from flow_jobs.plan.errors import PlanError
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs_dev.broker import EmbeddedBroker
 from flow_jobs_dev.producer import Record

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from flow_jobs.io.targets import WriteResult
+from flow_jobs.io.batch import WriteResult
 from flow_jobs.runtime import progress as progress_module
 from flow_jobs.runtime.progress import ProgressTracker
 from flow_jobs.runtime.sink import BatchOutcome

@@ -35,11 +35,11 @@ from flow_jobs.aggregations.base import (
 from flow_jobs.aggregations.collect import CollectAggregator
 from flow_jobs.aggregations.count import CountAggregator
 from flow_jobs.aggregations.count_distinct import CountDistinctAggregator
-from flow_jobs.aggregations.extremes import MaxAggregator, MinAggregator
-from flow_jobs.aggregations.positional import FirstAggregator, LastAggregator
+from flow_jobs.aggregations.extremes import ExtremeAggregator
+from flow_jobs.aggregations.positional import PositionalAggregator
 from flow_jobs.aggregations.reduce import ReduceAggregator
 from flow_jobs.aggregations.sum import SumAggregator
-from flow_jobs.plan.errors import PlanError
+from flow_jobs.errors import PlanError
 from flow_jobs.spec.models import Aggregation
 
 AGGREGATORS: dict[str, Aggregator] = {
@@ -47,11 +47,11 @@ AGGREGATORS: dict[str, Aggregator] = {
     for a in (
         CountAggregator(),
         SumAggregator(),
-        MinAggregator(),
-        MaxAggregator(),
+        ExtremeAggregator(largest=False),
+        ExtremeAggregator(largest=True),
         AvgAggregator(),
-        FirstAggregator(),
-        LastAggregator(),
+        PositionalAggregator(last=False),
+        PositionalAggregator(last=True),
         CountDistinctAggregator(),
         CollectAggregator(),
         ReduceAggregator(),

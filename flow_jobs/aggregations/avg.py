@@ -14,9 +14,9 @@ from flow_jobs.aggregations.base import (
     AggregationInput,
     OneFunctionAggregator,
 )
+from flow_jobs.aggregations.partials import Merge, present
 from flow_jobs.aggregations.sum import float_sums, python_sum
 from flow_jobs.operators.ranges import Context, Ranges, WindowAggregator, nullable, range_sum
-from flow_jobs.plan.partials import Merge, present
 
 
 class Avg(WindowAggregator):

@@ -18,8 +18,8 @@ from pyspark.sql.types import (
     ShortType,
 )
 
+from flow_jobs.aggregations.partials import Merge
 from flow_jobs.operators.ranges import WindowAggregator
-from flow_jobs.plan.partials import Merge
 from flow_jobs.spec.models import Aggregation
 
 

@@ -10,8 +10,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, LongType
 
 from flow_jobs.aggregations.base import AggregationInput, OneFunctionAggregator
+from flow_jobs.aggregations.partials import Merge, present
 from flow_jobs.operators.ranges import Context, Ranges, WindowAggregator, range_sum
-from flow_jobs.plan.partials import Merge, present
 
 
 class Count(WindowAggregator):

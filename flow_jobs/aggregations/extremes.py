@@ -4,7 +4,7 @@ minimum / maximum (a sparse table). NaN is above every other value, as in Spark.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 from pyspark.sql import functions as F
@@ -69,10 +69,17 @@ class Extreme(WindowAggregator):
         return nullable(best, n > 0)
 
 
-class _ExtremeAggregator(Aggregator):
-    """min / max: the result has the input's type."""
+class ExtremeAggregator(Aggregator):
+    """min (``largest`` False) or max: the result has the input's type."""
 
-    largest: ClassVar[bool]
+    def __init__(self, largest: bool) -> None:
+        name = "max" if largest else "min"
+        self.largest = largest
+        self.name = name  # type: ignore[misc]
+        self.native_form = f"{name}(col)"  # type: ignore[misc]
+        self.state_form = f"range {name}imum (sparse table)"  # type: ignore[misc]
+        self.partial_parts = ("nn", name)  # type: ignore[misc]
+        self.buffer_fields = (name,)  # type: ignore[misc]
 
     def folds(self, value: DataType | None) -> bool:
         return isinstance(value, (*PARTIAL_NUMBERS, StringType))
@@ -93,21 +100,3 @@ class _ExtremeAggregator(Aggregator):
 
     def state(self, a: AggregationInput, column: str | None, pipeline: str) -> WindowAggregator:
         return Extreme(column, a.spec.output_names(), largest=self.largest)
-
-
-class MinAggregator(_ExtremeAggregator):
-    name = "min"
-    native_form = "min(col)"
-    state_form = "range minimum (sparse table)"
-    partial_parts = ("nn", "min")
-    buffer_fields = ("min",)
-    largest = False
-
-
-class MaxAggregator(_ExtremeAggregator):
-    name = "max"
-    native_form = "max(col)"
-    state_form = "range maximum (sparse table)"
-    partial_parts = ("nn", "max")
-    buffer_fields = ("max",)
-    largest = True

@@ -7,7 +7,7 @@ value)``; on the state API a range minimum / maximum of the order rank."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 from pyspark.sql import functions as F
@@ -40,10 +40,17 @@ class Positional(WindowAggregator):
         return [as_output(v, ctx.kinds[self.column or ""], rows, present)]
 
 
-class _PositionalAggregator(Aggregator):
-    """first / last: the result has the input's type."""
+class PositionalAggregator(Aggregator):
+    """first (``last`` False) or last: the result has the input's type."""
 
-    last: ClassVar[bool]
+    def __init__(self, last: bool) -> None:
+        name, pick = ("last", "max") if last else ("first", "min")
+        self.last = last
+        self.name = name  # type: ignore[misc]
+        self.native_form = f"{pick}(struct(event_time, lane, pos, col)).col"  # type: ignore[misc]
+        self.state_form = f"range {pick}imum of order rank"  # type: ignore[misc]
+        self.partial_parts = (name,)  # type: ignore[misc]
+        self.buffer_fields = (pick,)  # type: ignore[misc]
 
     def partial_value(self, buffer: list[Any]) -> Any:
         return None if buffer[0] is None else buffer[0]["v"]
@@ -73,21 +80,3 @@ class _PositionalAggregator(Aggregator):
 
     def state(self, a: AggregationInput, column: str | None, pipeline: str) -> WindowAggregator:
         return Positional(column, a.spec.output_names(), last=self.last)
-
-
-class FirstAggregator(_PositionalAggregator):
-    name = "first"
-    native_form = "min(struct(event_time, lane, pos, col)).col"
-    state_form = "range minimum of order rank"
-    partial_parts = ("first",)
-    buffer_fields = ("min",)
-    last = False
-
-
-class LastAggregator(_PositionalAggregator):
-    name = "last"
-    native_form = "max(struct(event_time, lane, pos, col)).col"
-    state_form = "range maximum of order rank"
-    partial_parts = ("last",)
-    buffer_fields = ("max",)
-    last = True

@@ -23,9 +23,9 @@ from flow_jobs.aggregations.base import (
     StateInputs,
     ordered_items,
 )
+from flow_jobs.errors import PlanError
 from flow_jobs.operators.frame import to_python
 from flow_jobs.operators.ranges import Context, Ranges, WindowAggregator
-from flow_jobs.plan.errors import PlanError
 from flow_jobs.spec.models import resolve_import_path
 
 

@@ -22,6 +22,7 @@ from flow_jobs.aggregations.base import (
     AggregationInput,
     OneFunctionAggregator,
 )
+from flow_jobs.aggregations.partials import Merge
 from flow_jobs.operators.frame import Values
 from flow_jobs.operators.ranges import (
     Context,
@@ -31,7 +32,6 @@ from flow_jobs.operators.ranges import (
     prefix,
     range_sum,
 )
-from flow_jobs.plan.partials import Merge
 
 
 class Sum(WindowAggregator):

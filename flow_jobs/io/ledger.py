@@ -9,40 +9,19 @@ migrations and its readers live in ``flow_jobs.io.state_store``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 import psycopg
 import pyarrow as pa
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from flow_jobs.io.batch import BatchEntry, WriteResult
 from flow_jobs.io.state_store import StateStore
-from flow_jobs.io.targets import BatchTarget, WriteResult
+from flow_jobs.io.targets import BatchTarget
 
 #: What a batch whose ledger row exists writes: nothing.
 ALREADY_WRITTEN = WriteResult(skipped=True, inserted=0, updated=0, version=None)
-
-
-@dataclass
-class BatchEntry:
-    """One ledger row, filled in by the sink as the batch is written."""
-
-    pipeline: str
-    query_id: str
-    batch_id: int
-    state_version: int
-    started_at: datetime
-    start_offsets: dict[str, Any] | None = None
-    end_offsets: dict[str, Any] | None = None
-    global_watermark: datetime | None = None
-    output_rows: int = 0
-    dead_lettered_rows: int = 0
-    target_kind: str = ""
-    target: str = ""
-    compute_ms: float | None = None
-    write_ms: float | None = None
 
 
 class BatchLedger:

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import psycopg
 import pyarrow as pa
@@ -33,23 +33,12 @@ import pyarrow.compute as pc
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from flow_jobs.io.batch import BatchEntry, WriteResult
 from flow_jobs.io.delta import DeltaMergeTable, Supersede, TargetSchemaError
 from flow_jobs.io.state_store import StateStore
 from flow_jobs.spec.models import DeltaTarget, KafkaTarget, PostgresTarget
 
-if TYPE_CHECKING:
-    from flow_jobs.io.ledger import BatchEntry
-
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class WriteResult:
-    skipped: bool  # the batch was already written (a replay)
-    inserted: int
-    updated: int
-    version: str | None  # Delta table version, Postgres transaction id, Kafka offsets
-    superseded: int = 0  # rows an overlapping session row replaced (Supersede)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Which windows pre-aggregate in the Kafka reader (``flow_jobs.io.combine``): each
 aggregator says which partial parts it merges (``Aggregator.partial_parts``, ``folds``);
-how Spark merges them is ``flow_jobs.plan.partials``.
+how Spark merges them is ``flow_jobs.aggregations.partials``.
 
 A window pre-aggregates when everything it reads comes straight from one JSON source that
 Arrow decodes: no ``[transform].sql`` nor lookups, a tumbling or hopping window on the

@@ -14,15 +14,15 @@ from pyspark.sql.types import StructType
 from pyspark.sql.utils import AnalysisException
 
 from flow_jobs.aggregations import AGGREGATORS
+from flow_jobs.aggregations.partials import Merge
+from flow_jobs.errors import PlanError
 from flow_jobs.io.checkpoint_files import LOCATION_KEY, checkpoint_files, idle_file
 from flow_jobs.io.combine import CombinePlan
 from flow_jobs.io.dead_letters import DeadLetterTable
 from flow_jobs.plan.combine import checkpoint_merges, describe, foldable
-from flow_jobs.plan.errors import PlanError
 from flow_jobs.plan.event_time import EventTime
 from flow_jobs.plan.joins import compile_join
 from flow_jobs.plan.lookups import Lookup, register_lookups
-from flow_jobs.plan.partials import Merge
 from flow_jobs.plan.sources import (
     SourceWatermark,
     carried_by_sources,

@@ -16,7 +16,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from flow_jobs.plan.errors import PlanError
+from flow_jobs.errors import PlanError
 from flow_jobs.spec.models import JoinSpec, WindowSpec
 
 #: The watermarked event-time column a window groups on.

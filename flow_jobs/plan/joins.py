@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from flow_jobs.errors import PlanError
 from flow_jobs.io.dead_letters import DeadLetterTable
-from flow_jobs.plan.errors import PlanError
 from flow_jobs.plan.event_time import EventTime, event_time_of
 from flow_jobs.plan.sources import compile_source
 from flow_jobs.spec.models import KAFKA_COLUMN, JoinSpec, PipelineSpec

@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 
+from flow_jobs.errors import PlanError
 from flow_jobs.io.lookup_sources import (
     DELTA_FORMAT,
     POSTGRES_FORMAT,
     delta_schema,
     postgres_schema,
 )
-from flow_jobs.plan.errors import PlanError
 from flow_jobs.spec.models import LookupSpec
 
 log = logging.getLogger(__name__)

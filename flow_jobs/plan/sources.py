@@ -27,6 +27,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StructType
 from pyspark.sql.utils import AnalysisException
 
+from flow_jobs.aggregations.partials import PARTIAL_VIEW
+from flow_jobs.errors import PlanError
 from flow_jobs.io.combine import PARTIAL, CombinePlan
 from flow_jobs.io.dead_letters import HEADERS_DDL, TAPPED_FIELDS, DeadLetterTap
 from flow_jobs.io.json_decode import arrow_schema
@@ -39,7 +41,6 @@ from flow_jobs.kafka.schema import (
     SOURCE_FORMAT,
     UNDECODED,
 )
-from flow_jobs.plan.errors import PlanError
 from flow_jobs.plan.event_time import (
     EPOCH_MILLIS_TYPES,
     EventTime,
@@ -47,7 +48,6 @@ from flow_jobs.plan.event_time import (
     event_time_of,
 )
 from flow_jobs.plan.late_rows import LATE, late_condition, late_reason
-from flow_jobs.plan.partials import PARTIAL_VIEW
 from flow_jobs.spec.models import EVENT_TS, KAFKA_COLUMN, KafkaSource
 
 _PAYLOAD = "__flow_payload"

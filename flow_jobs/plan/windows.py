@@ -26,10 +26,10 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from flow_jobs.aggregations import NativeWindow, aggregation_input, native_aggregate
-from flow_jobs.plan.errors import PlanError
+from flow_jobs.aggregations.partials import Merge
+from flow_jobs.errors import PlanError
 from flow_jobs.plan.event_time import EVENT_TIME, with_event_time
 from flow_jobs.plan.ordering import tie_break
-from flow_jobs.plan.partials import Merge
 from flow_jobs.plan.state_windows import compile_state_window
 from flow_jobs.spec.models import WindowSpec
 

@@ -14,10 +14,10 @@ from pathlib import Path
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
+from flow_jobs.errors import PlanError
 from flow_jobs.io.lookup_sources import DeltaTableSource, PostgresTableSource
 from flow_jobs.kafka.source import KafkaDataSource
 from flow_jobs.locations import is_uri
-from flow_jobs.plan.errors import PlanError
 from flow_jobs.runtime.pack import ARCHIVE_ALIAS, PYTHON_NAME
 from flow_jobs.settings import Settings
 from flow_jobs.spec.models import PipelineSpec, SparkSpec

@@ -13,9 +13,10 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 
+from flow_jobs.io.batch import BatchEntry, WriteResult
 from flow_jobs.io.dead_letters import OBSERVATION_PREFIX, DeadLetterTable
-from flow_jobs.io.ledger import BatchEntry, BatchLedger
-from flow_jobs.io.targets import BatchTarget, ClosedWindows, WriteResult
+from flow_jobs.io.ledger import BatchLedger
+from flow_jobs.io.targets import BatchTarget, ClosedWindows
 from flow_jobs.runtime.checkpoint import read_offset_log
 from flow_jobs.runtime.metrics import metrics
 from flow_jobs.runtime.observations import Observations

@@ -7,8 +7,9 @@ the families, so this package must not import its models on its own.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from flow_jobs.lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from flow_jobs.spec.loader import SpecError, load_spec, parse_spec
@@ -23,16 +24,16 @@ if TYPE_CHECKING:
     )
 
 _NAMES = {
-    "SpecError": "flow_jobs.spec.loader",
-    "load_spec": "flow_jobs.spec.loader",
-    "parse_spec": "flow_jobs.spec.loader",
-    "EVENT_TS": "flow_jobs.spec.models",
-    "Aggregation": "flow_jobs.spec.models",
-    "DeltaTarget": "flow_jobs.spec.models",
-    "KafkaSource": "flow_jobs.spec.models",
-    "PipelineSpec": "flow_jobs.spec.models",
-    "TransformSpec": "flow_jobs.spec.models",
-    "WindowSpec": "flow_jobs.spec.models",
+    "SpecError": ("flow_jobs.spec.loader", "SpecError"),
+    "load_spec": ("flow_jobs.spec.loader", "load_spec"),
+    "parse_spec": ("flow_jobs.spec.loader", "parse_spec"),
+    "EVENT_TS": ("flow_jobs.spec.models", "EVENT_TS"),
+    "Aggregation": ("flow_jobs.spec.models", "Aggregation"),
+    "DeltaTarget": ("flow_jobs.spec.models", "DeltaTarget"),
+    "KafkaSource": ("flow_jobs.spec.models", "KafkaSource"),
+    "PipelineSpec": ("flow_jobs.spec.models", "PipelineSpec"),
+    "TransformSpec": ("flow_jobs.spec.models", "TransformSpec"),
+    "WindowSpec": ("flow_jobs.spec.models", "WindowSpec"),
 }
 
 __all__ = [
@@ -49,9 +50,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _NAMES:
-        raise AttributeError(f"module 'flow_jobs.spec' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_NAMES[name]), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _NAMES, globals())

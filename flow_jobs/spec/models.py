@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from flow_jobs.locations import on_object_store
+from flow_jobs.spec.aggregation import Aggregation
 from flow_jobs.spec.base import (
     EVENT_TS,
     IMPORT_PATH,
@@ -63,7 +64,7 @@ from flow_jobs.spec.transform import (
     OutputColumns,
     TransformSpec,
 )
-from flow_jobs.spec.windows import Aggregation, WindowSpec
+from flow_jobs.spec.windows import WindowSpec
 from flow_jobs.windows import COUNT_KINDS, REOPEN_KINDS, TIME_KINDS, WindowKind
 
 __all__ = [

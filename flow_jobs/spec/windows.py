@@ -1,4 +1,4 @@
-"""``[transform.window]`` and its aggregations: the keys and rules every window kind shares.
+"""``[transform.window]``: the keys and rules every window kind shares.
 
 Each window family is one module of ``flow_jobs.windows`` holding its spec model (a
 subclass of ``WindowSpec`` with its size keys and rules: ``fixed`` for tumbling and
@@ -14,15 +14,12 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     Field,
-    field_validator,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
 
+from flow_jobs.spec.aggregation import Aggregation
 from flow_jobs.spec.base import (
     EVENT_TS,
-    IMPORT_PATH,
-    ImportPath,
     SpecModel,
     _identifier,
     dead_letter_topic_rule,
@@ -34,95 +31,6 @@ if TYPE_CHECKING:
     from pyspark.sql import Column
 
     from flow_jobs.windows.family import Shape, StateFamily
-
-
-class Aggregation(SpecModel):
-    """One ``[[transform.window.aggregations]]`` entry."""
-
-    #: An aggregator's name: a key of ``flow_jobs.aggregations.AGGREGATORS``.
-    agg: str
-    column: str | None = None
-    as_: str = Field(alias="as", min_length=1)
-    #: count_distinct: "approximate" (HyperLogLog, the default) or "exact".
-    mode: Literal["approximate", "exact"] | None = None
-    #: count_distinct approximate: log2 of the HLL register count (14: ~0.8% error).
-    hll_precision: Annotated[int, Field(ge=4, le=21)] | None = None
-    #: count_distinct approximate: also write the DataSketches HLL sketch (binary).
-    keep_sketch: bool | None = None
-    max_distinct_values_per_group: Annotated[int, Field(gt=0)] | None = None
-    #: reduce: ``module:function`` (or a function, in Python) called with the first value.
-    initializer: ImportPath | None = None
-    #: reduce: ``module:function`` called with (aggregate, value) for every later value.
-    reducer: ImportPath | None = None
-    #: reduce: the Spark DDL type of what the reducer returns, e.g. "DOUBLE".
-    result_type: str | None = None
-
-    @field_validator("agg")
-    @classmethod
-    def _an_aggregator(cls, name: str) -> str:
-        # the registry holds Spark's API: imported when a spec is validated, not with it
-        from flow_jobs.aggregations import AGGREGATORS
-
-        if name not in AGGREGATORS:
-            *most, last = (repr(n) for n in AGGREGATORS)
-            expected = f"{', '.join(most)} or {last}"
-            raise PydanticCustomError(
-                "literal_error", "Input should be {expected}", {"expected": expected}
-            )
-        return name
-
-    @model_validator(mode="after")
-    def _rules(self) -> Aggregation:
-        from flow_jobs.aggregations import AGGREGATORS
-
-        _identifier("as", self.as_)
-        agg = self.agg
-        if not AGGREGATORS[agg].column_optional and not self.column:
-            raise key_error("column", f'column is required for agg = "{agg}"')
-        distinct = agg == "count_distinct"
-        if self.mode is not None and not distinct:
-            raise key_error(
-                "mode", f'mode = "{self.mode}" is only valid for agg = "count_distinct"'
-            )
-        approximate = distinct and self.mode != "exact"
-        for key in ("hll_precision", "keep_sketch"):
-            if getattr(self, key) is not None and not approximate:
-                raise key_error(
-                    key, f'{key} is only valid with agg = "count_distinct" and mode = "approximate"'
-                )
-        exact = distinct and self.mode == "exact"
-        if exact and self.max_distinct_values_per_group is None:
-            raise key_error(
-                "max_distinct_values_per_group",
-                'max_distinct_values_per_group is required when agg = "count_distinct" and '
-                'mode = "exact" (exact distinct counts keep every value in state)',
-            )
-        if self.max_distinct_values_per_group is not None and not exact:
-            raise key_error(
-                "max_distinct_values_per_group",
-                'max_distinct_values_per_group is only valid with agg = "count_distinct" '
-                'and mode = "exact"',
-            )
-        for key in ("initializer", "reducer", "result_type"):
-            value = getattr(self, key)
-            if agg == "reduce" and not value:
-                raise key_error(key, f'{key} is required for agg = "reduce"')
-            if agg != "reduce" and value is not None:
-                raise key_error(key, f'{key} is only valid for agg = "reduce"')
-            if key != "result_type" and value and not IMPORT_PATH.match(value):
-                raise key_error(key, f"{key} = {value!r} is not an import path (module:function)")
-        return self
-
-    @property
-    def precision(self) -> int:
-        return self.hll_precision or 14
-
-    @property
-    def sketch_column(self) -> str | None:
-        return f"{self.as_}_sketch" if self.keep_sketch else None
-
-    def output_names(self) -> list[str]:
-        return [self.as_, *([self.sketch_column] if self.sketch_column else [])]
 
 
 #: Every window kind, in the order its family's model registered it (``flow_jobs.windows``
