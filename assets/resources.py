@@ -16,7 +16,8 @@ from dagster import ConfigurableResource
 from pydantic import Field
 from pyspark.sql import SparkSession
 
-from flow_jobs.io.state_store import StateStore, state_store_schema, state_store_url
+from flow_jobs.io.state_store import StateStore
+from flow_jobs.io.state_store_location import state_store_schema, state_store_url
 from flow_jobs.locations import is_uri, on_object_store
 from flow_jobs.spec.models import PipelineSpec
 

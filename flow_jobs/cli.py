@@ -18,13 +18,9 @@ from rich.table import Table
 
 from flow_jobs.cli_inspect import InspectUsageError, add_inspect_command
 from flow_jobs.errors import PlanError
-from flow_jobs.io.state_store import (
-    IncompatibleSpec,
-    PipelineBusy,
-    StateStore,
-    state_store_schema,
-    state_store_url,
-)
+from flow_jobs.io.checkpoint_claim import IncompatibleSpec
+from flow_jobs.io.state_store import PipelineBusy, StateStore
+from flow_jobs.io.state_store_location import state_store_schema, state_store_url
 from flow_jobs.locations import local_path
 from flow_jobs.runtime.checkpoint import retire_checkpoint
 from flow_jobs.runtime.display import configure_logging, make_display

@@ -44,7 +44,7 @@ AGGREGATIONS = [
 
 
 #: A filter in the SQL on payload columns a bad record lacks (NULL): it must not reach
-#: below the dead-letter taps (plan.sources._divert), or such records would vanish.
+#: below the dead-letter taps (plan.diversions.divert), or such records would vanish.
 FILTER_SQL = "SELECT user_id, page, amount, ts FROM clicks WHERE user_id IS NOT NULL AND amount > 0"
 
 

@@ -16,12 +16,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from flow_jobs.cli import EXIT_BUSY, main
-from flow_jobs.io.state_store import (
-    CHECKPOINT_MARKER,
-    IncompatibleSpec,
-    PipelineBusy,
-    StateStore,
-)
+from flow_jobs.io.checkpoint_claim import CHECKPOINT_MARKER, IncompatibleSpec
+from flow_jobs.io.state_store import PipelineBusy, StateStore
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec.models import PipelineSpec
 from flow_jobs_dev.broker import EmbeddedBroker

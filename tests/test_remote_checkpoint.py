@@ -26,6 +26,7 @@ from pyspark.sql import SparkSession
 
 from flow_jobs.cli import main
 from flow_jobs.errors import PlanError
+from flow_jobs.io.checkpoint_claim import CHECKPOINT_MARKER
 from flow_jobs.io.checkpoint_files import (
     HadoopCheckpointFiles,
     LocalCheckpointFiles,
@@ -35,7 +36,7 @@ from flow_jobs.io.checkpoint_files import (
     withdraw_driver_gateway,
 )
 from flow_jobs.io.delta import read_delta
-from flow_jobs.io.state_store import CHECKPOINT_MARKER, StateStore
+from flow_jobs.io.state_store import StateStore
 from flow_jobs.plan.combine import MARKER
 from flow_jobs.runtime.checkpoint import describe_batch_in_flight, has_committed_batch
 from flow_jobs.runtime.idleness import run_start

@@ -23,7 +23,8 @@ from psycopg.types.json import Jsonb
 from pyspark.sql import SparkSession
 
 from flow_jobs.cli import main
-from flow_jobs.io.state_store import CHECKPOINT_MARKER, IncompatibleSpec, StateStore
+from flow_jobs.io.checkpoint_claim import CHECKPOINT_MARKER, IncompatibleSpec
+from flow_jobs.io.state_store import StateStore
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec.fingerprint import ORDER_KEYS, fingerprint_fields, fingerprint_of
 from flow_jobs.spec.models import PipelineSpec

@@ -20,26 +20,24 @@ the lock when the holder's connection ends, however its process ended.
 
 A local checkpoint carries a marker naming the pipeline (and fingerprint) it was started
 by, so a spec of another name pointed at the same location is refused instead of
-resuming someone else's state (``claim_checkpoint``).
+resuming someone else's state (``flow_jobs.io.checkpoint_claim``).
 
-The schema is migrated at start (versioned, under an advisory lock, so concurrent
-starts are safe). Without a URL, an embedded PostgreSQL 16 from the ``pgserver`` wheel
-is started under the data folder and reused by later runs.
+The schema is migrated at start (``flow_jobs.io.ledger_schema``: versioned, under an
+advisory lock, so concurrent starts are safe). Without a URL, an embedded PostgreSQL 16
+from the ``pgserver`` wheel is started under the data folder and reused by later runs
+(``flow_jobs.io.state_store_location``).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
-import re
 import socket
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -48,9 +46,10 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from flow_jobs.io import postgres_pool
-from flow_jobs.io.checkpoint_files import checkpoint_files
+from flow_jobs.io.checkpoint_claim import IncompatibleSpec, claim_checkpoint
+from flow_jobs.io.ledger_schema import DEFAULT_SCHEMA, MIGRATIONS, SCHEMA_NAME
+from flow_jobs.io.state_store_location import state_store_schema, state_store_url
 from flow_jobs.secrets import connect_postgres
-from flow_jobs.settings import Settings
 from flow_jobs.spec.fingerprint import (
     changed_fields,
     comparable,
@@ -62,156 +61,9 @@ from flow_jobs.spec.models import PipelineSpec
 
 log = logging.getLogger(__name__)
 
-SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
-DEFAULT_SCHEMA = "flow_jobs"
-
-#: Each entry runs once, in order, in one transaction with its version row.
-MIGRATIONS: list[tuple[int, str]] = [
-    (
-        1,
-        """
-        CREATE TABLE {s}.pipelines (
-            name text PRIMARY KEY,
-            state_version integer NOT NULL DEFAULT 0,
-            fingerprint text,
-            fingerprint_fields jsonb,
-            created_at timestamptz NOT NULL DEFAULT now(),
-            updated_at timestamptz NOT NULL DEFAULT now()
-        );
-        CREATE TABLE {s}.batches (
-            pipeline text NOT NULL REFERENCES {s}.pipelines (name),
-            query_id text NOT NULL,
-            batch_id bigint NOT NULL,
-            state_version integer NOT NULL,
-            start_offsets jsonb,
-            end_offsets jsonb,
-            max_event_times jsonb,
-            source_watermarks jsonb,
-            global_watermark timestamptz,
-            input_rows bigint,
-            output_rows bigint NOT NULL,
-            late_rows bigint,
-            dead_lettered_rows bigint NOT NULL DEFAULT 0,
-            target_kind text NOT NULL,
-            target text NOT NULL,
-            target_version text,
-            replayed boolean NOT NULL DEFAULT false,
-            started_at timestamptz NOT NULL,
-            committed_at timestamptz NOT NULL DEFAULT now(),
-            compute_ms double precision,
-            write_ms double precision,
-            batch_ms double precision,
-            PRIMARY KEY (pipeline, query_id, batch_id)
-        );
-        CREATE INDEX batches_recent ON {s}.batches (pipeline, committed_at DESC);
-        CREATE TABLE {s}.dead_letters (
-            pipeline text NOT NULL,
-            source text NOT NULL,
-            reason text,
-            topic text NOT NULL,
-            partition integer NOT NULL,
-            "offset" bigint NOT NULL,
-            key bytea,
-            value bytea,
-            kafka_timestamp timestamptz,
-            batch_id bigint,
-            dead_lettered_at timestamptz NOT NULL DEFAULT now(),
-            PRIMARY KEY (pipeline, source, topic, partition, "offset")
-        );
-        """,
-    ),
-    (
-        2,
-        # The target's natural key, as the last run compiled it (a join's depends on the
-        # sources' schemas): what the natural_key_unique check groups by.
-        "ALTER TABLE {s}.pipelines ADD COLUMN natural_key jsonb",
-    ),
-    (
-        3,
-        # Late rows per source, row by row (late_rows keeps the batch's total).
-        "ALTER TABLE {s}.batches ADD COLUMN source_late_rows jsonb",
-    ),
-    (
-        4,
-        # A dead letter's Kafka headers, in order: names and exact value bytes.
-        "ALTER TABLE {s}.dead_letters ADD COLUMN header_keys text[], "
-        "ADD COLUMN header_values bytea[]",
-    ),
-    (
-        5,
-        # The time the current checkpoint generation replays from (flow-jobs reset
-        # --from): its fresh checkpoint starts every source there. NULL: starting_offsets.
-        "ALTER TABLE {s}.pipelines ADD COLUMN replay_from timestamptz",
-    ),
-]
-
-
-class IncompatibleSpec(RuntimeError):
-    """The checkpoint was started under a spec whose state layout or semantics differ."""
-
 
 class PipelineBusy(RuntimeError):
     """Another run (or reset) of the pipeline holds its lock."""
-
-
-#: The file in a local checkpoint that names the pipeline and fingerprint it belongs to.
-CHECKPOINT_MARKER = "flow-jobs-pipeline.json"
-
-
-def embedded_url(data_dir: str | Path) -> str:
-    """Start (or reuse) the embedded PostgreSQL under ``data_dir``; its connection URL."""
-    import pgserver
-
-    path = Path(data_dir).resolve()
-    path.mkdir(parents=True, exist_ok=True)
-    # pgserver counts the processes holding the server (a run, Dagster, `flow-jobs state
-    # show`) and stops it when the last one exits: nothing is left running after a demo.
-    forget_dead_holders(path)
-    server = pgserver.get_server(path, cleanup_mode="stop")
-    return str(server.get_uri())
-
-
-def forget_dead_holders(data_dir: Path) -> list[int]:
-    """Drop the pids of processes that no longer exist from pgserver's list of holders.
-
-    pgserver keeps the holders in ``.handle_pids.json`` and stops the server when the
-    last one exits (atexit); a hard-killed run never removes its pid, so every later
-    process would see another holder and leave the server running forever. pgserver
-    has no API for this, hence this small repair. Returns the pids kept."""
-    import psutil
-
-    handles = data_dir / ".handle_pids.json"
-    try:
-        pids = json.loads(handles.read_text())
-    except (OSError, ValueError):
-        return []
-    alive = [pid for pid in pids if psutil.pid_exists(pid)]
-    if alive != pids:
-        log.info("embedded Postgres: forgetting holders that exited: %s", set(pids) - set(alive))
-        handles.write_text(json.dumps(alive))
-    return alive
-
-
-def state_store_url(spec: PipelineSpec | None = None) -> str:
-    """``[state_store] url``, else ``FLOW_STATE_STORE_URL``, else the embedded server
-    (under ``[state_store] embedded_dir``, else ``FLOW_DATA_DIR``)."""
-    if spec is not None and spec.state_store.url is not None:
-        return spec.state_store.url.get_secret_value()
-    from_env = Settings.from_env().state_store_url
-    if from_env is not None:
-        return from_env.get_secret_value()
-    embedded_dir = spec.state_store.embedded_dir if spec is not None else None
-    return embedded_url(embedded_dir or default_embedded_dir())
-
-
-def default_embedded_dir() -> str:
-    return str(Settings.from_env().data_dir / ".flow" / "postgres")
-
-
-def state_store_schema(spec: PipelineSpec | None = None) -> str:
-    """``[state_store] schema``, else ``FLOW_STATE_STORE_SCHEMA``, else ``flow_jobs``."""
-    from_spec = spec.state_store.schema_name if spec is not None else None
-    return from_spec or Settings.from_env().state_store_schema or DEFAULT_SCHEMA
 
 
 @dataclass(frozen=True)
@@ -558,49 +410,3 @@ class StateStore:
                 cur.execute(statement, [row[c] for c in columns])
                 inserted += cur.rowcount
         return inserted
-
-
-def claim_checkpoint(
-    checkpoint: str, name: str, fingerprint: str, earlier: str | None = None
-) -> None:
-    """Refuse a checkpoint another pipeline (or another spec of this name) started, else
-    mark it as this one's.
-
-    The marker (``flow-jobs-pipeline.json`` in the checkpoint) is written when a pipeline
-    first uses the location — an existing checkpoint without one is adopted — and moves
-    aside with the checkpoint on reset. A different pipeline name is refused; so is a
-    different fingerprint, which the ledger would have refused already unless the two
-    specs keep their ledgers apart (another state store URL or schema). A marker holding
-    ``earlier``, the spec's fingerprint as an earlier flow-jobs computed it (without the
-    order fields: ``flow_jobs.spec.fingerprint.earlier_fingerprint``), is this spec's and
-    is rewritten with ``fingerprint``. A checkpoint behind a URI is marked the same way,
-    through Spark's Hadoop ``FileSystem``."""
-    files = checkpoint_files(checkpoint)
-    root = str(files)
-    try:
-        claimed = json.loads(files.read_text(CHECKPOINT_MARKER))
-    except FileNotFoundError:
-        mark = {"pipeline": name, "fingerprint": fingerprint,
-                "claimed_at": datetime.now(UTC).isoformat(timespec="seconds")}  # fmt: skip
-        files.write_text(CHECKPOINT_MARKER, json.dumps(mark, indent=2) + "\n")
-        return
-    owner, started_under = claimed.get("pipeline"), claimed.get("fingerprint")
-    if owner == name and earlier is not None and started_under == earlier:
-        upgraded = {**claimed, "fingerprint": fingerprint, "earlier_fingerprint": earlier}
-        # staged and renamed over it: never a half-written marker, which no start reads
-        files.write_text(CHECKPOINT_MARKER, json.dumps(upgraded, indent=2) + "\n")
-        return
-    if owner != name:
-        raise IncompatibleSpec(
-            f"pipeline {name}: checkpoint {root} belongs to pipeline {owner} (see its "
-            f"{CHECKPOINT_MARKER}); two pipelines cannot share a checkpoint. Give this "
-            "spec its own [checkpoint] location"
-        )
-    if started_under != fingerprint:
-        raise IncompatibleSpec(
-            f"pipeline {name}: checkpoint {root} was started under spec fingerprint "
-            f"{started_under}, this spec's is {fingerprint} (see its {CHECKPOINT_MARKER}): "
-            "another spec of the same name, or a changed spec with its ledger elsewhere. "
-            "Give this spec its own [checkpoint] location, or run "
-            f"`flow-jobs reset {name}` with the ledger that started it"
-        )

@@ -20,6 +20,7 @@ from flow_jobs.io.checkpoint_files import LOCATION_KEY, checkpoint_files, idle_f
 from flow_jobs.io.combine import CombinePlan
 from flow_jobs.io.dead_letters import DeadLetterTable
 from flow_jobs.plan.combine import checkpoint_merges, describe, foldable
+from flow_jobs.plan.diversions import divert_after_sql
 from flow_jobs.plan.event_time import EventTime
 from flow_jobs.plan.joins import compile_join
 from flow_jobs.plan.lookups import Lookup, register_lookups
@@ -27,7 +28,6 @@ from flow_jobs.plan.sources import (
     SourceWatermark,
     carried_by_sources,
     compile_source,
-    divert_after_sql,
     payload_schema,
     source_carries,
 )

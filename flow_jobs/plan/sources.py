@@ -15,7 +15,7 @@ payload is NULL or empty, is not JSON matching the schema, or (when this source 
 the window's event-time column) its event time is NULL, outside Spark's TIMESTAMP range,
 or further ahead of the micro-batch's processing time than ``max_event_time_skew_ms``.
 An event time computed by ``[transform].sql`` gets the same checks after the SQL
-(``divert_after_sql``), from the ``_kafka`` column the SQL keeps.
+(``flow_jobs.plan.diversions.divert_after_sql``), from the ``_kafka`` column the SQL keeps.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pyspark.sql.utils import AnalysisException
 from flow_jobs.aggregations.partials import PARTIAL_VIEW
 from flow_jobs.errors import PlanError
 from flow_jobs.io.combine import PARTIAL, CombinePlan
-from flow_jobs.io.dead_letters import HEADERS_DDL, TAPPED_FIELDS, DeadLetterTap
+from flow_jobs.io.dead_letters import DeadLetterTap
 from flow_jobs.io.json_decode import arrow_schema
 from flow_jobs.kafka.schema import (
     BATCH_TIME,
@@ -40,6 +40,13 @@ from flow_jobs.kafka.schema import (
     LATE_WATERMARK,
     SOURCE_FORMAT,
     UNDECODED,
+)
+from flow_jobs.plan.diversions import (
+    Reason,
+    divert,
+    out_of_range_reason,
+    record_fields,
+    time_reasons,
 )
 from flow_jobs.plan.event_time import (
     EPOCH_MILLIS_TYPES,
@@ -52,16 +59,12 @@ from flow_jobs.spec.models import EVENT_TS, KAFKA_COLUMN, KafkaSource
 
 _PAYLOAD = "__flow_payload"
 _CORRUPT = CORRUPT_RECORD  # the reader decodes into the same shape
-_REASON = "__flow_dead_letter_reason"
 _WATERMARKED = "__flow_source_watermark"
 
 RAW_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "headers", EVENT_TS)
 #: ``_kafka``: the record's position and bytes, so a row can still be dead-lettered after
 #: ``[transform].sql`` (value is pruned by the optimizer where nothing reads it).
 KAFKA_METADATA = ("key", "value", "topic", "partition", "offset", "timestamp", "headers")
-_RECORD_FIELDS = ("topic", "partition", "offset", "key", "value", "timestamp", "headers")
-
-Reason = tuple[Column, str | Column | None]  # (condition, the dead letter's reason)
 
 
 #: Prefix of the observable metrics each source view reports (``observedMetrics``).
@@ -159,7 +162,7 @@ def compile_source(
         reasons.insert(0, (F.col(PARTIAL).isNotNull(), None))
         view.append(F.col(PARTIAL).alias(PARTIAL_VIEW))
     if reasons:  # a heartbeat row has no record: never a dead letter
-        frame = _divert(frame, [(F.col(HEARTBEAT).isNotNull(), None), *reasons], tap)
+        frame = divert(frame, [(F.col(HEARTBEAT).isNotNull(), None), *reasons], tap)
     frame = frame.select(*view, F.col(LATE_WATERMARK), F.col(HEARTBEAT))
     time = source_event_time(frame, event_time)
     if time is None:  # the event time is made by [transform].sql: no per-source figures
@@ -176,7 +179,7 @@ def compile_source(
     if late_data == "dlq":
         reason = late_reason(time, event_time.column)
         late = tap.late_rows()  # tapped apart: a dead_letter_topic may take them
-        frame = _divert(frame, [(F.col(LATE), reason)], late, record_fields(frame))
+        frame = divert(frame, [(F.col(LATE), reason)], late, record_fields(frame))
     elif late_data == "drop":
         frame = frame.where(~F.col(LATE))
     frame = frame.drop(LATE, LATE_WATERMARK)
@@ -337,114 +340,6 @@ def _event_time_reasons(settings: EventTime, payload: StructType, index: int) ->
     )
 
 
-def out_of_range_reason(name: str) -> str:
-    return (
-        f"event time {name} is out of range: epoch milliseconds outside years 1-9999 "
-        "(a value in micro- or nanoseconds?)"
-    )
-
-
-def time_reasons(
-    event_time: Column, name: str, skew: int, missing: str, now: Column
-) -> list[Reason]:
-    """A NULL event time, and one too far ahead of the micro-batch's processing time
-    ``now`` (the reader's ``BATCH_TIME``, or ``current_timestamp()`` after the SQL)."""
-    return [
-        (event_time.isNull(), f"missing event time: {name} is {missing}"),
-        (
-            F.unix_millis(event_time) > F.unix_millis(now) + F.lit(skew),
-            f"event time {name} is more than max_event_time_skew_ms={skew} ahead of "
-            "processing time",
-        ),
-    ]
-
-
 def carried_by_sources(name: str, views: dict[str, DataFrame]) -> bool:
     """Whether a source view has the column ``name`` (already checked at the source)."""
     return any(name in view.columns for view in views.values())
-
-
-def divert_after_sql(frame: DataFrame, settings: EventTime, tap: DeadLetterTap) -> DataFrame:
-    """Dead-letter the rows whose event time, computed by ``[transform].sql``, is NULL
-    (absent, unparsable, out of range) or too far in the future: with their bytes and
-    position from the ``_kafka`` column the SQL must keep (raw sources: the Kafka
-    columns). Without them a bad row could only fail the query (on every replay) or
-    vanish, so such a spec is refused."""
-    name = settings.column
-    if name not in frame.columns:
-        return frame  # with_event_time names the missing column
-    fields = record_fields(frame)
-    if fields is None:
-        raise PlanError(
-            "transform.sql",
-            f"the event time {name!r} is computed in the SQL, so a row whose value comes out "
-            f"NULL, unparsable or far in the future must be dead-lettered with its Kafka "
-            f'position: select {KAFKA_COLUMN} too (format = "raw": topic, partition, '
-            "offset, key, value, timestamp)",
-        )
-    data_type = frame.schema[name].dataType
-    event_time = event_time_of(F.col(name), data_type, settings.key, name)
-    reasons = []
-    if isinstance(data_type, EPOCH_MILLIS_TYPES):
-        reasons.append((epoch_ms_out_of_range(F.col(name)), out_of_range_reason(name)))
-    # The SQL's rows keep no reader column: current_timestamp(), the same instant.
-    now = F.col(BATCH_TIME) if BATCH_TIME in frame.columns else F.current_timestamp()
-    reasons += time_reasons(
-        event_time,
-        name,
-        settings.max_skew_ms,
-        "NULL after [transform].sql (absent or unparsable)",
-        now,
-    )
-    return _divert(frame, reasons, tap, fields)
-
-
-def record_fields(frame: DataFrame) -> dict[str, Column] | None:
-    """Where a frame's rows keep their Kafka bytes and position: the ``_kafka`` column
-    (JSON sources), the Kafka columns (raw sources), or nowhere (None)."""
-    if KAFKA_COLUMN in frame.columns:
-        return {c: F.col(f"{KAFKA_COLUMN}.{c}") for c in _RECORD_FIELDS}
-    if all(c in frame.columns for c in _RECORD_FIELDS if c != "headers"):
-        # a raw source's SQL may leave the headers out: the dead letter then has none
-        headers = F.col("headers") if "headers" in frame.columns else F.lit(None)
-        return {**{c: F.col(c) for c in _RECORD_FIELDS if c != "headers"}, "headers": headers}
-    return None
-
-
-def _divert(
-    frame: DataFrame,
-    reasons: list[Reason],
-    tap: DeadLetterTap,
-    fields: dict[str, Column] | None = None,
-) -> DataFrame:
-    """The frame without the rows that have a reason (the first of ``reasons`` whose
-    condition holds; a reason of None keeps the row), which ``tap`` collects: an
-    observation (``DataFrame.observe``) of each such row's reason and Kafka record,
-    read by the driver after the batch ran (``flow_jobs.io.dead_letters``)."""
-    reason: Column = F.lit(None).cast("string")
-    for condition, text in reversed(reasons):  # the first that holds; None: keep the row
-        value = F.lit(text).cast("string") if text is None or isinstance(text, str) else text
-        reason = F.when(condition, value).otherwise(reason)
-    fields = fields or {c: F.col(c) for c in _RECORD_FIELDS}
-    collected = {
-        "reason": F.col(_REASON),
-        "topic": fields["topic"].cast("string"),
-        "partition": fields["partition"].cast("int"),
-        "offset": fields["offset"].cast("bigint"),
-        "key": fields["key"].cast("binary"),
-        "value": fields["value"].cast("binary"),
-        "timestamp_us": F.unix_micros(fields["timestamp"].cast("timestamp")),
-        "headers": fields["headers"].cast(HEADERS_DDL),
-    }
-    record = F.struct(*(collected[name].alias(name) for name in TAPPED_FIELDS))
-    bad = F.col(_REASON).isNotNull()
-    return (
-        frame.withColumn(_REASON, reason)
-        # collect_list skips the NULL of every row kept: only bad rows are collected.
-        # Spark's optimizer pushes no filter below an observation (a [transform].sql
-        # WHERE on a column a bad row lacks would lose it without a dead letter):
-        # tests/test_spark_contracts.py pins it.
-        .observe(tap.observation, F.collect_list(F.when(bad, record)).alias("rows"))
-        .where(~bad)
-        .drop(_REASON)
-    )

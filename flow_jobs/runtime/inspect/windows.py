@@ -1,0 +1,191 @@
+"""``flow-jobs inspect``: a window's open windows, from Spark's aggregation state (native
+windows) or from the operator's own (state-API windows)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from pyspark.sql import functions as F
+
+from flow_jobs.aggregations import AGGREGATORS, NOT_DECODED, AggregationInput
+from flow_jobs.operators.frame import EventFrame, Values
+from flow_jobs.operators.ranges import Context, Ranges
+from flow_jobs.runtime.inspect.report import (
+    DECODE_ALL_GROUPS,
+    OpenWindow,
+    Reading,
+    as_datetime,
+    epoch_ms,
+    filter_state,
+    plain,
+    with_labels,
+)
+from flow_jobs.spec.models import Aggregation
+from flow_jobs.windows.family import time_rule
+from flow_jobs.windows.processor import STATE_VARIABLE, load_blob
+
+# -- native windows ------------------------------------------------------------------
+
+
+def native_windows(reader: Any, c: Reading) -> tuple[list[OpenWindow], int | None]:
+    state = reader.load(c.report.checkpoint)
+    w = c.window
+    session_kind = "session_window" in state.schema["value"].dataType.fieldNames()
+    bounds = "value.session_window" if session_kind else "key.window"
+    group_cols = {g: F.col(f"key.{g}") for g in w.group_by}
+    state = filter_state(state, group_cols, c.window_groups)
+    total = state.count()
+    rows = (
+        state.select(
+            F.unix_millis(F.col(f"{bounds}.start")).alias("start"),
+            F.unix_millis(F.col(f"{bounds}.end")).alias("end"),
+            *(col.alias(f"g{i}") for i, col in enumerate(group_cols.values())),
+            F.col("value"),
+        )
+        .orderBy("end", "start", *(f"g{i}" for i in range(len(group_cols))))
+        .limit(c.limit)
+        .collect()
+    )
+    skip = {"session_window", *w.group_by} if session_kind else set()
+    layout = _buffer_layout(
+        w.aggregations,
+        [f.name for f in state.schema["value"].dataType.fields if f.name not in skip],
+    )
+    if layout is None:
+        c.report.note = (
+            "the state's aggregation buffers are not laid out as expected: aggregates n/a"
+        )
+    windows = []
+    for r in rows:
+        buffers = [v for f, v in zip(r["value"].__fields__, r["value"], strict=True)
+                   if f not in skip]  # fmt: skip
+        rule, sources = c.explained(time_rule(c, r["end"]))
+        windows.append(
+            OpenWindow(
+                as_datetime(r["start"]),
+                as_datetime(r["end"]),
+                {g: plain(r[f"g{i}"]) for i, g in enumerate(w.group_by)},
+                _native_aggregates(w.aggregations, layout, buffers),
+                rule,
+                sources,
+            )
+        )
+    return windows, total
+
+
+def _buffer_layout(aggs: Iterable[Aggregation], names: list[str]) -> list[slice] | None:
+    """Each aggregation's slice of the buffer fields; None when they do not match."""
+    layout, at = [], 0
+    for a in aggs:
+        expected = AGGREGATORS[a.agg].buffer_fields
+        width = len(expected)
+        if a.agg == "sum" and names[at + 1 : at + 2] == ["isEmpty"]:
+            width = 2
+        if tuple(names[at : at + len(expected)]) != expected:
+            return None
+        layout.append(slice(at, at + width))
+        at += width
+    return layout if at == len(names) else None
+
+
+def _native_aggregates(
+    aggs: list[Aggregation], layout: list[slice] | None, buffers: list[Any]
+) -> dict[str, Any]:
+    """Each aggregate's open value, read by its aggregator from its buffer fields."""
+    return {
+        a.as_: NOT_DECODED
+        if layout is None
+        else plain(AGGREGATORS[a.agg].partial_value(buffers[layout[i]]))
+        for i, a in enumerate(aggs)
+    }
+
+
+# -- state-API windows ---------------------------------------------------------------
+
+
+def state_windows(reader: Any, c: Reading) -> tuple[list[OpenWindow], int | None]:
+    """Each group's value holds its open windows: decoded here, ``limit`` groups at a
+    time in the order their windows start, until ``limit`` windows are found."""
+    w = c.window
+    state = reader.option("stateVarName", STATE_VARIABLE).load(c.report.checkpoint)
+    group_cols = {g: F.col(f"key.{g}") for g in w.group_by}
+    state = filter_state(state, group_cols, c.window_groups).where(F.col("value.blob").isNotNull())
+    ordered = state.select(
+        *(col.alias(f"g{i}") for i, col in enumerate(group_cols.values())),
+        F.col("value.blob").alias("blob"),
+        F.col("value.span_start").alias("span_start"),
+    ).orderBy("span_start", *(f"g{i}" for i in range(len(group_cols))))
+    every = state.count() <= DECODE_ALL_GROUPS
+    windows: list[OpenWindow] = []
+    for r in ordered.toLocalIterator():
+        group = {g: plain(r[f"g{i}"]) for i, g in enumerate(w.group_by)}
+        windows.extend(_group_windows(load_blob(r["blob"])["state"], group, c))
+        if not every and len(windows) >= c.limit:
+            break
+    windows.sort(
+        key=lambda x: (epoch_ms(x.end) if x.end else 0, epoch_ms(x.start) if x.start else 0)
+    )
+    return windows[: c.limit], (len(windows) if every else None)
+
+
+def _group_windows(state: Any, group: dict[str, Any], c: Reading) -> list[OpenWindow]:
+    """A group's open windows, as the operator's own family sees them
+    (``StateFamily.open_windows``), each with the rule that closes it (``close_rules``)."""
+    family = c.window.state_family()
+    held = family.open_windows(state)
+    rules = family.close_rules(state, held, c)
+    found = _windows(
+        held.frame, held.ranges, held.starts, held.ends, group, [c.explained(r) for r in rules], c
+    )
+    labels = [(("index", r.index), ("revision", r.revision)) for r in rules]
+    return [
+        with_labels(x, **{k: v for k, v in label if v is not None})
+        for x, label in zip(found, labels, strict=True)
+    ]
+
+
+def _windows(
+    frame: EventFrame,
+    ranges: Ranges,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    group: dict[str, Any],
+    rules: list[tuple[str, tuple[str, ...]]],
+    c: Reading,
+) -> list[OpenWindow]:
+    aggregates = _open_aggregates(c, frame, ranges)
+    return [
+        OpenWindow(as_datetime(int(s)), as_datetime(int(e)), group, values, rule, sources)
+        for s, e, values, (rule, sources) in zip(starts, ends, aggregates, rules, strict=True)
+    ]
+
+
+def _open_aggregates(c: Reading, frame: EventFrame, ranges: Ranges) -> list[dict[str, Any]]:
+    """Each open window's aggregates as they stand, computed by the operator's own
+    aggregators (``Aggregator.state``) over the group's state. The frame's column kinds
+    come from their dtype, so a timestamp column shows as the epoch microseconds it
+    holds; ``reduce`` runs the user's functions, which ``inspect`` does not: "n/a"."""
+    kinds = {name: _kind(values) for name, values in frame.columns.items()}
+    ctx = Context.of(frame, kinds, lambda i: f"open window {i}")
+    out: list[dict[str, Any]] = [{} for _ in range(len(ranges))]
+    for i, a in enumerate(c.window.aggregations):
+        unit = AGGREGATORS[a.agg]
+        given = AggregationInput(a, i, None, None, ())
+        column = unit.state_column(given)
+        values: Any = [NOT_DECODED] * len(ranges)
+        if a.agg != "reduce" and (column is None or column in frame.columns):
+            operator = unit.state(given, column, c.spec.name)
+            values = operator.compute(ctx, ranges)[0]
+        for window, value in zip(out, values, strict=True):
+            window[a.as_] = None if value is pd.NA else plain(value)  # pandas' NULL
+    return out
+
+
+def _kind(values: Values) -> str:
+    """A frame column's kind (``flow_jobs.operators.frame.ColumnKind``) from its dtype."""
+    if values.data.dtype == np.float64:
+        return "float"
+    return "int" if values.data.dtype == np.int64 else "object"
