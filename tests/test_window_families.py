@@ -24,8 +24,7 @@ from pyspark.sql import functions as F
 
 from flow_jobs.operators.frame import EventFrame, Values
 from flow_jobs.spec.models import WindowKind, WindowSpec
-from flow_jobs.spec.windows import KINDS
-from flow_jobs.windows import sliding
+from flow_jobs.windows import KINDS, sliding
 from flow_jobs.windows.family import CloseRule, Shape, StateFamily
 from flow_jobs.windows.processor import FAMILIES, load_blob
 
@@ -152,3 +151,11 @@ def test_state_pickled_before_the_windows_package_still_loads(
     blob = load_blob(data)
     assert type(blob["state"]) is sliding.SlidingState
     assert blob["state"].pending.tolist() == [4] and blob["timer"] is None
+
+
+@pytest.mark.parametrize("kind", sorted(typing.get_args(WindowKind)))
+def test_a_window_validates_again_from_its_own_dump(kind: str) -> None:
+    """A family's dump holds its unset size keys as None (e.g. a tumbling window's
+    ``hop_ms``): validating it again gives the same window, not a refusal."""
+    window = _window(kind)
+    assert WindowSpec.model_validate(window.model_dump(by_alias=True)) == window

@@ -158,7 +158,7 @@ class WindowSpec(SpecModel):
         kind = data.get("kind")
         own = cls.SIZE_KEYS.get(kind, ()) if isinstance(kind, str) else ()
         for key in WindowSpec.size_keys():
-            if key in data and key not in own:
+            if data.get(key) is not None and key not in own:  # None: not set
                 valid = [k for k, model in KINDS.items() if key in model.SIZE_KEYS[k]]
                 raise key_error(
                     key,
