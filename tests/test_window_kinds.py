@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
+from flow_jobs.aggregations import AGGREGATORS
 from flow_jobs.runtime.runner import PipelineRunner
+from flow_jobs.windows import KINDS
 from flow_jobs_dev.broker import EmbeddedBroker
 from flow_jobs_dev.producer import Record
 from tests import reduce_fns
@@ -101,6 +103,14 @@ def _records(events: list[dict[str, Any]], rng: random.Random) -> list[Record]:
         offsets[p] += 1
         records.append(Record(json.dumps(e).encode(), p, (e["user_id"] or "").encode(), e["ts"]))
     return records
+
+
+def test_the_reference_run_holds_every_aggregator_and_window_kind() -> None:
+    """A new aggregator (``flow_jobs.aggregations``) or window kind (``flow_jobs.windows``)
+    joins ``AGGREGATIONS`` or ``CASES`` and the independent reference
+    (tests/reference.py), or this fails."""
+    assert {agg for agg, *_ in AGGREGATIONS} == set(AGGREGATORS)
+    assert {case["kind"] for case in CASES.values()} == set(KINDS)
 
 
 @pytest.mark.parametrize("case", list(CASES))
