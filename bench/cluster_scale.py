@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.run import Result, _spec
+from bench.pipeline import Result, clicks_spec
 from flow_jobs.runtime.pack import pack
 from flow_jobs.spec.models import PipelineSpec
 from flow_jobs_dev.spark_cluster import StandaloneCluster
@@ -78,7 +78,7 @@ def _drive(args: dict) -> dict:
     for run in ("warm-up", "timed"):
         workdir = Path(args["workdir"]) / run
         workdir.mkdir(parents=True)
-        doc = _spec(args["bootstrap"], workdir).to_document()
+        doc = clicks_spec(args["bootstrap"], workdir).to_document()
         doc["name"] = f"bench-cluster-{workdir.parent.name}-{run}-{int(time.time())}"
         doc["checkpoint"] = {"location": (workdir / "checkpoint").as_uri()}
         runner = PipelineRunner(PipelineSpec.model_validate(doc), spark)

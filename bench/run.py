@@ -27,33 +27,24 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
+from bench.pipeline import (
+    AGGREGATIONS,
+    SCHEMA,
+    TOPIC,
+    TUMBLING,
+    Result,
+    clicks_spec,
+)
 from flow_jobs.spec.models import PipelineSpec
 from flow_jobs_dev.broker import EmbeddedBroker
 from flow_jobs_dev.producer import produce
 from flow_jobs_dev.sample_events import sample_clicks, sample_orders, sample_payments
-
-TOPIC = "bench-clicks"
-SCHEMA = "user_id STRING, page STRING, amount DOUBLE, ts BIGINT"
-
-
-@dataclass
-class Result:
-    name: str
-    events: int
-    seconds: float
-    write_seconds: float | None = None  # pipelines: MERGEing windows into Delta
-    windows: int | None = None  # pipelines: window rows written
-    peak_state_rows: int | None = None  # joins: the join's largest state
-
-    @property
-    def rate(self) -> float:
-        return self.events / self.seconds
 
 
 def _read_partition(args: tuple[str, int, int]) -> int:
@@ -107,16 +98,9 @@ def spark_run(name: str, events: int, body: Callable[[Path], int | Any]) -> Resu
     return Result(name, events, elapsed, written, windows)
 
 
-AGGREGATIONS = [
-    {"agg": "count", "as": "clicks"},
-    {"agg": "sum", "column": "amount", "as": "amount_sum"},
-    {"agg": "avg", "column": "amount", "as": "amount_avg"},
-    {"agg": "max", "column": "amount", "as": "amount_max"},
-]
 #: The tumbling run with the window's watermark taken after the SQL, as before each
 #: source had its own (the per-source design must cost at most 10% of tumbling).
 BEFORE_SOURCE_WATERMARKS = "tumbling 60 s, one watermark after the SQL (before per-source)"
-TUMBLING = {"kind": "tumbling", "duration_ms": 60_000, "lateness_ms": 5_000}
 #: Every kind with the tumbling run's four aggregates (count_distinct adds its own).
 WINDOWS: dict[str, dict] = {
     # ~1 click per user per second: a 2 s gap ends a session about every 7 clicks
@@ -133,30 +117,6 @@ WINDOWS: dict[str, dict] = {
         ],
     },
 }
-
-
-def _spec(bootstrap: str, workdir: Path, window: dict | None = None) -> PipelineSpec:
-    return PipelineSpec.model_validate(
-        {
-            # Each run is its own pipeline in the ledger (its spec differs: one name
-            # would be refused by the fingerprint check).
-            "name": workdir.name.lower().replace("_", "-"),
-            "sources": [
-                {"name": "clicks", "topic": TOPIC, "bootstrap_servers": bootstrap, "schema": SCHEMA}
-            ],
-            "transform": {
-                "window": {
-                    "event_time_column": "ts",
-                    "group_by": ["user_id"],
-                    "aggregations": AGGREGATIONS,
-                    **(window or TUMBLING),
-                }
-            },
-            "target": {"kind": "delta", "path": str(workdir / "target")},
-            "checkpoint": {"location": str(workdir / "checkpoint")},
-            "dead_letter": {"path": str(workdir / "dead_letters")},
-        }
-    )
 
 
 def hand_written_events(
@@ -410,7 +370,7 @@ def main() -> int:
             {"spark.ui.enabled": "false", "spark.driver.memory": "4g"},
             app_name="flow-jobs-bench",
         )
-        probe_spec = _spec(bootstrap, Path(tempfile.gettempdir()))
+        probe_spec = clicks_spec(bootstrap, Path(tempfile.gettempdir()))
         session = pipeline_session(spark, probe_spec.spark)
 
         def scan(workdir: Path) -> int:
@@ -427,7 +387,7 @@ def main() -> int:
             window: dict | None = None, per_source_watermarks: bool = True
         ) -> Callable[[Path], PipelineRunner]:
             def run(workdir: Path) -> PipelineRunner:
-                runner = PipelineRunner(_spec(bootstrap, workdir, window), spark)
+                runner = PipelineRunner(clicks_spec(bootstrap, workdir, window), spark)
                 if not per_source_watermarks:  # the plan before them, for the ratio
                     runner.compiled = compile_pipeline(
                         runner.spark,
