@@ -117,6 +117,12 @@ class StateFamily(ABC):
     #: a window holds its end (sliding and count windows: ``[start, end]``)
     holds_end: ClassVar[bool] = False
 
+    @classmethod
+    @abstractmethod
+    def of(cls, shape: Any) -> StateFamily:
+        """The family for a window's parameters (a ``Shape``, or the operator's plan,
+        which carries the same fields)."""
+
     @abstractmethod
     def empty(self, frame: EventFrame) -> Any:
         """A group's state before its first row (``frame``: no rows, the plan's columns)."""

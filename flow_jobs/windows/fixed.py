@@ -1,7 +1,7 @@
 """Tumbling and hopping windows: their spec keys, where they run, and on the state API
 the windows that reopen (``late_data = "reopen"``) or hold an exact distinct count.
 
-The rules: docs/spec-reference.md, "Window kinds" and "Reopening windows".
+The rules: docs/spec-reference.md, "Windows" and "Reopening windows".
 
 ``kind = "tumbling"`` (``duration_ms``) and ``"hopping"`` (``duration_ms``, ``hop_ms``)
 are Spark's ``window()`` grouping with a watermark (a JVM hash aggregation whose partial

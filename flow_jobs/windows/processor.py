@@ -31,8 +31,7 @@ from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
 from flow_jobs.operators.frame import ColumnKind, EventFrame, frame_from_pandas
 from flow_jobs.operators.ranges import Context, WindowAggregator
-from flow_jobs.spec.windows import KINDS
-from flow_jobs.windows import fixed, timers
+from flow_jobs.windows import KINDS, fixed, timers
 from flow_jobs.windows.family import Emission, StateFamily
 
 #: The group's window state, plus the time span of its open windows (epoch ms): read by
