@@ -32,8 +32,8 @@ from flow_jobs.operators.ranges import Ranges
 
 @dataclass(frozen=True)
 class Shape:
-    """A window's parameters, as the families read them (the operator's plan carries
-    the same fields; each window family's spec model derives them: ``WindowSpec.shape``)."""
+    """A window's parameters, as the families read them (the operator's plan extends it;
+    each window family's spec model derives them: ``WindowSpec.shape``)."""
 
     duration_ms: int | None = None
     hop_ms: int | None = None

@@ -32,7 +32,7 @@ from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 from flow_jobs.operators.frame import ColumnKind, EventFrame, frame_from_pandas
 from flow_jobs.operators.ranges import Context, WindowAggregator
 from flow_jobs.windows import KINDS, fixed, timers
-from flow_jobs.windows.family import Emission, StateFamily
+from flow_jobs.windows.family import Emission, Shape, StateFamily
 
 #: The group's window state, plus the time span of its open windows (epoch ms): read by
 #: the max_groups_per_window check (``flow_jobs.runtime.caps``) without unpickling.
@@ -46,29 +46,20 @@ _STATE_SCHEMA = StructType(
 STATE_VARIABLE = "window_state"
 
 
-@dataclass(frozen=True)
-class WindowOperatorPlan:
-    """Everything the processor needs, decided at plan time on the driver."""
+@dataclass(frozen=True, kw_only=True)
+class WindowOperatorPlan(Shape):
+    """Everything the processor needs, decided at plan time on the driver: the window's
+    parameters as its family reads them (``Shape``, from the family's spec model), and
+    the rest."""
 
     pipeline: str
     kind: str  # a key of FAMILIES
-    duration_ms: int | None
-    count: int | None
-    stride: int | None
     emit: str
     group_columns: tuple[str, ...]  # empty: one global group
     columns: tuple[ColumnKind, ...]
     #: built on the driver by each aggregator's unit (``flow_jobs.aggregations``)
     aggregators: tuple[WindowAggregator, ...]
     output_columns: tuple[str, ...]
-    hop_ms: int | None = None  # hopping (tumbling: the duration)
-    #: tumbling / hopping windows that reopen (late_data = "reopen"): how long after
-    #: their end, and the revision column last in the output
-    allowed_lateness_ms: int = 0
-    revision: bool = False
-    #: False: time_mode = "processing" (count windows number events on arrival)
-    event_time: bool = True
-    gap_ms: int | None = None  # session
 
     @property
     def bounds(self) -> fixed.Bounds:
