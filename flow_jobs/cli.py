@@ -64,6 +64,11 @@ def _describe(spec: PipelineSpec) -> str:
 
 def _validate(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
+    for i, source in enumerate(spec.sources):
+        if source.format == "avro":  # its schema is the registry's: reachable, mappable
+            from flow_jobs.plan.sources import payload_schema
+
+            payload_schema(source, i)
     print(f"{args.spec}: valid — {_describe(spec)}")
     for warning in spec.warnings():
         print(f"warning: {warning}")

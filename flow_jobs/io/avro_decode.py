@@ -1,13 +1,13 @@
 """Confluent-framed Avro payloads decoded in bulk into Arrow, in the Kafka reader.
 
-Groundwork for ``format = "avro"`` sources (issue 32): not yet wired into the spec or the
-reader. A record in Confluent's wire format is a magic byte 0, the writer schema's id in
-the registry (4 bytes, big-endian), then the Avro binary body. Each record is read with
-its writer schema (fetched once per id by ``writer_schema``, cached for the process)
-and resolved to the reader schema by Avro's rules (a field added with a default, a
-removed field, a promoted type), with fastavro; the rows become one Arrow struct array
-of the reader schema's type (``arrow_type``), the same shape the JSON decoder hands the
-source view.
+The decoder of ``format = "avro"`` sources (the spec reference, ``[[sources]]``). A
+record in Confluent's wire format is a magic byte 0, the writer schema's id in the
+registry (4 bytes, big-endian), then the Avro binary body. Each record is read with its
+writer schema (fetched once per id by ``writer_schema``, cached for the process) and
+resolved to the reader schema by Avro's rules (a field added with a default, a removed
+field, a promoted type), with fastavro; the rows become one Arrow struct array of the
+reader schema's type (``arrow_type``), the same shape the JSON decoder hands the source
+view.
 
 Nothing is lost: a record that cannot be decoded gets a NULL row and a reason naming
 its cause (an unknown magic byte, a schema id the registry does not have, a truncated or
@@ -110,6 +110,37 @@ def _arrow(schema: Any, where: str, named: dict[str, pa.DataType]) -> pa.DataTyp
     return _arrow(kind, where, named)  # {"type": "long"} and the like
 
 
+def spark_ddl(data_type: pa.DataType) -> str:
+    """The Spark DDL of an Arrow type ``arrow_type`` makes (the reader's declared schema,
+    where no JVM is at hand to parse a ``StructType``)."""
+    if pa.types.is_struct(data_type):
+        fields = (data_type.field(i) for i in range(data_type.num_fields))
+        inner = ", ".join(f"`{f.name.replace('`', '``')}`: {spark_ddl(f.type)}" for f in fields)
+        return f"STRUCT<{inner}>"
+    if pa.types.is_map(data_type):
+        return f"MAP<{spark_ddl(data_type.key_type)}, {spark_ddl(data_type.item_type)}>"
+    if pa.types.is_list(data_type):
+        return f"ARRAY<{spark_ddl(data_type.value_type)}>"
+    if pa.types.is_decimal(data_type):
+        return f"DECIMAL({data_type.precision}, {data_type.scale})"
+    if pa.types.is_timestamp(data_type):
+        return "TIMESTAMP"
+    return _SPARK_DDL[data_type]
+
+
+_SPARK_DDL = {
+    pa.null(): "VOID",
+    pa.bool_(): "BOOLEAN",
+    pa.int32(): "INT",
+    pa.int64(): "BIGINT",
+    pa.float32(): "FLOAT",
+    pa.float64(): "DOUBLE",
+    pa.binary(): "BINARY",
+    pa.string(): "STRING",
+    pa.date32(): "DATE",
+}
+
+
 def _name(schema: Any) -> str:
     if isinstance(schema, dict):
         return str(schema.get("name") or schema.get("type"))
@@ -122,7 +153,8 @@ class ConfluentAvroDecoder:
 
     def __init__(self, reader: Any, writer_schema: Callable[[int], Any]) -> None:
         self.reader = fastavro.parse_schema(reader)
-        self.struct_type = arrow_type(reader)
+        self.schema = arrow_schema(reader)
+        self.struct_type = pa.struct(list(self.schema))
         self._fetch = writer_schema
         self._writers: dict[int, Any] = {}  # schema id -> parsed schema, or an error text
 

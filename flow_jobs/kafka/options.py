@@ -12,6 +12,12 @@ from flow_jobs.kafka.schema import (
     SOURCE_FORMAT,
 )
 
+#: Options naming the schema registry client's settings (format = "avro"); a secret one
+#: also carries ``secret.`` in its name, so Spark redacts its value wherever it shows the
+#: source's options (its default ``spark.redaction.regex`` matches "secret").
+REGISTRY_PREFIX = "registry."
+SECRET_PREFIX = "secret."
+
 
 class KafkaDataLossError(RuntimeError):
     """A planned offset range is no longer (or not yet) readable from Kafka."""
@@ -40,6 +46,10 @@ class KafkaSourceOptions:
     json_schema: str | None = None
     #: what to pre-aggregate in the reader (``flow_jobs.io.combine.CombinePlan`` as JSON)
     combine: str | None = None
+    #: format = "avro": the reader schema (Avro JSON) records are resolved to, and the
+    #: schema registry's client configuration (options ``registry.<key>``)
+    avro_schema: str | None = None
+    registry_config: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def from_options(cls, options: dict[str, str]) -> KafkaSourceOptions:
@@ -72,6 +82,14 @@ class KafkaSourceOptions:
             source_name=options.get("source_name", ""),
             json_schema=options.get("json_schema") or None,
             combine=options.get("combine") or None,
+            avro_schema=options.get("avro_schema") or None,
+            registry_config=tuple(
+                sorted(
+                    (k[len(REGISTRY_PREFIX) :].removeprefix(SECRET_PREFIX), v)
+                    for k, v in options.items()
+                    if k.startswith(REGISTRY_PREFIX)
+                )
+            ),
             client_config=tuple(
                 sorted(
                     (k[len(_CLIENT_PREFIX) :], v)

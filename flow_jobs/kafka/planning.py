@@ -26,7 +26,7 @@ from flow_jobs.kafka.partitions import KafkaRange, partition_offsets, topic_offs
 from flow_jobs.kafka.read import (
     combine_plan,
     heartbeat_row,
-    json_decoder,
+    payload_decoder,
     read_folded,
     read_range,
     with_partial,
@@ -227,7 +227,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- executor side -----------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, KafkaRange)
-        decoder = json_decoder(self.options)
+        decoder = payload_decoder(self.options)
         plan = combine_plan(self.options)
         if partition.heartbeat_ms is not None:
             row = heartbeat_row(partition, decoder)

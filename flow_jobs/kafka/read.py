@@ -4,10 +4,11 @@ folded)."""
 from __future__ import annotations
 
 import bisect
+import json
 import logging
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -30,12 +31,15 @@ from flow_jobs.kafka.schema import (
 )
 from flow_jobs.records import HEADERS_TYPE
 
+if TYPE_CHECKING:
+    from flow_jobs.io.avro_decode import ConfluentAvroDecoder
+
 log = logging.getLogger(__name__)
 
 
 def read_range(options: KafkaSourceOptions, rng: KafkaRange) -> Iterator[pa.RecordBatch]:
     """Read offsets [rng.start, rng.end) of one partition as Arrow record batches."""
-    decoder = json_decoder(options)
+    decoder = payload_decoder(options)
     for batch, offsets in read_messages(options, rng):
         yield _to_arrow(rng, batch, offsets, options.processing_time, decoder)
 
@@ -194,6 +198,17 @@ def combine_plan(options: KafkaSourceOptions) -> CombinePlan | None:
     return CombinePlan.from_json(options.combine) if options.combine else None
 
 
+def payload_decoder(options: KafkaSourceOptions) -> JsonDecoder | ConfluentAvroDecoder | None:
+    """The decoder of a source reading with ``avro_schema`` or ``json_schema``, else None."""
+    if options.avro_schema is None:
+        return json_decoder(options)
+    from flow_jobs.io.avro_decode import ConfluentAvroDecoder
+    from flow_jobs.io.registry import writer_schemas
+
+    reader = json.loads(options.avro_schema)
+    return ConfluentAvroDecoder(reader, writer_schemas(dict(options.registry_config)))
+
+
 def json_decoder(options: KafkaSourceOptions) -> JsonDecoder | None:
     """The bulk decoder of a source reading with ``json_schema``, else None."""
     if options.json_schema is None:
@@ -249,7 +264,7 @@ def _to_arrow(
     batch: list,
     offsets: list[int],
     processing_time: bool,
-    decoder: JsonDecoder | None = None,
+    decoder: JsonDecoder | ConfluentAvroDecoder | None = None,
 ) -> pa.RecordBatch:
     from confluent_kafka import Message
 
@@ -281,10 +296,23 @@ def _to_arrow(
     ]
     if decoder is None:
         return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
-    decoded, undecoded = decoder.decode(values)
+    decoded, undecoded = _decode(decoder, values)
     return pa.RecordBatch.from_arrays(
-        [*columns, with_corrupt_field(decoded), undecoded], schema=decoded_schema(decoder)
+        [*columns, decoded, undecoded], schema=decoded_schema(decoder)
     )
+
+
+def _decode(
+    decoder: JsonDecoder | ConfluentAvroDecoder, values: list[Any]
+) -> tuple[pa.StructArray, pa.BooleanArray]:
+    """The payloads as the source view reads them: the decoded struct with the corrupt
+    field (JSON: NULL, ``from_json`` fills it for what it decodes; Avro: each failed
+    record's reason), and which records ``from_json`` decodes (Avro: none)."""
+    if isinstance(decoder, JsonDecoder):
+        decoded, undecoded = decoder.decode(values)
+        return with_corrupt_field(decoded), undecoded
+    rows, reasons = decoder.decode(values)
+    return with_corrupt_field(rows, reasons), pa.repeat(pa.scalar(False), len(values))
 
 
 def _batch_time(rng: KafkaRange, n: int) -> pa.Array:
@@ -305,21 +333,24 @@ def _kafka_stamps(batch: list) -> tuple[np.ndarray, np.ndarray]:
     return ms, (kind == 0) | (ms < MIN_TS_MS) | (ms > MAX_TS_MS)
 
 
-def decoded_schema(decoder: JsonDecoder) -> pa.Schema:
+def decoded_schema(decoder: JsonDecoder | ConfluentAvroDecoder) -> pa.Schema:
     fields = [*decoder.schema, pa.field(CORRUPT_RECORD, pa.string())]
     return ARROW_SCHEMA.append(pa.field(DECODED, pa.struct(fields))).append(
         pa.field(UNDECODED, pa.bool_())
     )
 
 
-def with_corrupt_field(decoded: pa.StructArray) -> pa.StructArray:
-    """``decoded`` with ``from_json``'s corrupt-record field, NULL on every row."""
+def with_corrupt_field(
+    decoded: pa.StructArray, reasons: pa.StringArray | None = None
+) -> pa.StructArray:
+    """``decoded`` with ``from_json``'s corrupt-record field: NULL on every row, or
+    ``reasons`` (a failed Avro record: its row is not NULL, so the reason can be read)."""
     n = len(decoded)
     fields = [decoded.type.field(i) for i in range(decoded.type.num_fields)]
     return pa.StructArray.from_arrays(
-        [*decoded.flatten(), pa.nulls(n, pa.string())],
+        [*decoded.flatten(), pa.nulls(n, pa.string()) if reasons is None else reasons],
         fields=[*fields, pa.field(CORRUPT_RECORD, pa.string())],
-        mask=decoded.is_null(),
+        mask=decoded.is_null() if reasons is None else None,
     )
 
 
@@ -333,7 +364,9 @@ def _headers(batch: list) -> pa.Array:
     )
 
 
-def heartbeat_row(rng: KafkaRange, decoder: JsonDecoder | None = None) -> pa.RecordBatch:
+def heartbeat_row(
+    rng: KafkaRange, decoder: JsonDecoder | ConfluentAvroDecoder | None = None
+) -> pa.RecordBatch:
     ts_type = pa.timestamp("us", tz="UTC")
     mark = rng.late_watermark_ms
     assert rng.heartbeat_ms is not None

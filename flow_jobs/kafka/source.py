@@ -31,6 +31,13 @@ class KafkaDataSource(DataSource):
         return SOURCE_FORMAT
 
     def schema(self) -> str:
+        avro = self.options.get("avro_schema")
+        if avro:
+            from flow_jobs.io.avro_decode import arrow_type, spark_ddl
+
+            decoded = spark_ddl(arrow_type(json.loads(avro)))
+            fields = f"{decoded.removesuffix('>')}, {CORRUPT_RECORD}: STRING>"
+            return f"{KAFKA_COLUMNS_DDL}, {DECODED} {fields}, {UNDECODED} BOOLEAN"
         payload = self.options.get("json_schema")
         if not payload:
             return KAFKA_COLUMNS_DDL

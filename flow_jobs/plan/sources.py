@@ -20,7 +20,9 @@ An event time computed by ``[transform].sql`` gets the same checks after the SQL
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -32,6 +34,7 @@ from flow_jobs.errors import PlanError
 from flow_jobs.io.combine import PARTIAL, CombinePlan
 from flow_jobs.io.dead_letters import DeadLetterTap
 from flow_jobs.io.json_decode import arrow_schema
+from flow_jobs.kafka.options import REGISTRY_PREFIX, SECRET_PREFIX
 from flow_jobs.kafka.schema import (
     BATCH_TIME,
     CORRUPT_RECORD,
@@ -58,6 +61,8 @@ from flow_jobs.plan.late_rows import LATE, late_condition, late_reason
 from flow_jobs.spec.models import EVENT_TS, KAFKA_COLUMN, KafkaSource
 
 _PAYLOAD = "__flow_payload"
+#: The registry client settings that are secrets (``SchemaRegistrySpec.client_config``).
+REGISTRY_SECRETS = frozenset({"basic.auth.user.info"})
 _CORRUPT = CORRUPT_RECORD  # the reader decodes into the same shape
 _WATERMARKED = "__flow_source_watermark"
 
@@ -81,10 +86,12 @@ def read_kafka(
     idle_file: str | None = None,
     json_schema: str | None = None,
     combine: CombinePlan | None = None,
+    avro_schema: str | None = None,
 ) -> DataFrame:
     """The source's Kafka records; with ``json_schema`` (a payload ``StructType.json()``
     Arrow decodes), their payloads decoded in the reader too; with ``combine``, the rows
-    the window would aggregate folded into partials there (``flow_jobs.io.combine``)."""
+    the window would aggregate folded into partials there (``flow_jobs.io.combine``);
+    with ``avro_schema`` (the reader schema), Confluent-framed Avro decoded there."""
     reader = (
         spark.readStream.format(SOURCE_FORMAT)
         .option("bootstrap_servers", source.bootstrap_servers)
@@ -105,6 +112,11 @@ def read_kafka(
         reader = reader.option("json_schema", json_schema)
     if json_schema and combine is not None:
         reader = reader.option("combine", combine.to_json())
+    if avro_schema and source.schema_registry is not None:
+        reader = reader.option("avro_schema", avro_schema)
+        for key, value in source.schema_registry.client_config().items():
+            secret = SECRET_PREFIX if key in REGISTRY_SECRETS else ""
+            reader = reader.option(f"{REGISTRY_PREFIX}{secret}{key}", value)
     if source.max_offsets_per_trigger:
         reader = reader.option("max_offsets_per_trigger", str(source.max_offsets_per_trigger))
     for key, secret in source.client_config.items():
@@ -134,6 +146,7 @@ def compile_source(
     if source.format == "json" and source.decoder == "auto":
         declared = payload_schema(source, index)
         in_reader = declared.json() if arrow_schema(declared.json()) is not None else None
+    avro = json.dumps(avro_reader_schema(source, index)) if source.format == "avro" else None
     frame = read_kafka(
         spark,
         source,
@@ -143,9 +156,20 @@ def compile_source(
         idle_file=idle,
         json_schema=in_reader,
         combine=combine if in_reader else None,
+        avro_schema=avro,
     )
     folds = in_reader is not None and combine is not None
-    if source.format == "json":
+    if source.format == "avro":  # decoded in the reader; a failed record has a reason
+        payload = payload_schema(source, index)
+        frame = frame.withColumn(_PAYLOAD, F.col(DECODED)).drop(DECODED, UNDECODED)
+        view = [
+            *(F.col(f"{_PAYLOAD}.{f.name}").alias(f.name) for f in payload.fields),
+            F.col(EVENT_TS),
+            F.struct(*(F.col(c) for c in KAFKA_METADATA)).alias(KAFKA_COLUMN),
+        ]
+        failed = F.col(f"{_PAYLOAD}.{_CORRUPT}")
+        reasons: list[Reason] = [(failed.isNotNull(), failed)]
+    elif source.format == "json":
         frame, payload = _decode_json(frame, source, index, in_reader is not None)
         view = [
             *(F.col(f"{_PAYLOAD}.{f.name}").alias(f.name) for f in payload.fields),
@@ -244,8 +268,13 @@ def source_carries(spark: SparkSession, source: KafkaSource, column: str) -> boo
     """Whether the source's view has the column ``column`` (read before the plan)."""
     if column == EVENT_TS:
         return True
-    if source.format != "json":
+    if source.format == "raw":
         return column in RAW_COLUMNS
+    if source.format == "avro":
+        try:
+            return column in payload_schema(source, 0).fieldNames()
+        except PlanError:  # compile_source reports it with the source's index
+            return False
     try:
         schema = DataType.fromDDL(source.schema_ddl or "")
     except Exception:  # compile_source reports the bad schema with its key
@@ -264,8 +293,32 @@ def source_event_time(view: DataFrame, event_time: EventTime) -> Column | None:
         return None  # the operator reports the type error with its own key
 
 
+def avro_reader_schema(source: KafkaSource, index: int) -> Any:
+    """An Avro source's reader schema: its subject at its version, from the registry."""
+    from flow_jobs.io.registry import RegistryUnreachable, SubjectNotFound, reader_schema
+
+    assert source.schema_registry is not None
+    config = source.schema_registry.client_config()
+    try:
+        return reader_schema(config, source.reader_subject, source.version)
+    except RegistryUnreachable as e:
+        raise PlanError(f"sources[{index}].schema_registry.url", str(e)) from None
+    except SubjectNotFound as e:
+        raise PlanError(f"sources[{index}].subject", str(e)) from None
+
+
 def payload_schema(source: KafkaSource, index: int) -> StructType:
-    """The declared payload schema of a JSON source (a ``PlanError`` if not valid DDL)."""
+    """The payload schema of a JSON source as declared (a ``PlanError`` if not valid
+    DDL), or of an Avro source as its reader schema reads it."""
+    if source.format == "avro":
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        from flow_jobs.io.avro_decode import AvroSchemaError, arrow_schema
+
+        try:
+            return from_arrow_schema(arrow_schema(avro_reader_schema(source, index)))
+        except AvroSchemaError as e:
+            raise PlanError(f"sources[{index}].subject", f"{source.reader_subject}: {e}") from None
     assert source.schema_ddl is not None
     try:
         schema = DataType.fromDDL(source.schema_ddl)

@@ -12,8 +12,8 @@ the spec later is fingerprinted until someone decides it is safe. Safe to change
 resumed under:
 
 * where things are written or read from: ``target``, ``dead_letter``, ``state_store``,
-  ``checkpoint``, sources' ``bootstrap_servers`` and ``client_config`` (same topic on
-  another address, credentials);
+  ``checkpoint``, sources' ``bootstrap_servers``, ``client_config`` and
+  ``schema_registry`` (same topic or schemas on another address, credentials);
 * throughput and runtime knobs: ``spark``, ``runtime``, sources'
   ``max_offsets_per_trigger``, ``fail_on_data_loss``, ``retries``, ``retry_backoff_ms``,
   ``decoder`` (Arrow or ``from_json``: the same rows either way, proven by
@@ -66,8 +66,11 @@ SAFE_SOURCE_KEYS = frozenset(
         "retry_backoff_ms",
         "starting_offsets",
         "decoder",
+        "schema_registry",  # where the schemas are read from, and its credentials
     }
 )
+#: Source keys added after checkpoints existed, with the default that changes nothing.
+ADDED_SOURCE_KEYS: dict[str, Any] = {"subject": None, "version": "latest"}
 SAFE_OPERATOR_KEYS = frozenset(
     {"max_groups_per_window", "on_state_cap", "max_event_time_skew_ms", "pre_aggregate"}
 )
@@ -90,8 +93,9 @@ def fingerprint_fields(spec: PipelineSpec) -> dict[str, Any]:
     for source in spec.sources:
         dumped = source.model_dump(by_alias=True, mode="json")
         for key, value in dumped.items():
-            if key not in SAFE_SOURCE_KEYS:
-                fields[f"sources.{source.name}.{key}"] = value
+            if key in SAFE_SOURCE_KEYS or ADDED_SOURCE_KEYS.get(key, ...) == value:
+                continue
+            fields[f"sources.{source.name}.{key}"] = value
     transform = spec.transform
     fields["transform.sql"] = transform.sql
     fields["transform.chain"] = transform.chain

@@ -70,6 +70,47 @@ StartingOffsets = Annotated[
 ]
 
 
+class SchemaRegistrySpec(SpecModel):
+    """``[sources.schema_registry]``: a Confluent-compatible schema registry (the REST API
+    confluent-kafka's ``SchemaRegistryClient`` speaks)."""
+
+    url: str = Field(min_length=1)
+    #: HTTP basic auth, ``"user:password"`` (e.g. ``"${REGISTRY_USER_INFO}"``).
+    basic_auth_user_info: SecretStr | None = None
+    #: TLS: the CA bundle to verify the registry with, and a client certificate and key.
+    ssl_ca_location: str | None = None
+    ssl_certificate_location: str | None = None
+    ssl_key_location: str | None = None
+
+    @model_validator(mode="after")
+    def _rules(self) -> SchemaRegistrySpec:
+        if not re.match(r"^https?://", self.url):
+            raise key_error(
+                "url", f"url = {_without_credentials(self.url)!r}: use http(s)://host:port"
+            )
+        if "@" in self.url.split("//", 1)[-1].split("/", 1)[0]:
+            raise key_error(
+                "url", "url holds credentials: give them as basic_auth_user_info instead"
+            )
+        return self
+
+    def client_config(self) -> dict[str, str]:
+        """confluent-kafka's ``SchemaRegistryClient`` configuration, secrets revealed (for
+        a client, never for a log)."""
+        config = {"url": self.url}
+        if self.basic_auth_user_info is not None:
+            config["basic.auth.user.info"] = self.basic_auth_user_info.get_secret_value()
+        for key in ("ssl_ca_location", "ssl_certificate_location", "ssl_key_location"):
+            value = getattr(self, key)
+            if value is not None:
+                config[key.replace("_", ".")] = value
+        return config
+
+
+def _without_credentials(url: str) -> str:
+    return re.sub(r"//[^/@]*@", "//", url)
+
+
 class KafkaSource(SpecModel):
     """``[[sources]]`` with ``kind = "kafka"``: one topic, exposed to SQL as a view."""
 
@@ -77,8 +118,16 @@ class KafkaSource(SpecModel):
     kind: Literal["kafka"] = "kafka"
     topic: str = Field(min_length=1)
     bootstrap_servers: str = Field(min_length=1)
-    format: Literal["json", "raw"] = "json"
+    #: "avro": Confluent-framed Avro (magic byte 0, the writer schema's id, the body),
+    #: each record read with its writer schema from ``schema_registry`` and resolved to
+    #: the reader schema (``subject`` at ``version``), which is the view's schema too.
+    format: Literal["json", "raw", "avro"] = "json"
     schema_ddl: str | None = Field(default=None, alias="schema")
+    schema_registry: SchemaRegistrySpec | None = None
+    #: format = "avro": the registry subject of the reader schema (default ``<topic>-value``)
+    subject: str | None = None
+    #: format = "avro": the subject's version to read with: "latest" or a number
+    version: Literal["latest"] | Annotated[int, Field(gt=0)] = "latest"
     #: "auto": JSON payloads are decoded in bulk by Arrow in the reader where the
     #: schema's types allow (STRING, BIGINT, INT, SMALLINT, TINYINT, DOUBLE, BOOLEAN),
     #: each record Arrow rejects by ``from_json``; "from_json": every record by Spark.
@@ -93,6 +142,11 @@ class KafkaSource(SpecModel):
     retry_backoff_ms: Annotated[int, Field(gt=0)] = 250
     #: Extra librdkafka client properties (e.g. ``security.protocol``); kept secret.
     client_config: dict[str, SecretStr] = Field(default_factory=dict)
+
+    @property
+    def reader_subject(self) -> str:
+        """format = "avro": the subject the reader schema is read from."""
+        return self.subject or f"{self.topic}-value"
 
     def starting_option(self) -> str:
         """``starting_offsets`` as the Kafka reader's option string."""
@@ -119,6 +173,21 @@ class KafkaSource(SpecModel):
             )
         if self.format == "raw" and ddl:
             raise key_error("schema", 'schema is only for format = "json"; remove it for raw')
+        if self.format == "avro" and ddl:
+            raise key_error(
+                "schema",
+                'format = "avro" takes its schema from the registry (subject, version); '
+                "remove schema",
+            )
+        if self.format == "avro" and self.schema_registry is None:
+            raise key_error(
+                "schema_registry",
+                'format = "avro" needs [sources.schema_registry] url: the records carry '
+                "their writer schema's id in the registry",
+            )
+        for key, unset in (("schema_registry", None), ("subject", None), ("version", "latest")):
+            if self.format != "avro" and getattr(self, key) != unset:
+                raise key_error(key, f'{key} is only for format = "avro"')
         for reserved in (EVENT_TS, KAFKA_COLUMN):
             if ddl and re.search(rf"(^|,)\s*`?{reserved}`?\s", ddl):
                 raise key_error(

@@ -1,0 +1,264 @@
+"""``format = "avro"`` sources: a topic written by confluent-kafka's own AvroSerializer
+under two schema versions, read through flow_jobs_dev's registry, gives the windows of
+the same events in JSON and of the independent reference, as one micro-batch and as
+tiny ones; every record that cannot be decoded is a dead letter with its reason."""
+
+from __future__ import annotations
+
+import json
+import random
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomli_w
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+from pyspark.sql import SparkSession
+
+from flow_jobs.cli import main
+from flow_jobs.errors import PlanError
+from flow_jobs.kafka.options import REGISTRY_PREFIX, SECRET_PREFIX, KafkaSourceOptions
+from flow_jobs.plan.sources import REGISTRY_SECRETS
+from flow_jobs.runtime.runner import PipelineRunner
+from flow_jobs.spec import SpecError, parse_spec
+from flow_jobs.spec.models import PipelineSpec
+from flow_jobs_dev.broker import EmbeddedBroker
+from flow_jobs_dev.producer import Record
+from flow_jobs_dev.schema_registry import EmbeddedSchemaRegistry
+from tests.reference import reference_windows
+from tests.support import (
+    assert_same_windows,
+    make_spec,
+    random_clicks,
+    read_windows,
+    send,
+    to_records,
+)
+from tests.test_poison_pills import _dead_letters
+
+
+def _click(*extra: dict[str, Any], qty: str = "int") -> dict[str, Any]:
+    nullable = ["null", "string"]
+    return {
+        "type": "record",
+        "name": "Click",
+        "namespace": "shop",
+        "fields": [
+            {"name": "user_id", "type": nullable},
+            {"name": "page", "type": nullable},
+            {"name": "amount", "type": ["null", "double"]},
+            {"name": "qty", "type": ["null", qty]},
+            {"name": "ts", "type": "long"},
+            *extra,
+        ],
+    }
+
+
+V1 = _click()
+#: v2 (the reader, "latest"): qty promoted int -> long, channel added with a default
+V2 = _click({"name": "channel", "type": ["null", "string"], "default": None}, qty="long")
+AGGREGATIONS = [
+    ("count", None, "n"),
+    ("sum", "amount", "amount_sum"),
+    ("max", "qty", "qty_max"),
+    ("first", "page", "first_page"),
+    ("last", "amount", "last_amount"),
+]
+WINDOW = {
+    "kind": "tumbling",
+    "duration_ms": 10_000,
+    "lateness_ms": 2_000,
+    "event_time_column": "ts",
+    "group_by": ["user_id"],
+    "aggregations": [
+        {"agg": a, **({"column": c} if c else {}), "as": n} for a, c, n in AGGREGATIONS
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def registry() -> Iterator[EmbeddedSchemaRegistry]:
+    with EmbeddedSchemaRegistry() as server:
+        yield server
+
+
+def _avro_spec(workdir: Path, bootstrap: str, topic: str, url: str, **source: Any) -> PipelineSpec:
+    doc = make_spec(workdir, bootstrap, topic, WINDOW, name="avro-clicks").to_document()
+    doc["sources"][0].pop("schema")
+    doc["sources"][0].update(format="avro", schema_registry={"url": url}, **source)
+    return PipelineSpec.model_validate(doc)
+
+
+def _payload(event: dict[str, Any], v2: bool) -> dict[str, Any]:
+    row = {k: v for k, v in event.items() if not k.startswith("_")}
+    return {**row, "channel": "web"} if v2 else row
+
+
+def test_an_avro_topic_of_two_versions_gives_the_json_topics_windows(
+    spark: SparkSession, broker: EmbeddedBroker, registry: EmbeddedSchemaRegistry, workdir: Path
+) -> None:
+    rng = random.Random("avro")
+    events = [
+        {k: v for k, v in e.items() if k != "at"}
+        for e in random_clicks(rng, 400, step_ms=120, disorder_ms=1_000)
+    ]
+    bootstrap = broker.bootstrap_servers
+    json_topic, avro_topic = (f"clicks-{f}-{rng.randrange(1 << 30):x}" for f in ("json", "avro"))
+    for topic in (json_topic, avro_topic):
+        broker.create_topic(topic, partitions=3)
+    records = to_records(events, partitions=3)
+    for i, e in enumerate(events):  # the Kafka position: first / last break ties by it
+        e["_arrival"] = (i % 3, i // 3)
+    send(bootstrap, json_topic, records)
+
+    client = SchemaRegistryClient({"url": registry.url})
+    context = SerializationContext(avro_topic, MessageField.VALUE)
+    old, new = (AvroSerializer(client, json.dumps(s)) for s in (V1, V2))
+    half = len(events) // 2
+    framed = [
+        Record(
+            (old if i < half else new)(_payload(e, i >= half), context),
+            r.partition,
+            r.key,
+            r.timestamp_ms,
+        )
+        for i, (e, r) in enumerate(zip(events, records, strict=True))
+    ]
+    good = framed[0].value
+    assert good is not None
+    bad = [  # each a dead letter, with its reason
+        (b"\x01" + good[1:], "magic byte 1"),
+        (b"\x00" + struct.pack(">I", 4242) + good[5:], "schema id 4242 is not in the registry"),
+        (good[:-2], "undecodable Avro body"),
+        (b"", "no schema id"),
+    ]
+    at = events[half]["ts"]
+    framed += [Record(value, 0, b"x", at) for value, _ in bad]
+    send(bootstrap, avro_topic, framed)
+
+    as_json = make_spec(workdir / "json", bootstrap, json_topic, WINDOW)
+    PipelineRunner(as_json, spark).run(available_now=True)
+    whole = _avro_spec(workdir / "one", bootstrap, avro_topic, registry.url)
+    assert [f.name for f in whole.sources][:1] == ["clicks"]
+    summary = PipelineRunner(whole, spark).run(available_now=True)
+    tiny = _avro_spec(
+        workdir / "tiny", bootstrap, avro_topic, registry.url, max_offsets_per_trigger=40
+    )
+    tiny_summary = PipelineRunner(tiny, spark).run(available_now=True)
+    assert summary.dead_lettered == tiny_summary.dead_lettered == len(bad)
+    assert tiny_summary.batches >= 8
+
+    expected = reference_windows(
+        events,
+        kind="tumbling",
+        time_key="ts",
+        duration_ms=10_000,
+        group_by=["user_id"],
+        aggregations=AGGREGATIONS,
+        watermark_ms=max(e["ts"] for e in events) - 2_000,
+    )
+    key = whole.natural_key()
+    assert_same_windows(read_windows(as_json.target.path, key), expected)
+    assert_same_windows(read_windows(whole.target.path, key), expected)
+    assert_same_windows(read_windows(tiny.target.path, key), expected)
+
+    letters = _dead_letters(whole)
+    assert sorted(v for v, _ in letters.values()) == sorted(v for v, _ in bad)
+    reasons = {v: reason for v, reason in letters.values()}
+    for value, fragment in bad:
+        assert fragment in reasons[value], (fragment, reasons[value])
+
+
+def test_a_registry_that_cannot_be_reached_names_the_key_without_the_password(
+    spark: SparkSession, broker: EmbeddedBroker, workdir: Path
+) -> None:
+    doc = _avro_spec(workdir, broker.bootstrap_servers, "t", "http://127.0.0.1:9").to_document()
+    doc["sources"][0]["schema_registry"]["basic_auth_user_info"] = "me:s3cret-pw"
+    spec = PipelineSpec.model_validate(doc)
+    with pytest.raises(PlanError) as refused:
+        PipelineRunner(spec, spark).run(available_now=True)
+    message = str(refused.value)
+    assert message.startswith("sources[0].schema_registry.url: cannot reach the schema registry")
+    assert "http://127.0.0.1:9" in message and "s3cret" not in message
+
+
+def test_a_subject_the_registry_lacks_names_the_subject(
+    spark: SparkSession, broker: EmbeddedBroker, registry: EmbeddedSchemaRegistry, workdir: Path
+) -> None:
+    spec = _avro_spec(workdir, broker.bootstrap_servers, "no-such-topic", registry.url)
+    with pytest.raises(PlanError, match=r"sources\[0\]\.subject: .*'no-such-topic-value'"):
+        PipelineRunner(spec, spark).run(available_now=True)
+
+
+def test_validate_reads_the_reader_schema_from_the_registry(
+    registry: EmbeddedSchemaRegistry, workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``flow-jobs validate`` asks the registry: an unreachable one is one line naming the
+    key and the URL, never the password; a known subject validates."""
+    spec = _avro_spec(workdir, "127.0.0.1:9092", "validated", "http://127.0.0.1:9")
+    doc = spec.to_document()
+    doc["sources"][0]["schema_registry"]["basic_auth_user_info"] = "me:s3cret-pw"
+    path = workdir / "avro.toml"
+    path.write_text(PipelineSpec.model_validate(doc).to_toml())
+    assert main(["validate", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "sources[0].schema_registry.url: cannot reach the schema registry at " in err
+    assert "http://127.0.0.1:9" in err and "s3cret" not in err
+
+    SchemaRegistryClient({"url": registry.url}).register_schema(
+        "validated-value", Schema(json.dumps(V2), "AVRO")
+    )
+    doc["sources"][0]["schema_registry"]["url"] = registry.url
+    path.write_text(PipelineSpec.model_validate(doc).to_toml())
+    assert main(["validate", str(path)]) == 0
+    assert "valid" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("source", "key", "fragment"),
+    [
+        ({"format": "avro"}, "schema_registry", "needs [sources.schema_registry] url"),
+        (
+            {"format": "avro", "schema_registry": {"url": "http://r:8081"}, "schema": "a INT"},
+            "schema",
+            "takes its schema from the registry",
+        ),
+        ({"subject": "s"}, "subject", 'only for format = "avro"'),
+        (
+            {"format": "avro", "schema_registry": {"url": "http://u:p@r:8081"}},
+            "url",
+            "url holds credentials",
+        ),
+    ],
+)
+def test_avro_source_rules_name_the_key(source: dict, key: str, fragment: str) -> None:
+    doc = make_spec(Path("/tmp/x"), "b:9092", "t", WINDOW).to_document()
+    doc["sources"][0].update(source)
+    if "schema" not in source and source.get("format") == "avro":
+        doc["sources"][0].pop("schema")
+    with pytest.raises(SpecError) as refused:
+        parse_spec(tomli_w.dumps(doc), "spec.toml")
+    assert key in str(refused.value) and fragment in str(refused.value)
+    assert "u:p@" not in str(refused.value)
+
+
+def test_the_registry_password_travels_under_an_option_spark_redacts() -> None:
+    """The reader gets the registry's settings as options; the password's option name
+    holds "secret", which Spark's default ``spark.redaction.regex`` redacts."""
+    spec = _avro_spec(Path("/tmp/x"), "b:9092", "t", "http://r:8081")
+    doc = spec.to_document()
+    doc["sources"][0]["schema_registry"]["basic_auth_user_info"] = "me:pw"
+    source = PipelineSpec.model_validate(doc).sources[0]
+    assert source.schema_registry is not None
+    config = source.schema_registry.client_config()
+    names = {
+        f"{REGISTRY_PREFIX}{SECRET_PREFIX if k in REGISTRY_SECRETS else ''}{k}": v
+        for k, v in config.items()
+    }
+    assert names["registry.secret.basic.auth.user.info"] == "me:pw"
+    options = KafkaSourceOptions.from_options({"bootstrap_servers": "b", "topic": "t", **names})
+    assert dict(options.registry_config) == config
