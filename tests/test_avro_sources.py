@@ -21,6 +21,7 @@ from pyspark.sql import SparkSession
 
 from flow_jobs.cli import main
 from flow_jobs.errors import PlanError
+from flow_jobs.io.delta import read_delta
 from flow_jobs.kafka.options import REGISTRY_PREFIX, SECRET_PREFIX, KafkaSourceOptions
 from flow_jobs.plan.sources import REGISTRY_SECRETS
 from flow_jobs.runtime.runner import PipelineRunner
@@ -29,7 +30,9 @@ from flow_jobs.spec.models import PipelineSpec
 from flow_jobs_dev.broker import EmbeddedBroker
 from flow_jobs_dev.producer import Record
 from flow_jobs_dev.schema_registry import EmbeddedSchemaRegistry
+from tests import test_joins as joins
 from tests.reference import reference_windows
+from tests.reference_join import reference_join
 from tests.support import (
     assert_same_windows,
     make_spec,
@@ -262,3 +265,69 @@ def test_the_registry_password_travels_under_an_option_spark_redacts() -> None:
     assert names["registry.secret.basic.auth.user.info"] == "me:pw"
     options = KafkaSourceOptions.from_options({"bootstrap_servers": "b", "topic": "t", **names})
     assert dict(options.registry_config) == config
+
+
+PAYMENT = {
+    "type": "record",
+    "name": "Payment",
+    "fields": [
+        {"name": "order_id", "type": ["null", "string"]},
+        {"name": "region", "type": "string"},
+        {"name": "paid", "type": "double"},
+        {"name": "ts", "type": "long"},
+    ],
+}
+
+
+def test_a_join_of_an_avro_side_and_a_json_side_equals_the_reference(
+    spark: SparkSession, broker: EmbeddedBroker, registry: EmbeddedSchemaRegistry, workdir: Path
+) -> None:
+    """Orders in JSON, payments in Avro: the inner join of tests/test_joins.py, the same
+    rows as its reference."""
+    rng = random.Random("avro-join")
+    orders, payments = joins._streams(rng)
+    close_l, close_r = joins._closing()
+    topics = tuple(f"join-{side}-{rng.randrange(1 << 30):x}" for side in ("orders", "payments"))
+    for topic in topics:
+        broker.create_topic(topic, partitions=2)
+    joins._send(broker, topics[0], [*orders, close_l])
+    client = SchemaRegistryClient({"url": registry.url})
+    serialize = AvroSerializer(client, json.dumps(PAYMENT))
+    context = SerializationContext(topics[1], MessageField.VALUE)
+    send(
+        broker.bootstrap_servers,
+        topics[1],
+        [
+            Record(serialize(p, context), i % 2, timestamp_ms=p["ts"])
+            for i, p in enumerate([*payments, close_r])
+        ],
+    )
+    join = {"how": "inner", "time_window_ms": 4_000}
+    doc = joins._spec(workdir, broker, topics, join).to_document()
+    doc["sources"][1].pop("schema")
+    doc["sources"][1].update(format="avro", schema_registry={"url": registry.url})
+    spec = PipelineSpec.model_validate(doc)
+    summary = PipelineRunner(spec, spark).run(available_now=True)
+    assert summary.late_rows == 0 and summary.dead_lettered == 0 and summary.batches >= 4
+
+    lower, upper = spec.transform.join.bounds if spec.transform.join else (0, 0)
+    expected = reference_join(
+        orders,
+        payments,
+        left_keys=joins.KEYS,
+        right_keys=joins.KEYS,
+        left_time="ts",
+        right_time="ts",
+        lower=lower,
+        upper=upper,
+        how="inner",
+        left_columns=["order_id", "region", "amount", "ts"],
+        right_columns=["order_id", "region", "paid", "ts"],
+    )
+    rows = read_delta(spec.target.path).to_pylist()
+    actual = sorted(
+        (tuple(r[c] for c in joins.COMPARED) for r in rows),
+        key=lambda t: tuple((v is None, v if v is not None else 0) for v in t),
+    )
+    assert expected, "the reference produced no row: the test would prove nothing"
+    assert actual == expected
