@@ -45,6 +45,7 @@ from flow_jobs.spec.models import PipelineSpec
 from flow_jobs_dev.broker import EmbeddedBroker
 from flow_jobs_dev.producer import produce
 from flow_jobs_dev.sample_events import sample_clicks, sample_orders, sample_payments
+from flow_jobs_dev.schema_registry import EmbeddedSchemaRegistry
 
 
 def _read_partition(args: tuple[str, int, int]) -> int:
@@ -117,6 +118,64 @@ WINDOWS: dict[str, dict] = {
         ],
     },
 }
+
+
+TOPIC_AVRO = "bench-clicks-avro"
+TUMBLING_JSON_NO_FOLD = "tumbling 60 s, JSON, pre_aggregate = false"
+TUMBLING_AVRO = "tumbling 60 s, Avro source (registry)"
+CLICK_AVRO = {
+    "type": "record",
+    "name": "Click",
+    "fields": [
+        {"name": "user_id", "type": "string"},
+        {"name": "page", "type": "string"},
+        {"name": "amount", "type": "double"},
+        {"name": "ts", "type": "long"},
+    ],
+}
+
+
+def avro_copy(bootstrap: str, registry_url: str, args: argparse.Namespace, start_ms: int) -> int:
+    """The JSON topic's events again, as Confluent-framed Avro (magic byte 0, the schema's
+    id, the fastavro body: the wire format tests/test_schema_registry.py checks against
+    confluent-kafka's own AvroSerializer), in the same partitions and order."""
+    import io
+    import struct
+
+    import fastavro
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    client = SchemaRegistryClient({"url": registry_url})
+    schema_id = client.register_schema(f"{TOPIC_AVRO}-value", Schema(json.dumps(CLICK_AVRO)))
+    parsed = fastavro.parse_schema(CLICK_AVRO)
+    header = struct.pack(">bI", 0, schema_id)
+
+    def framed(record: Any) -> Any:
+        body = io.BytesIO()
+        fastavro.schemaless_writer(body, parsed, json.loads(record.value))
+        return type(record)(
+            header + body.getvalue(), record.partition, record.key, record.timestamp_ms
+        )
+
+    clicks = sample_clicks(
+        args.events, users=args.keys, start_ms=start_ms, step_ms=1, partitions=args.partitions
+    )
+    return produce(bootstrap, TOPIC_AVRO, map(framed, clicks))
+
+
+def avro_pipeline(bootstrap: str, registry_url: str, spark: SparkSession) -> Callable[[Path], Any]:
+    from flow_jobs.runtime.runner import PipelineRunner
+
+    def run(workdir: Path) -> Any:
+        doc = clicks_spec(bootstrap, workdir).to_document()
+        source = doc["sources"][0]
+        source.pop("schema")
+        source.update(topic=TOPIC_AVRO, format="avro", schema_registry={"url": registry_url})
+        runner = PipelineRunner(PipelineSpec.model_validate(doc), spark)
+        runner.run(available_now=True)
+        return runner
+
+    return run
 
 
 def hand_written_events(
@@ -338,6 +397,7 @@ def main() -> int:
     with EmbeddedBroker() as broker:
         bootstrap = broker.bootstrap_servers
         broker.create_topic(TOPIC, partitions=args.partitions)
+        broker.create_topic(TOPIC_AVRO, partitions=args.partitions)
         started = time.perf_counter()
         start_ms = int(time.time() * 1000) - 86_400_000  # a day ago: well inside the skew limit
         produced = produce(
@@ -412,6 +472,14 @@ def main() -> int:
             (BEFORE_SOURCE_WATERMARKS, pipeline(per_source_watermarks=False)),
             *((f"{name} -> Delta MERGE", pipeline(w)) for name, w in WINDOWS.items()),
         ]
+        if args.cluster != "only":  # the same events as Avro, through a schema registry
+            registry = EmbeddedSchemaRegistry().start()
+            avro_copy(bootstrap, registry.url, args, start_ms)
+            no_fold = {**TUMBLING, "pre_aggregate": False}
+            runs += [
+                (f"{TUMBLING_JSON_NO_FOLD} -> Delta MERGE", pipeline(no_fold)),
+                (f"{TUMBLING_AVRO} -> Delta MERGE", avro_pipeline(bootstrap, registry.url, spark)),
+            ]
         if args.cluster == "only":
             runs = [r for r in runs if r[0].startswith("tumbling 60 s")]
         for name, body in runs:
