@@ -11,10 +11,11 @@ cannot be reached fails the read after the client's retries, never dropping a re
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from functools import cache
 from typing import Any
+
+from flow_jobs.secrets import MASK, redact
 
 
 class RegistryUnreachable(RuntimeError):
@@ -39,33 +40,15 @@ def client_for(config: dict[str, str]) -> Any:
     return _clients(tuple(sorted(config.items())))
 
 
-def safe_url(url: str) -> str:
-    return re.sub(r"//[^/@]*@", "//", url)
-
-
 def reader_schema(config: dict[str, str], subject: str, version: str | int) -> dict[str, Any]:
     """The subject's schema at ``version`` ("latest" or a number), parsed."""
-    from confluent_kafka.schema_registry.error import SchemaRegistryError
-
     client = client_for(config)
-    try:
-        if version == "latest":
-            registered = client.get_latest_version(subject)
-        else:
-            registered = client.get_version(subject, int(version))
-    except SchemaRegistryError as e:
-        if e.http_status_code == 404:
-            raise SubjectNotFound(
-                f"the registry has no subject {subject!r} at version {version}"
-            ) from None
-        raise RegistryUnreachable(
-            f"the schema registry at {safe_url(config['url'])} answered: {e.error_message}"
-        ) from None
-    except Exception as e:  # connection refused, DNS, TLS: the client's own errors
-        raise RegistryUnreachable(
-            f"cannot reach the schema registry at {safe_url(config['url'])}: "
-            f"{type(e).__name__}: {_without_secrets(str(e), config)}"
-        ) from None
+    if version == "latest":
+        registered = _ask(config, lambda: client.get_latest_version(subject))
+    else:
+        registered = _ask(config, lambda: client.get_version(subject, int(version)))
+    if registered is None:
+        raise SubjectNotFound(f"the registry has no subject {subject!r} at version {version}")
     if (registered.schema.schema_type or "AVRO") != "AVRO":
         raise SubjectNotFound(
             f"subject {subject!r} holds a {registered.schema.schema_type} schema, not Avro"
@@ -76,24 +59,12 @@ def reader_schema(config: dict[str, str], subject: str, version: str | int) -> d
 def writer_schemas(config: dict[str, str]) -> Callable[[int], Any]:
     """A record's writer schema by its id (``LookupError`` for an id the registry does
     not have, ``RegistryUnreachable`` when it cannot be asked)."""
-    from confluent_kafka.schema_registry.error import SchemaRegistryError
-
     client = client_for(config)
 
     def fetch(schema_id: int) -> Any:
-        try:
-            schema = client.get_schema(schema_id)
-        except SchemaRegistryError as e:
-            if e.http_status_code == 404:
-                raise LookupError(e.error_message) from None
-            raise RegistryUnreachable(
-                f"the schema registry at {safe_url(config['url'])} answered: {e.error_message}"
-            ) from None
-        except Exception as e:
-            raise RegistryUnreachable(
-                f"cannot reach the schema registry at {safe_url(config['url'])}: "
-                f"{type(e).__name__}: {_without_secrets(str(e), config)}"
-            ) from None
+        schema = _ask(config, lambda: client.get_schema(schema_id))
+        if schema is None:
+            raise LookupError(f"the registry has no schema {schema_id}")
         if (schema.schema_type or "AVRO") != "AVRO":
             raise LookupError(f"schema id {schema_id} is {schema.schema_type}, not Avro")
         return json.loads(schema.schema_str)
@@ -101,8 +72,26 @@ def writer_schemas(config: dict[str, str]) -> Callable[[int], Any]:
     return fetch
 
 
-def _without_secrets(text: str, config: dict[str, str]) -> str:
-    secret = config.get("basic.auth.user.info")
-    if secret:
-        text = text.replace(secret, "***")
-    return safe_url(text)
+def _ask(config: dict[str, str], call: Callable[[], Any]) -> Any:
+    """``call``'s answer, None where the registry answers that it has no such thing
+    (HTTP 404), ``RegistryUnreachable`` for any other failure (after the client's own
+    retries), its message naming the URL without credentials."""
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    url = redact(config["url"])
+    try:
+        return call()
+    except SchemaRegistryError as e:
+        if e.http_status_code == 404:
+            return None
+        raise RegistryUnreachable(
+            f"the schema registry at {url} answered: {e.error_message}"
+        ) from None
+    except Exception as e:  # connection refused, DNS, TLS: the client's own errors
+        text = str(e)
+        secret = config.get("basic.auth.user.info")
+        if secret:
+            text = text.replace(secret, MASK)
+        raise RegistryUnreachable(
+            f"cannot reach the schema registry at {url}: {type(e).__name__}: {redact(text)}"
+        ) from None

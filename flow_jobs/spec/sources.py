@@ -15,6 +15,7 @@ from pydantic import (
     model_validator,
 )
 
+from flow_jobs.secrets import redact
 from flow_jobs.spec.base import (
     EVENT_TS,
     KAFKA_COLUMN,
@@ -85,9 +86,7 @@ class SchemaRegistrySpec(SpecModel):
     @model_validator(mode="after")
     def _rules(self) -> SchemaRegistrySpec:
         if not re.match(r"^https?://", self.url):
-            raise key_error(
-                "url", f"url = {_without_credentials(self.url)!r}: use http(s)://host:port"
-            )
+            raise key_error("url", f"url = {redact(self.url)!r}: use http(s)://host:port")
         if "@" in self.url.split("//", 1)[-1].split("/", 1)[0]:
             raise key_error(
                 "url", "url holds credentials: give them as basic_auth_user_info instead"
@@ -105,10 +104,6 @@ class SchemaRegistrySpec(SpecModel):
             if value is not None:
                 config[key.replace("_", ".")] = value
         return config
-
-
-def _without_credentials(url: str) -> str:
-    return re.sub(r"//[^/@]*@", "//", url)
 
 
 class KafkaSource(SpecModel):
