@@ -146,7 +146,7 @@ def compile_source(
     if source.format == "json" and source.decoder == "auto":
         declared = payload_schema(source, index)
         in_reader = declared.json() if arrow_schema(declared.json()) is not None else None
-    avro = json.dumps(avro_reader_schema(source, index)) if source.format == "avro" else None
+    reader = avro_reader_schema(source, index) if source.format == "avro" else None
     frame = read_kafka(
         spark,
         source,
@@ -156,27 +156,23 @@ def compile_source(
         idle_file=idle,
         json_schema=in_reader,
         combine=combine if in_reader else None,
-        avro_schema=avro,
+        avro_schema=json.dumps(reader) if reader is not None else None,
     )
     folds = in_reader is not None and combine is not None
-    if source.format == "avro":  # decoded in the reader; a failed record has a reason
-        payload = payload_schema(source, index)
-        frame = frame.withColumn(_PAYLOAD, F.col(DECODED)).drop(DECODED, UNDECODED)
+    if source.format in ("json", "avro"):
+        if reader is not None:  # decoded in the reader; a failed record has a reason
+            payload = avro_payload(reader, source, index)
+            frame = frame.withColumn(_PAYLOAD, F.col(DECODED)).drop(DECODED, UNDECODED)
+            failed = F.col(f"{_PAYLOAD}.{_CORRUPT}")
+            reasons: list[Reason] = [(failed.isNotNull(), failed)]
+        else:
+            frame, payload = _decode_json(frame, source, index, in_reader is not None)
+            reasons = _decode_reasons(index)
         view = [
             *(F.col(f"{_PAYLOAD}.{f.name}").alias(f.name) for f in payload.fields),
             F.col(EVENT_TS),
             F.struct(*(F.col(c) for c in KAFKA_METADATA)).alias(KAFKA_COLUMN),
         ]
-        failed = F.col(f"{_PAYLOAD}.{_CORRUPT}")
-        reasons: list[Reason] = [(failed.isNotNull(), failed)]
-    elif source.format == "json":
-        frame, payload = _decode_json(frame, source, index, in_reader is not None)
-        view = [
-            *(F.col(f"{_PAYLOAD}.{f.name}").alias(f.name) for f in payload.fields),
-            F.col(EVENT_TS),
-            F.struct(*(F.col(c) for c in KAFKA_METADATA)).alias(KAFKA_COLUMN),
-        ]
-        reasons = _decode_reasons(index)
     else:
         payload = StructType()
         view = [F.col(c) for c in RAW_COLUMNS]
@@ -307,18 +303,23 @@ def avro_reader_schema(source: KafkaSource, index: int) -> Any:
         raise PlanError(f"sources[{index}].subject", str(e)) from None
 
 
+def avro_payload(reader: Any, source: KafkaSource, index: int) -> StructType:
+    """The Spark schema an Avro reader schema gives the view (through its Arrow type)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from flow_jobs.io.avro_decode import AvroSchemaError, arrow_schema
+
+    try:
+        return from_arrow_schema(arrow_schema(reader))
+    except AvroSchemaError as e:
+        raise PlanError(f"sources[{index}].subject", f"{source.reader_subject}: {e}") from None
+
+
 def payload_schema(source: KafkaSource, index: int) -> StructType:
     """The payload schema of a JSON source as declared (a ``PlanError`` if not valid
     DDL), or of an Avro source as its reader schema reads it."""
     if source.format == "avro":
-        from pyspark.sql.pandas.types import from_arrow_schema
-
-        from flow_jobs.io.avro_decode import AvroSchemaError, arrow_schema
-
-        try:
-            return from_arrow_schema(arrow_schema(avro_reader_schema(source, index)))
-        except AvroSchemaError as e:
-            raise PlanError(f"sources[{index}].subject", f"{source.reader_subject}: {e}") from None
+        return avro_payload(avro_reader_schema(source, index), source, index)
     assert source.schema_ddl is not None
     try:
         schema = DataType.fromDDL(source.schema_ddl)
