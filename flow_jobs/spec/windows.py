@@ -325,6 +325,21 @@ class WindowSpec(SpecModel):
         }
 
 
+class StateApiWindow(WindowSpec):
+    """A kind Spark has no operator for (sliding and count windows): always on the state
+    API, a group's state its events, sized per row rather than per window."""
+
+    @property
+    def runs_natively(self) -> bool:
+        return False
+
+    def native_window(self, event_time: Column) -> None:
+        return None
+
+    def active_windows(self) -> int:
+        return 1  # per-group state, sized per row
+
+
 def milliseconds(value: int | None) -> str:
     """A duration as Spark's interval strings take it."""
     return f"{value} milliseconds"

@@ -25,7 +25,7 @@ too); the target keeps one row per window index, its latest.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field
@@ -33,7 +33,7 @@ from pydantic import Field
 from flow_jobs.operators.frame import EventFrame
 from flow_jobs.operators.ranges import Ranges
 from flow_jobs.spec.base import key_error
-from flow_jobs.spec.windows import WindowSpec
+from flow_jobs.spec.windows import StateApiWindow
 from flow_jobs.windows.family import (
     CloseRule,
     Emission,
@@ -41,9 +41,6 @@ from flow_jobs.windows.family import (
     Shape,
     StateFamily,
 )
-
-if TYPE_CHECKING:
-    from pyspark.sql import Column
 
 
 @dataclass
@@ -227,7 +224,7 @@ def _emission(windows: Windows) -> Emission:
     return Emission(windows.frame, w, t[w.lo], t[w.hi], indices=windows.ks)
 
 
-class CountWindow(WindowSpec):
+class CountWindow(StateApiWindow):
     """``kind = "count_tumbling"`` (``count``), ``"count_hopping"`` (``count``, ``step``)
     or ``"count_sliding"`` (``count``): windows of ``count`` events of a group, one every
     ``count``, ``step`` or 1 events."""
@@ -262,13 +259,6 @@ class CountWindow(WindowSpec):
         return self.step
 
     @property
-    def runs_natively(self) -> bool:
-        return False
-
-    def native_window(self, event_time: Column) -> None:
-        return None
-
-    @property
     def operator_text(self) -> str:
         return "count windows on transformWithStateInPandas"
 
@@ -277,9 +267,6 @@ class CountWindow(WindowSpec):
         if self.kind == "count_hopping":
             return f"of {self.count} events every {self.step}"
         return f"of {self.count} events"
-
-    def active_windows(self) -> int:
-        return 1  # per-group state, sized per row
 
     def shape(self) -> Shape:
         return Shape(count=self.count, stride=self.stride, **self._shape_fields())

@@ -10,14 +10,14 @@ final once the watermark passes ``t``: no event at or before ``t`` can still arr
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field
 
 from flow_jobs.operators.frame import EventFrame
 from flow_jobs.operators.ranges import Ranges
-from flow_jobs.spec.windows import ON_STATE_API, WindowSpec
+from flow_jobs.spec.windows import ON_STATE_API, StateApiWindow
 from flow_jobs.windows.family import (
     CloseRule,
     Emission,
@@ -25,9 +25,6 @@ from flow_jobs.windows.family import (
     Shape,
     StateFamily,
 )
-
-if TYPE_CHECKING:
-    from pyspark.sql import Column
 
 
 @dataclass
@@ -142,7 +139,7 @@ class Sliding(StateFamily):
         return cls(plan.duration_ms or 0)
 
 
-class SlidingWindow(WindowSpec):
+class SlidingWindow(StateApiWindow):
     """``kind = "sliding"``: one window ``[t - duration_ms, t]`` per distinct event time
     ``t`` of a group."""
 
@@ -156,22 +153,12 @@ class SlidingWindow(WindowSpec):
     STATE_FAMILY: ClassVar[type[StateFamily]] = Sliding
 
     @property
-    def runs_natively(self) -> bool:
-        return False
-
-    def native_window(self, event_time: Column) -> None:
-        return None
-
-    @property
     def operator_text(self) -> str:
         return f"per-row windows on {ON_STATE_API}, state in the state store"
 
     @property
     def size_text(self) -> str:
         return f"{self.duration_ms} ms per event"
-
-    def active_windows(self) -> int:
-        return 1  # per-group state, sized per row
 
     def shape(self) -> Shape:
         return Shape(duration_ms=self.duration_ms, **self._shape_fields())
