@@ -33,6 +33,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
+from bench.pipeline import clicks_spec
 from bench.run import (
     JOIN_PER_TRIGGER,
     ORDERS_TOPIC,
@@ -79,27 +80,8 @@ SHAPES: dict[str, dict[str, Any]] = {
 def window_spec(
     bootstrap: str, workdir: Path, shape: str, topic: str = TOPIC, pre_aggregate: bool = True
 ) -> PipelineSpec:
-    return PipelineSpec.model_validate(
-        {
-            "name": workdir.name.lower().replace("_", "-"),
-            "sources": [
-                {"name": "clicks", "topic": topic, "bootstrap_servers": bootstrap, "schema": SCHEMA}
-            ],
-            "transform": {
-                "window": {
-                    "event_time_column": "ts",
-                    "group_by": ["user_id"],
-                    "aggregations": AGGREGATIONS,
-                    "lateness_ms": LATENESS_MS,
-                    "pre_aggregate": pre_aggregate,
-                    **SHAPES[shape],
-                }
-            },
-            "target": {"kind": "delta", "path": str(workdir / "target")},
-            "checkpoint": {"location": str(workdir / "checkpoint")},
-            "dead_letter": {"path": str(workdir / "dead_letters")},
-        }
-    )
+    window = {"lateness_ms": LATENESS_MS, "pre_aggregate": pre_aggregate, **SHAPES[shape]}
+    return clicks_spec(bootstrap, workdir, window, topic=topic, aggregations=AGGREGATIONS)
 
 
 def hand_written_window(

@@ -35,20 +35,28 @@ AGGREGATIONS = [
 TUMBLING = {"kind": "tumbling", "duration_ms": 60_000, "lateness_ms": 5_000}
 
 
-def clicks_spec(bootstrap: str, workdir: Path, window: dict | None = None) -> PipelineSpec:
+def clicks_spec(
+    bootstrap: str,
+    workdir: Path,
+    window: dict | None = None,
+    *,
+    topic: str = TOPIC,
+    aggregations: list[dict] | None = None,
+) -> PipelineSpec:
+    """The clicks pipeline: ``window`` (default TUMBLING) by user over ``topic``."""
     return PipelineSpec.model_validate(
         {
             # Each run is its own pipeline in the ledger (its spec differs: one name
             # would be refused by the fingerprint check).
             "name": workdir.name.lower().replace("_", "-"),
             "sources": [
-                {"name": "clicks", "topic": TOPIC, "bootstrap_servers": bootstrap, "schema": SCHEMA}
+                {"name": "clicks", "topic": topic, "bootstrap_servers": bootstrap, "schema": SCHEMA}
             ],
             "transform": {
                 "window": {
                     "event_time_column": "ts",
                     "group_by": ["user_id"],
-                    "aggregations": AGGREGATIONS,
+                    "aggregations": aggregations or AGGREGATIONS,
                     **(window or TUMBLING),
                 }
             },

@@ -167,10 +167,10 @@ def avro_pipeline(bootstrap: str, registry_url: str, spark: SparkSession) -> Cal
     from flow_jobs.runtime.runner import PipelineRunner
 
     def run(workdir: Path) -> Any:
-        doc = clicks_spec(bootstrap, workdir).to_document()
+        doc = clicks_spec(bootstrap, workdir, topic=TOPIC_AVRO).to_document()
         source = doc["sources"][0]
         source.pop("schema")
-        source.update(topic=TOPIC_AVRO, format="avro", schema_registry={"url": registry_url})
+        source.update(format="avro", schema_registry={"url": registry_url})
         runner = PipelineRunner(PipelineSpec.model_validate(doc), spark)
         runner.run(available_now=True)
         return runner
