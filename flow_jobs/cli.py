@@ -65,9 +65,13 @@ def _describe(spec: PipelineSpec) -> str:
 def _validate(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
     for i, source in enumerate(spec.sources):
-        if source.format == "avro":  # its schema is the registry's: reachable, mappable
+        if source.registry_format:  # its schema is the registry's: reachable, mappable
             from flow_jobs.plan.sources import payload_schema
 
+            if source.schema_ddl:  # Spark parses the DDL that must agree with it
+                from flow_jobs.runtime.session import session_for
+
+                session_for(spec.spark)
             payload_schema(source, i)
     print(f"{args.spec}: valid — {_describe(spec)}")
     for warning in spec.warnings():

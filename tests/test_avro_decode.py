@@ -1,4 +1,4 @@
-"""Confluent-framed Avro decoded to Arrow (flow_jobs.io.avro_decode), with records
+"""Confluent-framed Avro decoded to Arrow (flow_jobs.io.formats.avro), with records
 written by confluent-kafka's own AvroSerializer through flow_jobs_dev's registry: two
 schema versions in one batch, Avro's resolution rules, logical types, and a reason for
 every record that cannot be decoded."""
@@ -16,10 +16,11 @@ import pyarrow as pa
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
-from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from flow_jobs.io.avro_decode import AvroSchemaError, ConfluentAvroDecoder, arrow_schema
+from flow_jobs.io.formats.avro import Decoder, arrow_schema
+from flow_jobs.io.formats.framing import PayloadSchemaError
+from flow_jobs.io.registry import writer_schemas
 from flow_jobs_dev.schema_registry import EmbeddedSchemaRegistry
 
 V1 = {
@@ -45,24 +46,25 @@ CONTEXT = SerializationContext("clicks", MessageField.VALUE)
 
 
 @pytest.fixture
-def client() -> Iterator[SchemaRegistryClient]:
+def registry() -> Iterator[EmbeddedSchemaRegistry]:
     with EmbeddedSchemaRegistry() as registry:
-        yield SchemaRegistryClient({"url": registry.url})
+        yield registry
 
 
-def _writer_schemas(client: SchemaRegistryClient):
-    def fetch(schema_id: int) -> dict:
-        try:
-            return json.loads(client.get_schema(schema_id).schema_str)
-        except SchemaRegistryError as e:
-            if e.error_code == 40403:
-                raise LookupError(e.error_message) from None
-            raise
-
-    return fetch
+@pytest.fixture
+def client(registry: EmbeddedSchemaRegistry) -> SchemaRegistryClient:
+    return SchemaRegistryClient({"url": registry.url})
 
 
-def test_records_of_two_versions_decode_to_the_readers_rows(client: SchemaRegistryClient) -> None:
+@pytest.fixture
+def decoder(registry: EmbeddedSchemaRegistry):
+    """The product's decoder over the registry's writer schemas, as the reader builds it."""
+    return lambda reader: Decoder(reader, writer_schemas({"url": registry.url}, "avro"))
+
+
+def test_records_of_two_versions_decode_to_the_readers_rows(
+    client: SchemaRegistryClient, decoder
+) -> None:
     old = AvroSerializer(client, json.dumps(V1))
     new = AvroSerializer(client, json.dumps(V2))
     values = [
@@ -70,7 +72,7 @@ def test_records_of_two_versions_decode_to_the_readers_rows(client: SchemaRegist
         new({"user_id": "b", "amount": 2**40, "page": "home"}, CONTEXT),
         new({"user_id": "c", "amount": -1, "page": None}, CONTEXT),
     ]
-    rows, reasons = ConfluentAvroDecoder(V2, _writer_schemas(client)).decode(values)
+    rows, reasons = decoder(V2).decode(values)
     assert reasons.null_count == 3
     assert rows.type == pa.struct(list(arrow_schema(V2)))
     assert rows.to_pylist() == [
@@ -80,7 +82,9 @@ def test_records_of_two_versions_decode_to_the_readers_rows(client: SchemaRegist
     ]
 
 
-def test_every_record_that_cannot_be_decoded_has_a_reason(client: SchemaRegistryClient) -> None:
+def test_every_record_that_cannot_be_decoded_has_a_reason(
+    client: SchemaRegistryClient, decoder
+) -> None:
     good = AvroSerializer(client, json.dumps(V2))({"user_id": "a", "amount": 1}, CONTEXT)
     unresolvable = {  # amount as a string: no rule turns it into the reader's long
         "type": "record",
@@ -102,7 +106,7 @@ def test_every_record_that_cannot_be_decoded_has_a_reason(client: SchemaRegistry
         wrong,
         good,
     ]
-    rows, reasons = ConfluentAvroDecoder(V2, _writer_schemas(client)).decode(values)
+    rows, reasons = decoder(V2).decode(values)
     found = reasons.to_pylist()
     assert found[0] == "null payload (a tombstone)"
     assert "no schema id" in found[1]
@@ -116,7 +120,9 @@ def test_every_record_that_cannot_be_decoded_has_a_reason(client: SchemaRegistry
     assert rows.to_pylist()[7] == {"user_id": "a", "amount": 1, "page": None}
 
 
-def test_logical_types_nested_records_arrays_and_maps(client: SchemaRegistryClient) -> None:
+def test_logical_types_nested_records_arrays_and_maps(
+    client: SchemaRegistryClient, decoder
+) -> None:
     schema = {
         "type": "record",
         "name": "Order",
@@ -158,7 +164,7 @@ def test_logical_types_nested_records_arrays_and_maps(client: SchemaRegistryClie
         "ratio": 0.5,
     }
     value = AvroSerializer(client, json.dumps(schema))(record, CONTEXT)
-    rows, reasons = ConfluentAvroDecoder(schema, _writer_schemas(client)).decode([value])
+    rows, reasons = decoder(schema).decode([value])
     assert reasons.to_pylist() == [None]
     types = {f.name: f.type for f in arrow_schema(schema)}
     assert types["ts"] == pa.timestamp("us", tz="UTC") and types["day"] == pa.date32()
@@ -173,5 +179,5 @@ def test_logical_types_nested_records_arrays_and_maps(client: SchemaRegistryClie
 
 def test_a_union_of_two_types_has_no_spark_type() -> None:
     schema = {"type": "record", "name": "R", "fields": [{"name": "v", "type": ["int", "string"]}]}
-    with pytest.raises(AvroSchemaError, match=r"the schema\.v: a union of int, string"):
+    with pytest.raises(PayloadSchemaError, match=r"the schema\.v: a union of int, string"):
         arrow_schema(schema)

@@ -1,7 +1,8 @@
-"""``format = "avro"`` sources: a topic written by confluent-kafka's own AvroSerializer
-under two schema versions, read through flow_jobs_dev's registry, gives the windows of
-the same events in JSON and of the independent reference, as one micro-batch and as
-tiny ones; every record that cannot be decoded is a dead letter with its reason."""
+"""Sources of the registry formats (``format = "avro" | "protobuf" | "json_schema"``): a
+topic written by confluent-kafka's own serializer under two schema versions, read through
+flow_jobs_dev's registry, gives the windows of the independent reference (and, for Avro,
+of the same events in JSON), as one micro-batch and as tiny ones; every record that
+cannot be decoded is a dead letter with its reason."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from pyspark.sql import SparkSession
 from flow_jobs.cli import main
 from flow_jobs.errors import PlanError
 from flow_jobs.io.delta import read_delta
+from flow_jobs.io.formats import format_module
 from flow_jobs.kafka.options import REGISTRY_PREFIX, SECRET_PREFIX, KafkaSourceOptions
 from flow_jobs.plan.sources import REGISTRY_SECRETS
 from flow_jobs.runtime.runner import PipelineRunner
@@ -33,6 +35,7 @@ from flow_jobs_dev.schema_registry import EmbeddedSchemaRegistry
 from tests import test_joins as joins
 from tests.reference import reference_windows
 from tests.reference_join import reference_join
+from tests.registry_payloads import click_serializer
 from tests.support import (
     assert_same_windows,
     make_spec,
@@ -90,66 +93,69 @@ def registry() -> Iterator[EmbeddedSchemaRegistry]:
 
 
 def _avro_spec(workdir: Path, bootstrap: str, topic: str, url: str, **source: Any) -> PipelineSpec:
-    doc = make_spec(workdir, bootstrap, topic, WINDOW, name="avro-clicks").to_document()
+    return _registry_spec(workdir, bootstrap, topic, url, "avro", **source)
+
+
+def _registry_spec(
+    workdir: Path, bootstrap: str, topic: str, url: str, fmt: str, **source: Any
+) -> PipelineSpec:
+    doc = make_spec(workdir, bootstrap, topic, WINDOW, name=f"{fmt}-clicks").to_document()
     doc["sources"][0].pop("schema")
-    doc["sources"][0].update(format="avro", schema_registry={"url": url}, **source)
+    doc["sources"][0].update(format=fmt, schema_registry={"url": url}, **source)
     return PipelineSpec.model_validate(doc)
 
 
-def _payload(event: dict[str, Any], v2: bool) -> dict[str, Any]:
-    row = {k: v for k, v in event.items() if not k.startswith("_")}
-    return {**row, "channel": "web"} if v2 else row
-
-
-def test_an_avro_topic_of_two_versions_gives_the_json_topics_windows(
-    spark: SparkSession, broker: EmbeddedBroker, registry: EmbeddedSchemaRegistry, workdir: Path
+@pytest.mark.parametrize("fmt", ["avro", "protobuf", "json_schema"])
+def test_a_topic_of_two_schema_versions_gives_the_reference_windows(
+    spark: SparkSession,
+    broker: EmbeddedBroker,
+    registry: EmbeddedSchemaRegistry,
+    workdir: Path,
+    fmt: str,
 ) -> None:
-    rng = random.Random("avro")
+    """Records written by the format's own serializer under two schema versions, keys
+    over three partitions, disorder, equal timestamps, NULLs: the reference's windows as
+    one micro-batch and as batches of 40; for Avro, the JSON topic's windows too."""
+    rng = random.Random(fmt)
     events = [
         {k: v for k, v in e.items() if k != "at"}
         for e in random_clicks(rng, 400, step_ms=120, disorder_ms=1_000)
     ]
+    for i in range(0, 60, 3):  # ties: equal event times, other keys and partitions
+        events[i + 1]["ts"] = events[i]["ts"]
     bootstrap = broker.bootstrap_servers
-    json_topic, avro_topic = (f"clicks-{f}-{rng.randrange(1 << 30):x}" for f in ("json", "avro"))
-    for topic in (json_topic, avro_topic):
-        broker.create_topic(topic, partitions=3)
+    json_topic, topic = (f"clicks-{f}-{rng.randrange(1 << 30):x}" for f in ("json", fmt))
+    for name in (json_topic, topic):
+        broker.create_topic(name, partitions=3)
     records = to_records(events, partitions=3)
     for i, e in enumerate(events):  # the Kafka position: first / last break ties by it
         e["_arrival"] = (i % 3, i // 3)
-    send(bootstrap, json_topic, records)
 
     client = SchemaRegistryClient({"url": registry.url})
-    context = SerializationContext(avro_topic, MessageField.VALUE)
-    old, new = (AvroSerializer(client, json.dumps(s)) for s in (V1, V2))
+    old, new = (click_serializer(fmt, client, topic, v2) for v2 in (False, True))
     half = len(events) // 2
     framed = [
-        Record(
-            (old if i < half else new)(_payload(e, i >= half), context),
-            r.partition,
-            r.key,
-            r.timestamp_ms,
-        )
+        Record((old if i < half else new)(e), r.partition, r.key, r.timestamp_ms)
         for i, (e, r) in enumerate(zip(events, records, strict=True))
     ]
     good = framed[0].value
     assert good is not None
+    title = format_module(fmt).TITLE
     bad = [  # each a dead letter, with its reason
         (b"\x01" + good[1:], "magic byte 1"),
         (b"\x00" + struct.pack(">I", 4242) + good[5:], "schema id 4242 is not in the registry"),
-        (good[:-2], "undecodable Avro body"),
+        (good[:-2], f"undecodable {title} body"),
         (b"", "no schema id"),
     ]
     at = events[half]["ts"]
     framed += [Record(value, 0, b"x", at) for value, _ in bad]
-    send(bootstrap, avro_topic, framed)
+    send(bootstrap, topic, framed)
 
-    as_json = make_spec(workdir / "json", bootstrap, json_topic, WINDOW)
-    PipelineRunner(as_json, spark).run(available_now=True)
-    whole = _avro_spec(workdir / "one", bootstrap, avro_topic, registry.url)
+    whole = _registry_spec(workdir / "one", bootstrap, topic, registry.url, fmt)
     assert [f.name for f in whole.sources][:1] == ["clicks"]
     summary = PipelineRunner(whole, spark).run(available_now=True)
-    tiny = _avro_spec(
-        workdir / "tiny", bootstrap, avro_topic, registry.url, max_offsets_per_trigger=40
+    tiny = _registry_spec(
+        workdir / "tiny", bootstrap, topic, registry.url, fmt, max_offsets_per_trigger=40
     )
     tiny_summary = PipelineRunner(tiny, spark).run(available_now=True)
     assert summary.dead_lettered == tiny_summary.dead_lettered == len(bad)
@@ -165,9 +171,13 @@ def test_an_avro_topic_of_two_versions_gives_the_json_topics_windows(
         watermark_ms=max(e["ts"] for e in events) - 2_000,
     )
     key = whole.natural_key()
-    assert_same_windows(read_windows(as_json.target.path, key), expected)
     assert_same_windows(read_windows(whole.target.path, key), expected)
     assert_same_windows(read_windows(tiny.target.path, key), expected)
+    if fmt == "avro":  # the same events in JSON: the same windows
+        send(bootstrap, json_topic, records)
+        as_json = make_spec(workdir / "json", bootstrap, json_topic, WINDOW)
+        PipelineRunner(as_json, spark).run(available_now=True)
+        assert_same_windows(read_windows(as_json.target.path, key), expected)
 
     letters = _dead_letters(whole)
     assert sorted(v for v, _ in letters.values()) == sorted(v for v, _ in bad)
@@ -221,16 +231,40 @@ def test_validate_reads_the_reader_schema_from_the_registry(
     assert "valid" in capsys.readouterr().out
 
 
+SMALL = '{"type": "record", "name": "R", "fields": [{"name": "v", "type": "long"}]}'
+
+
 @pytest.mark.parametrize(
     ("source", "key", "fragment"),
     [
         ({"format": "avro"}, "schema_registry", "needs [sources.schema_registry] url"),
+        ({"format": "protobuf"}, "schema_registry", "needs [sources.schema_registry] url"),
         (
-            {"format": "avro", "schema_registry": {"url": "http://r:8081"}, "schema": "a INT"},
-            "schema",
-            "takes its schema from the registry",
+            {"format": "avro", "schema_registry": {"url": "http://r:8081"}, "avro_schema": SMALL},
+            "avro_schema",
+            "not both",
         ),
-        ({"subject": "s"}, "subject", 'only for format = "avro"'),
+        ({"subject": "s"}, "subject", "only for a format read through a registry"),
+        ({"format": "avro", "avro_schema": SMALL, "version": 2}, "version", "registry"),
+        ({"format": "avro", "avro_schema": "no-such.avsc"}, "avro_schema", "cannot read"),
+        (
+            {
+                "format": "avro",
+                "avro_schema": '{"type": "record", "name": "R", "fields": '
+                '[{"name": "v", "type": ["int", "string"]}]}',
+            },
+            "avro_schema",
+            "a union of int",
+        ),
+        (
+            {
+                "format": "json_schema",
+                "schema_registry": {"url": "http://r:8081"},
+                "message": "a.B",
+            },
+            "message",
+            'only for format = "protobuf"',
+        ),
         (
             {"format": "avro", "schema_registry": {"url": "http://u:p@r:8081"}},
             "url",
@@ -238,10 +272,10 @@ def test_validate_reads_the_reader_schema_from_the_registry(
         ),
     ],
 )
-def test_avro_source_rules_name_the_key(source: dict, key: str, fragment: str) -> None:
+def test_registry_source_rules_name_the_key(source: dict, key: str, fragment: str) -> None:
     doc = make_spec(Path("/tmp/x"), "b:9092", "t", WINDOW).to_document()
     doc["sources"][0].update(source)
-    if "schema" not in source and source.get("format") == "avro":
+    if "schema" not in source and source.get("format", "json") != "json":
         doc["sources"][0].pop("schema")
     with pytest.raises(SpecError) as refused:
         parse_spec(tomli_w.dumps(doc), "spec.toml")

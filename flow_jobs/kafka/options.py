@@ -12,7 +12,7 @@ from flow_jobs.kafka.schema import (
     SOURCE_FORMAT,
 )
 
-#: Options naming the schema registry client's settings (format = "avro"); a secret one
+#: Options naming the schema registry client's settings (a registry format); a secret one
 #: also carries ``secret.`` in its name, so Spark redacts its value wherever it shows the
 #: source's options (its default ``spark.redaction.regex`` matches "secret").
 REGISTRY_PREFIX = "registry."
@@ -46,9 +46,12 @@ class KafkaSourceOptions:
     json_schema: str | None = None
     #: what to pre-aggregate in the reader (``flow_jobs.io.combine.CombinePlan`` as JSON)
     combine: str | None = None
-    #: format = "avro": the reader schema (Avro JSON) records are resolved to, and the
-    #: schema registry's client configuration (options ``registry.<key>``)
-    avro_schema: str | None = None
+    #: a registry format ("avro", "protobuf", "json_schema": ``flow_jobs.io.formats``),
+    #: the reader schema records are resolved to (in that format's ``reader`` form), and
+    #: the schema registry's client configuration (options ``registry.<key>``; none:
+    #: bare Avro bodies written with the reader schema)
+    payload_format: str | None = None
+    reader_schema: str | None = None
     registry_config: tuple[tuple[str, str], ...] = ()
 
     @classmethod
@@ -82,7 +85,8 @@ class KafkaSourceOptions:
             source_name=options.get("source_name", ""),
             json_schema=options.get("json_schema") or None,
             combine=options.get("combine") or None,
-            avro_schema=options.get("avro_schema") or None,
+            payload_format=options.get("payload_format") or None,
+            reader_schema=options.get("reader_schema") or None,
             registry_config=tuple(
                 sorted(
                     (k[len(REGISTRY_PREFIX) :].removeprefix(SECRET_PREFIX), v)

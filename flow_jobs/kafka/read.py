@@ -4,7 +4,6 @@ folded)."""
 from __future__ import annotations
 
 import bisect
-import json
 import logging
 import time
 from collections.abc import Iterator
@@ -32,7 +31,7 @@ from flow_jobs.kafka.schema import (
 from flow_jobs.records import HEADERS_TYPE
 
 if TYPE_CHECKING:
-    from flow_jobs.io.avro_decode import ConfluentAvroDecoder
+    from flow_jobs.io.formats.framing import FramedDecoder
 
 log = logging.getLogger(__name__)
 
@@ -198,15 +197,18 @@ def combine_plan(options: KafkaSourceOptions) -> CombinePlan | None:
     return CombinePlan.from_json(options.combine) if options.combine else None
 
 
-def payload_decoder(options: KafkaSourceOptions) -> JsonDecoder | ConfluentAvroDecoder | None:
-    """The decoder of a source reading with ``avro_schema`` or ``json_schema``, else None."""
-    if options.avro_schema is None:
+def payload_decoder(options: KafkaSourceOptions) -> JsonDecoder | FramedDecoder | None:
+    """The decoder of a source reading a registry format (``payload_format``) or with
+    ``json_schema``, else None."""
+    if options.payload_format is None or options.reader_schema is None:
         return json_decoder(options)
-    from flow_jobs.io.avro_decode import ConfluentAvroDecoder
+    from flow_jobs.io.formats import format_module
     from flow_jobs.io.registry import writer_schemas
 
-    reader = json.loads(options.avro_schema)
-    return ConfluentAvroDecoder(reader, writer_schemas(dict(options.registry_config)))
+    fmt = options.payload_format
+    config = dict(options.registry_config)
+    fetch = writer_schemas(config, fmt) if config else None
+    return format_module(fmt).Decoder(options.reader_schema, fetch)
 
 
 def json_decoder(options: KafkaSourceOptions) -> JsonDecoder | None:
@@ -264,7 +266,7 @@ def _to_arrow(
     batch: list,
     offsets: list[int],
     processing_time: bool,
-    decoder: JsonDecoder | ConfluentAvroDecoder | None = None,
+    decoder: JsonDecoder | FramedDecoder | None = None,
 ) -> pa.RecordBatch:
     from confluent_kafka import Message
 
@@ -303,11 +305,12 @@ def _to_arrow(
 
 
 def _decode(
-    decoder: JsonDecoder | ConfluentAvroDecoder, values: list[Any]
+    decoder: JsonDecoder | FramedDecoder, values: list[Any]
 ) -> tuple[pa.StructArray, pa.BooleanArray]:
     """The payloads as the source view reads them: the decoded struct with the corrupt
-    field (JSON: NULL, ``from_json`` fills it for what it decodes; Avro: each failed
-    record's reason), and which records ``from_json`` decodes (Avro: none)."""
+    field (JSON: NULL, ``from_json`` fills it for what it decodes; a registry format:
+    each failed record's reason), and which records ``from_json`` decodes (the registry
+    formats: none)."""
     if isinstance(decoder, JsonDecoder):
         decoded, undecoded = decoder.decode(values)
         return with_corrupt_field(decoded), undecoded
@@ -333,7 +336,7 @@ def _kafka_stamps(batch: list) -> tuple[np.ndarray, np.ndarray]:
     return ms, (kind == 0) | (ms < MIN_TS_MS) | (ms > MAX_TS_MS)
 
 
-def decoded_schema(decoder: JsonDecoder | ConfluentAvroDecoder) -> pa.Schema:
+def decoded_schema(decoder: JsonDecoder | FramedDecoder) -> pa.Schema:
     fields = [*decoder.schema, pa.field(CORRUPT_RECORD, pa.string())]
     return ARROW_SCHEMA.append(pa.field(DECODED, pa.struct(fields))).append(
         pa.field(UNDECODED, pa.bool_())
@@ -344,7 +347,8 @@ def with_corrupt_field(
     decoded: pa.StructArray, reasons: pa.StringArray | None = None
 ) -> pa.StructArray:
     """``decoded`` with ``from_json``'s corrupt-record field: NULL on every row, or
-    ``reasons`` (a failed Avro record: its row is not NULL, so the reason can be read)."""
+    ``reasons`` (a failed record of a registry format: its row is not NULL, so the
+    reason can be read)."""
     n = len(decoded)
     fields = [decoded.type.field(i) for i in range(decoded.type.num_fields)]
     return pa.StructArray.from_arrays(
@@ -365,7 +369,7 @@ def _headers(batch: list) -> pa.Array:
 
 
 def heartbeat_row(
-    rng: KafkaRange, decoder: JsonDecoder | ConfluentAvroDecoder | None = None
+    rng: KafkaRange, decoder: JsonDecoder | FramedDecoder | None = None
 ) -> pa.RecordBatch:
     ts_type = pa.timestamp("us", tz="UTC")
     mark = rng.late_watermark_ms

@@ -31,13 +31,15 @@ class KafkaDataSource(DataSource):
         return SOURCE_FORMAT
 
     def schema(self) -> str:
-        avro = self.options.get("avro_schema")
-        if avro:
-            from flow_jobs.io.avro_decode import arrow_type, spark_ddl
+        reader = self.options.get("reader_schema")
+        if reader:  # a registry format (flow_jobs.io.formats)
+            import pyarrow as pa
 
-            decoded = spark_ddl(arrow_type(json.loads(avro)))
-            fields = f"{decoded.removesuffix('>')}, {CORRUPT_RECORD}: STRING>"
-            return f"{KAFKA_COLUMNS_DDL}, {DECODED} {fields}, {UNDECODED} BOOLEAN"
+            from flow_jobs.io.formats import format_module, spark_ddl
+
+            payload = format_module(self.options["payload_format"]).payload_schema(reader)
+            decoded = spark_ddl(pa.struct([*payload, pa.field(CORRUPT_RECORD, pa.string())]))
+            return f"{KAFKA_COLUMNS_DDL}, {DECODED} {decoded}, {UNDECODED} BOOLEAN"
         payload = self.options.get("json_schema")
         if not payload:
             return KAFKA_COLUMNS_DDL

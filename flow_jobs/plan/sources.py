@@ -20,9 +20,7 @@ An event time computed by ``[transform].sql`` gets the same checks after the SQL
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -86,12 +84,13 @@ def read_kafka(
     idle_file: str | None = None,
     json_schema: str | None = None,
     combine: CombinePlan | None = None,
-    avro_schema: str | None = None,
+    reader_schema: str | None = None,
 ) -> DataFrame:
     """The source's Kafka records; with ``json_schema`` (a payload ``StructType.json()``
     Arrow decodes), their payloads decoded in the reader too; with ``combine``, the rows
     the window would aggregate folded into partials there (``flow_jobs.io.combine``);
-    with ``avro_schema`` (the reader schema), Confluent-framed Avro decoded there."""
+    with ``reader_schema`` (a registry format's, ``reader_schema``), the payloads decoded
+    there (``flow_jobs.io.formats``)."""
     reader = (
         spark.readStream.format(SOURCE_FORMAT)
         .option("bootstrap_servers", source.bootstrap_servers)
@@ -112,8 +111,10 @@ def read_kafka(
         reader = reader.option("json_schema", json_schema)
     if json_schema and combine is not None:
         reader = reader.option("combine", combine.to_json())
-    if avro_schema and source.schema_registry is not None:
-        reader = reader.option("avro_schema", avro_schema)
+    if reader_schema is not None:
+        reader = reader.option("payload_format", source.format)
+        reader = reader.option("reader_schema", reader_schema)
+    if reader_schema is not None and source.schema_registry is not None:
         for key, value in source.schema_registry.client_config().items():
             secret = SECRET_PREFIX if key in REGISTRY_SECRETS else ""
             reader = reader.option(f"{REGISTRY_PREFIX}{secret}{key}", value)
@@ -146,7 +147,7 @@ def compile_source(
     if source.format == "json" and source.decoder == "auto":
         declared = payload_schema(source, index)
         in_reader = declared.json() if arrow_schema(declared.json()) is not None else None
-    reader = avro_reader_schema(source, index) if source.format == "avro" else None
+    reader = registry_reader(source, index) if source.registry_format else None
     frame = read_kafka(
         spark,
         source,
@@ -156,12 +157,12 @@ def compile_source(
         idle_file=idle,
         json_schema=in_reader,
         combine=combine if in_reader else None,
-        avro_schema=json.dumps(reader) if reader is not None else None,
+        reader_schema=reader,
     )
     folds = in_reader is not None and combine is not None
-    if source.format in ("json", "avro"):
+    if source.format != "raw":
         if reader is not None:  # decoded in the reader; a failed record has a reason
-            payload = avro_payload(reader, source, index)
+            payload = registry_payload(reader, source, index)
             frame = frame.withColumn(_PAYLOAD, F.col(DECODED)).drop(DECODED, UNDECODED)
             failed = F.col(f"{_PAYLOAD}.{_CORRUPT}")
             reasons: list[Reason] = [(failed.isNotNull(), failed)]
@@ -266,7 +267,7 @@ def source_carries(spark: SparkSession, source: KafkaSource, column: str) -> boo
         return True
     if source.format == "raw":
         return column in RAW_COLUMNS
-    if source.format == "avro":
+    if source.registry_format:
         try:
             return column in payload_schema(source, 0).fieldNames()
         except PlanError:  # compile_source reports it with the source's index
@@ -289,37 +290,75 @@ def source_event_time(view: DataFrame, event_time: EventTime) -> Column | None:
         return None  # the operator reports the type error with its own key
 
 
-def avro_reader_schema(source: KafkaSource, index: int) -> Any:
-    """An Avro source's reader schema: its subject at its version, from the registry."""
+def registry_reader(source: KafkaSource, index: int) -> str:
+    """The reader schema of a source of a registry format, as its reader takes it: the
+    subject at its version from the registry, or the spec's ``avro_schema``."""
+    from flow_jobs.io.formats import PayloadSchemaError, format_module
     from flow_jobs.io.registry import RegistryUnreachable, SubjectNotFound, reader_schema
 
+    if source.avro_schema is not None:  # checked by the spec
+        return format_module("avro").reader(source.avro_schema, [])
     assert source.schema_registry is not None
     config = source.schema_registry.client_config()
+    subject = source.reader_subject
     try:
-        return reader_schema(config, source.reader_subject, source.version)
+        return reader_schema(config, subject, source.version, source.format, source.message)
     except RegistryUnreachable as e:
         raise PlanError(f"sources[{index}].schema_registry.url", str(e)) from None
     except SubjectNotFound as e:
         raise PlanError(f"sources[{index}].subject", str(e)) from None
+    except PayloadSchemaError as e:
+        key = "message" if source.message and "message" in str(e) else "subject"
+        raise PlanError(f"sources[{index}].{key}", f"{subject}: {e}") from None
 
 
-def avro_payload(reader: Any, source: KafkaSource, index: int) -> StructType:
-    """The Spark schema an Avro reader schema gives the view (through its Arrow type)."""
+def registry_payload(reader: str, source: KafkaSource, index: int) -> StructType:
+    """The Spark schema a registry format's reader schema gives the view (through its
+    Arrow type); a ``schema`` given beside it must agree with it, field by field."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    from flow_jobs.io.avro_decode import AvroSchemaError, arrow_schema
+    from flow_jobs.io.formats import PayloadSchemaError, format_module
 
+    where = "avro_schema" if source.avro_schema is not None else "subject"
     try:
-        return from_arrow_schema(arrow_schema(reader))
-    except AvroSchemaError as e:
-        raise PlanError(f"sources[{index}].subject", f"{source.reader_subject}: {e}") from None
+        derived = from_arrow_schema(format_module(source.format).payload_schema(reader))
+    except PayloadSchemaError as e:
+        raise PlanError(f"sources[{index}].{where}", f"{source.reader_subject}: {e}") from None
+    if source.schema_ddl:
+        declared = _declared_schema(source, index)
+        origin = "avro_schema" if where == "avro_schema" else f"subject {source.reader_subject}"
+        difference = schema_difference(declared, derived, origin)
+        if difference:
+            raise PlanError(f"sources[{index}].schema", difference)
+    return derived
+
+
+def schema_difference(declared: StructType, derived: StructType, origin: str) -> str | None:
+    """Where a declared schema and a registry's disagree (the first field), or None."""
+    theirs = {f.name: f.dataType for f in derived.fields}
+    for field in declared.fields:
+        if field.name not in theirs:
+            return f"field {field.name} is not in the schema of {origin}"
+        if theirs[field.name] != field.dataType:
+            return (
+                f"field {field.name} is {field.dataType.simpleString()} here and "
+                f"{theirs[field.name].simpleString()} in the schema of {origin}"
+            )
+    missing = [name for name in theirs if name not in declared.fieldNames()]
+    if missing:
+        return f"the schema of {origin} has field {missing[0]}, which schema does not declare"
+    return None
 
 
 def payload_schema(source: KafkaSource, index: int) -> StructType:
     """The payload schema of a JSON source as declared (a ``PlanError`` if not valid
-    DDL), or of an Avro source as its reader schema reads it."""
-    if source.format == "avro":
-        return avro_payload(avro_reader_schema(source, index), source, index)
+    DDL), or of a registry format's source as its reader schema reads it."""
+    if source.registry_format:
+        return registry_payload(registry_reader(source, index), source, index)
+    return _declared_schema(source, index)
+
+
+def _declared_schema(source: KafkaSource, index: int) -> StructType:
     assert source.schema_ddl is not None
     try:
         schema = DataType.fromDDL(source.schema_ddl)

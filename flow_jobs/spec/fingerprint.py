@@ -70,7 +70,12 @@ SAFE_SOURCE_KEYS = frozenset(
     }
 )
 #: Source keys added after checkpoints existed, with the default that changes nothing.
-ADDED_SOURCE_KEYS: dict[str, Any] = {"subject": None, "version": "latest"}
+ADDED_SOURCE_KEYS: dict[str, Any] = {
+    "subject": None,
+    "version": "latest",
+    "message": None,
+    "avro_schema": None,
+}
 SAFE_OPERATOR_KEYS = frozenset(
     {"max_groups_per_window", "on_state_cap", "max_event_time_skew_ms", "pre_aggregate"}
 )

@@ -103,8 +103,13 @@ def interpolate_env(value: Any, env: Mapping[str, str], key: str = "") -> Any:
 
 
 def parse_spec(
-    text: str, origin: str = "<spec>", env: Mapping[str, str] | None = None
+    text: str,
+    origin: str = "<spec>",
+    env: Mapping[str, str] | None = None,
+    spec_dir: Path | None = None,
 ) -> PipelineSpec:
+    """The spec in ``text``; a file it names (an ``.avsc``) is read relative to
+    ``spec_dir`` (default: the working directory)."""
     try:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -114,7 +119,7 @@ def parse_spec(
     except SpecError as e:
         raise SpecError(origin, e.problems) from None
     try:
-        return PipelineSpec.model_validate(document)
+        return PipelineSpec.model_validate(document, context={"spec_dir": spec_dir})
     except ValidationError as e:
         raise SpecError(origin, format_validation_error(e)) from None
 
@@ -125,4 +130,4 @@ def load_spec(path: str | Path, env: Mapping[str, str] | None = None) -> Pipelin
         text = p.read_text(encoding="utf-8")
     except OSError as e:
         raise SpecError(str(p), [f"cannot read the file: {e.strerror}"]) from None
-    return parse_spec(text, origin=str(p), env=env)
+    return parse_spec(text, origin=str(p), env=env, spec_dir=p.parent)

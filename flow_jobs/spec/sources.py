@@ -5,12 +5,14 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from datetime import date, datetime
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
     BeforeValidator,
     Field,
     SecretStr,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -113,16 +115,24 @@ class KafkaSource(SpecModel):
     kind: Literal["kafka"] = "kafka"
     topic: str = Field(min_length=1)
     bootstrap_servers: str = Field(min_length=1)
-    #: "avro": Confluent-framed Avro (magic byte 0, the writer schema's id, the body),
-    #: each record read with its writer schema from ``schema_registry`` and resolved to
-    #: the reader schema (``subject`` at ``version``), which is the view's schema too.
-    format: Literal["json", "raw", "avro"] = "json"
+    #: "avro" / "protobuf" / "json_schema": Confluent-framed records (magic byte 0, the
+    #: writer schema's id, the body), each read with its writer schema from
+    #: ``schema_registry`` and resolved to the reader schema (``subject`` at ``version``),
+    #: which is the view's schema too; "avro" also as bare bodies of ``avro_schema``.
+    format: Literal["json", "raw", "avro", "protobuf", "json_schema"] = "json"
     schema_ddl: str | None = Field(default=None, alias="schema")
     schema_registry: SchemaRegistrySpec | None = None
-    #: format = "avro": the registry subject of the reader schema (default ``<topic>-value``)
+    #: a registry format: the subject of the reader schema (default ``<topic>-value``)
     subject: str | None = None
-    #: format = "avro": the subject's version to read with: "latest" or a number
+    #: a registry format: the subject's version to read with: "latest" or a number
     version: Literal["latest"] | Annotated[int, Field(gt=0)] = "latest"
+    #: format = "protobuf": the reader message's full name (default: the subject's
+    #: first top-level message)
+    message: str | None = None
+    #: format = "avro" without a registry: the schema every record is written with, inline
+    #: (Avro's JSON) or a ``.avsc`` file (relative to the spec's folder); records are
+    #: bare Avro bodies (no Confluent header)
+    avro_schema: str | None = None
     #: "auto": JSON payloads are decoded in bulk by Arrow in the reader where the
     #: schema's types allow (STRING, BIGINT, INT, SMALLINT, TINYINT, DOUBLE, BOOLEAN),
     #: each record Arrow rejects by ``from_json``; "from_json": every record by Spark.
@@ -140,8 +150,36 @@ class KafkaSource(SpecModel):
 
     @property
     def reader_subject(self) -> str:
-        """format = "avro": the subject the reader schema is read from."""
+        """A registry format: the subject the reader schema is read from."""
         return self.subject or f"{self.topic}-value"
+
+    @property
+    def registry_format(self) -> bool:
+        """Whether the payloads are read through ``flow_jobs.io.formats``."""
+        return self.format in REGISTRY_FORMATS
+
+    @field_validator("avro_schema", mode="after")
+    @classmethod
+    def _avro_schema(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """An ``.avsc`` file's text, read relative to the spec's folder; either way, an
+        Avro schema with a Spark type."""
+        if value is None:
+            return None
+        text = value
+        if not value.lstrip().startswith(("{", "[", '"')):
+            base = (info.context or {}).get("spec_dir") or Path.cwd()
+            path = Path(base) / value
+            try:
+                text = path.read_text(encoding="utf-8")
+            except OSError as e:
+                raise ValueError(f"cannot read {path}: {e.strerror}") from None
+        from flow_jobs.io.formats import PayloadSchemaError, format_module
+
+        try:
+            format_module("avro").payload_schema(text)
+        except PayloadSchemaError as e:
+            raise ValueError(str(e)) from None
+        return text
 
     def starting_option(self) -> str:
         """``starting_offsets`` as the Kafka reader's option string."""
@@ -167,22 +205,8 @@ class KafkaSource(SpecModel):
                 'e.g. schema = "user_id STRING, amount DOUBLE, ts BIGINT"',
             )
         if self.format == "raw" and ddl:
-            raise key_error("schema", 'schema is only for format = "json"; remove it for raw')
-        if self.format == "avro" and ddl:
-            raise key_error(
-                "schema",
-                'format = "avro" takes its schema from the registry (subject, version); '
-                "remove schema",
-            )
-        if self.format == "avro" and self.schema_registry is None:
-            raise key_error(
-                "schema_registry",
-                'format = "avro" needs [sources.schema_registry] url: the records carry '
-                "their writer schema's id in the registry",
-            )
-        for key, unset in (("schema_registry", None), ("subject", None), ("version", "latest")):
-            if self.format != "avro" and getattr(self, key) != unset:
-                raise key_error(key, f'{key} is only for format = "avro"')
+            raise key_error("schema", 'format = "raw" has no schema; remove it')
+        self._registry_rules()
         for reserved in (EVENT_TS, KAFKA_COLUMN):
             if ddl and re.search(rf"(^|,)\s*`?{reserved}`?\s", ddl):
                 raise key_error(
@@ -191,3 +215,34 @@ class KafkaSource(SpecModel):
                     "with a column every source view carries; rename it in the schema",
                 )
         return self
+
+    def _registry_rules(self) -> None:
+        fmt = self.format
+        if self.avro_schema is not None and fmt != "avro":
+            raise key_error("avro_schema", 'avro_schema is only for format = "avro"')
+        if self.avro_schema is not None and self.schema_registry is not None:
+            raise key_error(
+                "avro_schema",
+                "give avro_schema (bare Avro bodies) or [sources.schema_registry] "
+                "(Confluent-framed records), not both",
+            )
+        if self.avro_schema is not None and self.schema_ddl:
+            raise key_error("schema", "avro_schema is the schema; remove schema")
+        if fmt in REGISTRY_FORMATS and self.avro_schema is None and not self.schema_registry:
+            more = " (or avro_schema for bare Avro bodies)" if fmt == "avro" else ""
+            raise key_error(
+                "schema_registry",
+                f'format = "{fmt}" needs [sources.schema_registry] url{more}: the records '
+                "carry their writer schema's id in the registry",
+            )
+        keys: tuple[tuple[str, Any], ...] = (
+            ("schema_registry", None), ("subject", None), ("version", "latest"))  # fmt: skip
+        for key, unset in keys:
+            if (fmt not in REGISTRY_FORMATS or self.avro_schema) and getattr(self, key) != unset:
+                raise key_error(key, f"{key} is only for a format read through a registry")
+        if self.message is not None and fmt != "protobuf":
+            raise key_error("message", 'message is only for format = "protobuf"')
+
+
+#: The formats read through ``flow_jobs.io.formats`` (Confluent-framed, a registry).
+REGISTRY_FORMATS = ("avro", "protobuf", "json_schema")

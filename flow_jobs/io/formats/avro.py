@@ -1,0 +1,172 @@
+"""Avro payloads (``format = "avro"``), decoded in bulk into Arrow in the Kafka reader.
+
+Confluent-framed through a registry (``flow_jobs.io.formats.framing``), or bare bodies
+written with the spec's ``avro_schema``. Each record is read with its writer schema and
+resolved to the reader schema by Avro's rules (a field added with a default, a removed
+field, a promoted type), with fastavro; the rows become one Arrow struct array of the
+reader schema's type (``arrow_type``).
+
+Avro to Arrow (and so to Spark, through Arrow): boolean, int (int32), long (int64),
+float (float32), double (float64), string, bytes and fixed (binary), enum (string), a
+union of null and one type (that type, nullable), record (struct), array (list), map
+(map of string keys); logical types timestamp-millis / timestamp-micros (TIMESTAMP,
+UTC, microseconds), date (DATE), decimal on bytes or fixed (DECIMAL(p, s)), uuid
+(string). Other unions have no Spark type: ``arrow_type`` refuses them, naming the field.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import fastavro
+import pyarrow as pa
+
+from flow_jobs.io.formats.framing import (
+    FramedDecoder,
+    PayloadSchemaError,
+    Unresolvable,
+    record_schema,
+)
+
+#: the registry's name of the schema type, and the format's in messages
+SCHEMA_TYPE = "AVRO"
+TITLE = "Avro"
+
+
+def reader(text: str, references: list[tuple[str, str]], message: str | None = None) -> str:
+    """The reader schema as the Kafka reader's option carries it (its JSON text)."""
+    _no_references(references)
+    payload_schema(text)  # it maps to a Spark type
+    return text
+
+
+def writer(text: str, references: list[tuple[str, str]]) -> Any:
+    """A registered writer schema, parsed once for every record written with it."""
+    _no_references(references)
+    return fastavro.parse_schema(json.loads(text))
+
+
+def _no_references(references: list[tuple[str, str]]) -> None:
+    if references:
+        names = ", ".join(n for n, _ in references)
+        raise PayloadSchemaError(f"the schema references {names}: Avro references are not read")
+
+
+def payload_schema(reader: str) -> pa.Schema:
+    """The reader schema's fields as an Arrow schema (the source view's payload columns)."""
+    try:
+        return arrow_schema(json.loads(reader))
+    except json.JSONDecodeError as e:
+        raise PayloadSchemaError(f"not an Avro schema (JSON): {e}") from None
+
+
+def arrow_type(schema: Any, where: str = "") -> pa.DataType:
+    """The Arrow type of an Avro schema (JSON form: a dict, a type name or a union list)."""
+    return _arrow(schema, where or "the schema", {})
+
+
+def arrow_schema(schema: Any) -> pa.Schema:
+    """A record schema's fields as an Arrow schema (the source view's payload columns)."""
+    return record_schema(arrow_type(schema), _name(schema))
+
+
+_PRIMITIVES = {
+    "null": pa.null(),
+    "boolean": pa.bool_(),
+    "int": pa.int32(),
+    "long": pa.int64(),
+    "float": pa.float32(),
+    "double": pa.float64(),
+    "bytes": pa.binary(),
+    "string": pa.string(),
+}
+
+
+def _arrow(schema: Any, where: str, named: dict[str, pa.DataType]) -> pa.DataType:
+    if isinstance(schema, list):
+        branches = [b for b in schema if b != "null"]
+        if len(branches) != 1:
+            raise PayloadSchemaError(
+                f"{where}: a union of {', '.join(_name(b) for b in schema)} has no Spark "
+                "type (only a union of null and one type does)"
+            )
+        return _arrow(branches[0], where, named)
+    if isinstance(schema, str):
+        if schema in _PRIMITIVES:
+            return _PRIMITIVES[schema]
+        if schema in named:
+            return named[schema]
+        raise PayloadSchemaError(f"{where}: unknown type {schema!r}")
+    kind, logical = schema.get("type"), schema.get("logicalType")
+    if logical in ("timestamp-millis", "timestamp-micros") and kind == "long":
+        return pa.timestamp("us", tz="UTC")
+    if logical == "date" and kind == "int":
+        return pa.date32()
+    if logical == "decimal" and kind in ("bytes", "fixed"):
+        return pa.decimal128(int(schema["precision"]), int(schema.get("scale", 0)))
+    if kind == "record":
+        fields = [
+            pa.field(f["name"], _arrow(f["type"], f"{where}.{f['name']}", named))
+            for f in schema.get("fields", [])
+        ]
+        out = pa.struct(fields)
+        named[schema.get("name", "")] = out
+        return out
+    if kind == "enum":
+        named[schema.get("name", "")] = pa.string()
+        return pa.string()
+    if kind == "fixed":
+        named[schema.get("name", "")] = pa.binary()
+        return pa.binary()
+    if kind == "array":
+        return pa.list_(_arrow(schema["items"], f"{where}[]", named))
+    if kind == "map":
+        return pa.map_(pa.string(), _arrow(schema["values"], f"{where}{{}}", named))
+    return _arrow(kind, where, named)  # {"type": "long"} and the like
+
+
+def _name(schema: Any) -> str:
+    if isinstance(schema, dict):
+        return str(schema.get("name") or schema.get("type"))
+    return str(schema)
+
+
+class Decoder(FramedDecoder):
+    """Avro payloads to rows of the reader schema's Arrow type (``FramedDecoder``);
+    ``reader`` is its JSON text or the parsed JSON."""
+
+    title = TITLE
+
+    def __init__(self, reader: Any, writer_schema: Callable[[int], Any] | None = None) -> None:
+        schema = json.loads(reader) if isinstance(reader, str) else reader
+        super().__init__(arrow_schema(schema), writer_schema)
+        self.reader = fastavro.parse_schema(schema)
+
+    def read(self, value: bytes, start: int, writer: Any) -> dict[str, Any]:
+        body = io.BytesIO(value)
+        body.seek(start)
+        try:
+            row = fastavro.schemaless_reader(body, writer or self.reader, self.reader)
+        except fastavro.read.SchemaResolutionError as e:
+            raise Unresolvable(str(e)) from None
+        if body.tell() != len(value):
+            raise ValueError(f"{len(value) - body.tell()} bytes left over")
+        return _arrow_values(row)
+
+
+def _arrow_values(value: Any) -> Any:
+    """fastavro's Python values as ``pa.array`` takes them (maps as key-value pairs,
+    UUIDs as text, naive datetimes as UTC)."""
+    if isinstance(value, dict):
+        return {k: _arrow_values(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_arrow_values(v) for v in value]
+    if isinstance(value, datetime) and value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    if type(value).__name__ == "UUID":
+        return str(value)
+    return value

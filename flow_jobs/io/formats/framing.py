@@ -1,0 +1,142 @@
+"""Confluent's wire format, shared by the registry formats, and the bulk decode loop.
+
+A record in Confluent's wire format is a magic byte 0, the writer schema's id in the
+registry (4 bytes, big-endian), then the body (for Protobuf, the message indexes first).
+``FramedDecoder`` reads a list of payloads into one Arrow struct array of the reader's
+type, the same shape the JSON decoder hands the source view, plus a reason per record it
+could not decode (NULL where it could): a tombstone, an unknown magic byte, a schema id
+the registry does not have, a truncated or undecodable body, a writer schema that does
+not resolve to the reader's. Nothing is dropped: the source view dead-letters each
+failed record with its bytes and position (the spec reference, ``[[sources]]``).
+
+Each writer schema is fetched once per id and process, and the answer kept (an id the
+registry does not have too, so a topic full of them asks once); a registry that cannot
+be reached raises, failing the read (retried by Spark), never dropping the record.
+"""
+
+from __future__ import annotations
+
+import struct
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+
+#: Confluent's wire format: magic byte 0, then the schema id (big-endian, 4 bytes).
+MAGIC = 0
+HEADER = struct.Struct(">bI")
+
+
+class PayloadSchemaError(ValueError):
+    """A schema with no Arrow / Spark type (the message names the field)."""
+
+
+class Unresolvable(ValueError):
+    """The writer schema of a record does not resolve to the reader's (the message says why)."""
+
+
+class FramedDecoder(ABC):
+    """Decodes payloads to rows of ``schema`` (an Arrow schema), plus a reason per row that
+    could not be decoded. With ``writer_schema`` (a schema id -> the format's parsed writer
+    schema, ``LookupError`` for an id the registry does not have), payloads are
+    Confluent-framed; without, each is a bare body written with the reader schema."""
+
+    #: the format's name in a reason ("Avro", "Protobuf", "JSON Schema")
+    title: str
+
+    def __init__(self, schema: pa.Schema, writer_schema: Callable[[int], Any] | None) -> None:
+        self.schema = schema
+        self.struct_type = pa.struct(list(schema))
+        self._fetch = writer_schema
+        self._writers: dict[int, Any] = {}  # schema id -> parsed writer, or an error text
+
+    def decode(self, values: list[bytes | None]) -> tuple[pa.StructArray, pa.StringArray]:
+        rows: list[dict[str, Any] | None] = []
+        reasons: list[str | None] = []
+        for value in values:
+            row, reason = self._one(value)
+            rows.append(row)
+            reasons.append(reason)
+        return pa.array(rows, self.struct_type), pa.array(reasons, pa.string())
+
+    @abstractmethod
+    def read(self, value: bytes, start: int, writer: Any) -> dict[str, Any]:
+        """The body of ``value`` from ``start``, as a row of Python values ``pa.array``
+        takes for ``struct_type`` (``writer``: the parsed writer schema, None unframed).
+        Raises ``Unresolvable``, or any error for an undecodable body."""
+
+    def _one(self, value: bytes | None) -> tuple[dict[str, Any] | None, str | None]:
+        if value is None:
+            return None, "null payload (a tombstone)"
+        if self._fetch is None:
+            return self._body(value, 0, None, None)
+        if len(value) < HEADER.size:
+            return None, f"not Confluent-framed {self.title}: {len(value)} bytes, no schema id"
+        magic, schema_id = HEADER.unpack_from(value)
+        if magic != MAGIC:
+            return None, f"not Confluent-framed {self.title}: magic byte {magic & 0xFF}, not 0"
+        writer = self._writer(schema_id)
+        if isinstance(writer, str):
+            return None, writer
+        return self._body(value, HEADER.size, writer, schema_id)
+
+    def _body(
+        self, value: bytes, start: int, writer: Any, schema_id: int | None
+    ) -> tuple[dict[str, Any] | None, str | None]:
+        try:
+            return self.read(value, start, writer), None
+        except Unresolvable as e:
+            return None, f"schema id {schema_id} does not resolve to the reader's: {e}"
+        except Exception as e:
+            which = "" if schema_id is None else f" (schema id {schema_id})"
+            return None, f"undecodable {self.title} body{which}: {type(e).__name__}: {e}"
+
+    def _writer(self, schema_id: int) -> Any:
+        if schema_id not in self._writers:
+            assert self._fetch is not None
+            try:
+                self._writers[schema_id] = self._fetch(schema_id)
+            except LookupError as e:
+                self._writers[schema_id] = f"schema id {schema_id} is not in the registry: {e}"
+            except PayloadSchemaError as e:
+                self._writers[schema_id] = f"schema id {schema_id} cannot be read: {e}"
+        return self._writers[schema_id]
+
+
+def spark_ddl(data_type: pa.DataType) -> str:
+    """The Spark DDL of an Arrow type a format's schema maps to (the reader's declared
+    schema, where no JVM is at hand to parse a ``StructType``)."""
+    if pa.types.is_struct(data_type):
+        fields = (data_type.field(i) for i in range(data_type.num_fields))
+        inner = ", ".join(f"`{f.name.replace('`', '``')}`: {spark_ddl(f.type)}" for f in fields)
+        return f"STRUCT<{inner}>"
+    if pa.types.is_map(data_type):
+        return f"MAP<{spark_ddl(data_type.key_type)}, {spark_ddl(data_type.item_type)}>"
+    if pa.types.is_list(data_type):
+        return f"ARRAY<{spark_ddl(data_type.value_type)}>"
+    if pa.types.is_decimal(data_type):
+        return f"DECIMAL({data_type.precision}, {data_type.scale})"
+    if pa.types.is_timestamp(data_type):
+        return "TIMESTAMP"
+    return _SPARK_DDL[data_type]
+
+
+_SPARK_DDL = {
+    pa.null(): "VOID",
+    pa.bool_(): "BOOLEAN",
+    pa.int32(): "INT",
+    pa.int64(): "BIGINT",
+    pa.float32(): "FLOAT",
+    pa.float64(): "DOUBLE",
+    pa.binary(): "BINARY",
+    pa.string(): "STRING",
+    pa.date32(): "DATE",
+}
+
+
+def record_schema(struct_type: pa.DataType, what: str) -> pa.Schema:
+    """A struct type's fields as an Arrow schema (the source view's payload columns)."""
+    if not pa.types.is_struct(struct_type):
+        raise PayloadSchemaError(f"the schema is {what}, not a record")
+    return pa.schema([struct_type.field(i) for i in range(struct_type.num_fields)])

@@ -1,0 +1,298 @@
+"""Protobuf payloads (``format = "protobuf"``), decoded in bulk into Arrow in the Kafka
+reader.
+
+Confluent-framed (``flow_jobs.io.formats.framing``): after the schema id come the
+message indexes (zigzag varints: their count, then the path of the message in the
+writer's file; a single 0 for the first message). The schemas travel in the registry's
+serialized form (a base64 ``FileDescriptorProto``, what confluent-kafka's
+``ProtobufSerializer`` registers and what a registry answers for ``format=serialized``),
+with their references (imported files) resolved from the registry too.
+
+The reader message is the subject's ``message`` (default: its schema's first top-level
+message); a record must be of that message (by full name) in its writer's file, and is
+parsed with the reader's descriptor: Protobuf's own evolution rules (fields matched by
+number, unknown fields ignored, a missing field its default).
+
+Protobuf to Arrow (and so to Spark): double, float, int32 / sint32 / sfixed32 (INT),
+int64 / sint64 / sfixed64 (BIGINT), uint32 / fixed32 (BIGINT), uint64 / fixed64
+(DECIMAL(20, 0): no Spark integer holds it), bool, string, bytes (BINARY), enum (its
+value's name; an unknown number as its digits), message (STRUCT), repeated (ARRAY), map
+(MAP), ``google.protobuf.Timestamp`` (TIMESTAMP), the wrapper types
+(``google.protobuf.Int64Value`` …: their value, NULL when unset). A field without
+presence (a proto3 scalar) holds its default when unset, as Protobuf reads it; a field
+with presence (a message, ``optional``, a oneof member) is NULL when unset. A recursive
+message has no Spark type: ``arrow_schema`` refuses it, naming the field.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pyarrow as pa
+from google.protobuf import (  # noqa: F401 - fill the default pool
+    descriptor_pb2,
+    descriptor_pool,
+    message_factory,
+    timestamp_pb2,
+    wrappers_pb2,
+)
+from google.protobuf.descriptor import Descriptor, FieldDescriptor, FileDescriptor
+
+from flow_jobs.io.formats.framing import (
+    FramedDecoder,
+    PayloadSchemaError,
+    Unresolvable,
+    record_schema,
+)
+
+SCHEMA_TYPE = "PROTOBUF"
+TITLE = "Protobuf"
+#: what the registry is asked for: the base64 ``FileDescriptorProto``, not ``.proto`` text
+FETCH_FORMAT = "serialized"
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_WRAPPERS = {
+    f"google.protobuf.{name}Value"
+    for name in ("Double", "Float", "Int64", "UInt64", "Int32", "UInt32", "Bool", "String", "Bytes")
+}
+_SCALARS: dict[int, pa.DataType] = {
+    FieldDescriptor.TYPE_DOUBLE: pa.float64(),
+    FieldDescriptor.TYPE_FLOAT: pa.float32(),
+    FieldDescriptor.TYPE_INT32: pa.int32(),
+    FieldDescriptor.TYPE_SINT32: pa.int32(),
+    FieldDescriptor.TYPE_SFIXED32: pa.int32(),
+    FieldDescriptor.TYPE_INT64: pa.int64(),
+    FieldDescriptor.TYPE_SINT64: pa.int64(),
+    FieldDescriptor.TYPE_SFIXED64: pa.int64(),
+    FieldDescriptor.TYPE_UINT32: pa.int64(),
+    FieldDescriptor.TYPE_FIXED32: pa.int64(),
+    FieldDescriptor.TYPE_UINT64: pa.decimal128(20, 0),
+    FieldDescriptor.TYPE_FIXED64: pa.decimal128(20, 0),
+    FieldDescriptor.TYPE_BOOL: pa.bool_(),
+    FieldDescriptor.TYPE_STRING: pa.string(),
+    FieldDescriptor.TYPE_BYTES: pa.binary(),
+}
+
+
+def file_proto(name: str, text: str) -> descriptor_pb2.FileDescriptorProto:
+    """A registered schema in its serialized form (base64) as a ``FileDescriptorProto``."""
+    try:
+        proto = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(text, validate=True))
+    except Exception:
+        raise PayloadSchemaError(
+            "the registry answered a schema that is not a serialized FileDescriptorProto "
+            "(a registry must answer format=serialized with base64)"
+        ) from None
+    if not proto.name:
+        proto.name = name
+    return proto
+
+
+def reader(text: str, references: list[tuple[str, str]], message: str | None) -> str:
+    """The reader schema (the subject's, with its references: name and serialized text,
+    imports first) as the Kafka reader's option carries it: every file, and the reader
+    message's full name (``message``, default the subject's first top-level message)."""
+    files = [*(file_proto(n, t) for n, t in references), file_proto("subject.proto", text)]
+    main = files[-1]
+    if message is None:
+        if not main.message_type:
+            raise PayloadSchemaError(f"{main.name} declares no message")
+        first = main.message_type[0].name
+        message = f"{main.package}.{first}" if main.package else first
+    encoded = [base64.b64encode(f.SerializeToString()).decode() for f in files]
+    spec = json.dumps({"files": encoded, "message": message})
+    payload_schema(spec)  # the message is there, its imports resolve, it has a Spark type
+    return spec
+
+
+def writer(text: str, references: list[tuple[str, str]]) -> FileDescriptor:
+    """A registered writer schema as the decoder takes it: its file, imports resolved."""
+    files = [*(file_proto(n, t) for n, t in references), file_proto("writer.proto", text)]
+    return pool_of(files).FindFileByName(files[-1].name)
+
+
+def pool_of(files: list[descriptor_pb2.FileDescriptorProto]) -> descriptor_pool.DescriptorPool:
+    """A descriptor pool holding ``files`` (imports before importers) and the well-known
+    types they import."""
+    pool = descriptor_pool.DescriptorPool()
+    added: set[str] = set()
+    given = {f.name for f in files}
+
+    def add(proto: descriptor_pb2.FileDescriptorProto) -> None:
+        for dependency in proto.dependency:
+            if dependency not in added and dependency not in given:
+                try:
+                    known = descriptor_pool.Default().FindFileByName(dependency)
+                except KeyError:
+                    raise PayloadSchemaError(
+                        f"{proto.name} imports {dependency}, which neither the registry's "
+                        "references nor the well-known types hold"
+                    ) from None
+                add(_proto_of(known))
+        if proto.name not in added:
+            pool.Add(proto)
+            added.add(proto.name)
+
+    for proto in files:
+        add(proto)
+    return pool
+
+
+def _proto_of(file: FileDescriptor) -> descriptor_pb2.FileDescriptorProto:
+    proto = descriptor_pb2.FileDescriptorProto()
+    file.CopyToProto(proto)
+    return proto
+
+
+def reader_message(text: str) -> Descriptor:
+    """The reader message's descriptor, from ``reader_text``'s form."""
+    spec = json.loads(text)
+    files = [file_proto("", f) for f in spec["files"]]
+    try:
+        return pool_of(files).FindMessageTypeByName(spec["message"])
+    except KeyError:
+        raise PayloadSchemaError(f"the schema declares no message {spec['message']!r}") from None
+
+
+def payload_schema(reader: str) -> pa.Schema:
+    """The reader message's fields as an Arrow schema (the source view's payload columns)."""
+    descriptor = reader_message(reader)
+    arrow, _ = _message(descriptor, descriptor.name, ())
+    return record_schema(arrow, descriptor.full_name)
+
+
+def message_at(file: FileDescriptor, indexes: list[int]) -> Descriptor:
+    """The message at ``indexes`` (Confluent's path of message indexes) in ``file``."""
+    messages = file.message_types_by_name
+    candidates = list(messages.values())
+    found: Descriptor | None = None
+    for index in indexes:
+        if not 0 <= index < len(candidates):
+            raise ValueError(f"message index {index} is out of range in {file.name}")
+        found = candidates[index]
+        candidates = list(found.nested_types)
+    if found is None:
+        raise ValueError("no message index")
+    return found
+
+
+def read_indexes(value: bytes, start: int) -> tuple[list[int], int]:
+    """Confluent's message indexes at ``start``: the path and where the body begins."""
+    count, at = _zigzag(value, start)
+    if count == 0:
+        return [0], at
+    if not 0 < count <= 100:
+        raise ValueError(f"{count} message indexes")
+    indexes = []
+    for _ in range(count):
+        index, at = _zigzag(value, at)
+        indexes.append(index)
+    return indexes, at
+
+
+def _zigzag(value: bytes, at: int) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        if at >= len(value):
+            raise ValueError("truncated message indexes")
+        byte = value[at]
+        at += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (result >> 1) ^ -(result & 1), at
+        shift += 7
+        if shift > 63:
+            raise ValueError("a message index longer than a varint")
+
+
+class Decoder(FramedDecoder):
+    """Confluent-framed Protobuf payloads to rows of the reader message's Arrow type."""
+
+    title = TITLE
+
+    def __init__(self, reader: str, writer_schema: Callable[[int], Any]) -> None:
+        descriptor = reader_message(reader)
+        arrow, self._row = _message(descriptor, descriptor.name, ())
+        super().__init__(record_schema(arrow, descriptor.full_name), writer_schema)
+        self.full_name = descriptor.full_name
+        self._parse = message_factory.GetMessageClass(descriptor).FromString
+
+    def read(self, value: bytes, start: int, writer: Any) -> dict[str, Any]:
+        indexes, start = read_indexes(value, start)
+        written = message_at(writer, indexes).full_name
+        if written != self.full_name:
+            raise Unresolvable(f"its record is a {written}, the reader reads {self.full_name}")
+        return self._row(self._parse(value[start:]))
+
+
+Convert = Callable[[Any], Any]
+
+
+def _message(
+    descriptor: Descriptor, where: str, within: tuple[str, ...]
+) -> tuple[pa.DataType, Convert]:
+    """A message's Arrow struct type and the function from a parsed message to its row."""
+    if descriptor.full_name in within:
+        raise PayloadSchemaError(
+            f"{where}: {descriptor.full_name} contains itself, which no Spark type holds"
+        )
+    within = (*within, descriptor.full_name)
+    fields: list[pa.Field] = []
+    readers: list[tuple[str, Convert]] = []
+    for field in descriptor.fields:
+        data_type, convert = _field(field, f"{where}.{field.name}", within)
+        fields.append(pa.field(field.name, data_type))
+        readers.append((field.name, convert))
+
+    def row(message: Any) -> dict[str, Any]:
+        return {name: convert(message) for name, convert in readers}
+
+    return pa.struct(fields), row
+
+
+def _field(
+    field: FieldDescriptor, where: str, within: tuple[str, ...]
+) -> tuple[pa.DataType, Convert]:
+    name = field.name
+    entry = field.message_type
+    if entry is not None and entry.GetOptions().map_entry:
+        key_type, key = _value(entry.fields_by_name["key"], where, within)
+        item_type, item = _value(entry.fields_by_name["value"], where, within)
+        pairs: Convert = lambda m: [(key(k), item(v)) for k, v in getattr(m, name).items()]  # noqa: E731
+        return pa.map_(key_type, item_type), pairs
+    data_type, value = _value(field, where, within)
+    if field.is_repeated:
+        return pa.list_(data_type), lambda m: [value(v) for v in getattr(m, name)]
+    if field.has_presence:
+        return data_type, lambda m: value(getattr(m, name)) if m.HasField(name) else None
+    return data_type, lambda m: value(getattr(m, name))
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _value(
+    field: FieldDescriptor, where: str, within: tuple[str, ...]
+) -> tuple[pa.DataType, Convert]:
+    """One value's Arrow type and conversion (a repeated field's element too)."""
+    if field.type == FieldDescriptor.TYPE_ENUM:
+        names = {v.number: v.name for v in field.enum_type.values}
+        return pa.string(), lambda v: names.get(v, str(v))
+    message = field.message_type
+    if message is None:
+        return _SCALARS[field.type], _same
+    if message.full_name == "google.protobuf.Timestamp":
+        return pa.timestamp("us", tz="UTC"), _instant
+    if message.full_name in _WRAPPERS:
+        inner, _ = _value(message.fields_by_name["value"], where, within)
+        return inner, lambda m: m.value
+    return _message(message, where, within)
+
+
+def _instant(timestamp: Any) -> datetime:
+    return _EPOCH + timedelta(seconds=timestamp.seconds, microseconds=timestamp.nanos // 1000)
