@@ -27,7 +27,7 @@ from flow_jobs.io.formats import format_module
 from flow_jobs.kafka.options import REGISTRY_PREFIX, SECRET_PREFIX, KafkaSourceOptions
 from flow_jobs.plan.sources import REGISTRY_SECRETS
 from flow_jobs.runtime.runner import PipelineRunner
-from flow_jobs.spec import SpecError, parse_spec
+from flow_jobs.spec import SpecError, load_spec, parse_spec
 from flow_jobs.spec.models import PipelineSpec
 from flow_jobs_dev.broker import EmbeddedBroker
 from flow_jobs_dev.producer import Record
@@ -365,3 +365,80 @@ def test_a_join_of_an_avro_side_and_a_json_side_equals_the_reference(
     )
     assert expected, "the reference produced no row: the test would prove nothing"
     assert actual == expected
+
+
+def test_a_schema_beside_the_registrys_must_agree_field_by_field(
+    spark: SparkSession,
+    registry: EmbeddedSchemaRegistry,
+    workdir: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``validate`` names the field a declared ``schema`` disagrees on with the subject's."""
+    SchemaRegistryClient({"url": registry.url}).register_schema(
+        "beside-value", Schema(json.dumps(V2), "AVRO")
+    )
+    path = workdir / "beside.toml"
+    agreeing = "user_id STRING, page STRING, amount DOUBLE, qty BIGINT, ts BIGINT, channel STRING"
+    for ddl, fragment in [
+        (agreeing, None),
+        (agreeing.replace("qty BIGINT", "qty INT"), "field qty is int here and bigint in the"),
+        (agreeing.replace(", channel STRING", ""), "the schema of subject beside-value has"),
+        (f"{agreeing}, extra INT", "field extra is not in the schema of subject beside-value"),
+    ]:
+        spec = _avro_spec(workdir, "127.0.0.1:9092", "beside", registry.url, schema=ddl)
+        path.write_text(spec.to_toml())
+        assert main(["validate", str(path)]) == (0 if fragment is None else 1)
+        err = capsys.readouterr().err
+        assert fragment is None or f"sources[0].schema: {fragment}" in err, err
+
+
+def test_bare_avro_bodies_of_an_avsc_beside_the_spec(
+    spark: SparkSession, broker: EmbeddedBroker, workdir: Path
+) -> None:
+    """``avro_schema = "click.avsc"``: records that are bare Avro bodies (no registry, no
+    header) give the reference's windows; a body that does not decode is a dead letter."""
+    import io
+
+    import fastavro
+
+    rng = random.Random("avsc")
+    events = [
+        {k: v for k, v in e.items() if k != "at"}
+        for e in random_clicks(rng, 120, step_ms=200, disorder_ms=800)
+    ]
+    topic = f"clicks-avsc-{rng.randrange(1 << 30):x}"
+    broker.create_topic(topic, partitions=2)
+    records = to_records(events, partitions=2)
+    parsed = fastavro.parse_schema(V2)
+
+    def body(event: dict[str, Any]) -> bytes:
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, parsed, {**event, "channel": None})
+        return out.getvalue()
+
+    bare = [Record(body(e), r.partition, r.key, r.timestamp_ms) for e, r in zip(events, records)]
+    send(broker.bootstrap_servers, topic, [*bare, Record(b"\xff", 0, b"x", events[0]["ts"])])
+    for i, e in enumerate(events):
+        e["_arrival"] = (i % 2, i // 2)
+    (workdir / "click.avsc").write_text(json.dumps(V2))
+    doc = make_spec(workdir, broker.bootstrap_servers, topic, WINDOW).to_document()
+    doc["sources"][0].pop("schema")
+    doc["sources"][0].update(format="avro", avro_schema="click.avsc")
+    path = workdir / "avsc.toml"
+    path.write_text(tomli_w.dumps(doc))
+    spec = load_spec(path)
+    assert spec.sources[0].avro_schema == json.dumps(V2)  # read beside the spec
+    summary = PipelineRunner(spec, spark).run(available_now=True)
+    assert summary.dead_lettered == 1
+    expected = reference_windows(
+        events,
+        kind="tumbling",
+        time_key="ts",
+        duration_ms=10_000,
+        group_by=["user_id"],
+        aggregations=AGGREGATIONS,
+        watermark_ms=max(e["ts"] for e in events) - 2_000,
+    )
+    assert_same_windows(read_windows(spec.target.path, spec.natural_key()), expected)
+    (reason,) = [r for _, r in _dead_letters(spec).values()]
+    assert reason.startswith("undecodable Avro body: ")
