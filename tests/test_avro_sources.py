@@ -416,7 +416,7 @@ def test_bare_avro_bodies_of_an_avsc_beside_the_spec(
         fastavro.schemaless_writer(out, parsed, {**event, "channel": None})
         return out.getvalue()
 
-    bare = [Record(body(e), r.partition, r.key, r.timestamp_ms) for e, r in zip(events, records)]
+    bare = [Record(body(e), r.partition, r.key, r.timestamp_ms) for e, r in zip(events, records, strict=True)]
     send(broker.bootstrap_servers, topic, [*bare, Record(b"\xff", 0, b"x", events[0]["ts"])])
     for i, e in enumerate(events):
         e["_arrival"] = (i % 2, i // 2)
@@ -442,3 +442,113 @@ def test_bare_avro_bodies_of_an_avsc_beside_the_spec(
     assert_same_windows(read_windows(spec.target.path, spec.natural_key()), expected)
     (reason,) = [r for _, r in _dead_letters(spec).values()]
     assert reason.startswith("undecodable Avro body: ")
+
+
+def _deserializer(fmt: str, client: SchemaRegistryClient, subject: str):
+    """confluent-kafka's own deserializer of ``fmt``, as a consumer of the topic runs it:
+    a record -> a dict of the row's values (instants as aware datetimes)."""
+    from datetime import UTC, datetime
+
+    if fmt == "avro":
+        from confluent_kafka.schema_registry.avro import AvroDeserializer
+
+        avro = AvroDeserializer(client)
+        return lambda value, ctx: avro(value, ctx)
+    if fmt == "json_schema":
+        from confluent_kafka.schema_registry.json_schema import JSONDeserializer
+
+        text = client.get_latest_version(subject).schema.schema_str
+        as_json = JSONDeserializer(text, schema_registry_client=client)
+
+        def from_json(value: bytes, ctx: Any) -> dict[str, Any]:
+            row = as_json(value, ctx)
+            for column in ("window_start", "window_end"):
+                row[column] = datetime.fromisoformat(row[column])
+            return row
+
+        return from_json
+    import base64
+
+    from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
+    from google.protobuf import descriptor_pb2, message_factory
+
+    from flow_jobs.io.formats.protobuf import pool_of
+
+    # a consumer's generated class, here from the registered descriptor
+    serialized = client.get_latest_version(subject, fmt="serialized").schema.schema_str
+    proto = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(serialized))
+    pool = pool_of([proto])
+    cls = message_factory.GetMessageClass(
+        pool.FindMessageTypeByName(f"{proto.package}.{proto.message_type[0].name}")
+    )
+    as_proto = ProtobufDeserializer(cls, {"use.deprecated.format": False})
+
+    def from_proto(value: bytes, ctx: Any) -> dict[str, Any]:
+        message = as_proto(value, ctx)
+        row: dict[str, Any] = {}
+        for field in message.DESCRIPTOR.fields:
+            if not message.HasField(field.name):
+                row[field.name] = None
+            elif field.message_type is not None:  # a Timestamp
+                row[field.name] = getattr(message, field.name).ToDatetime(tzinfo=UTC)
+            else:
+                row[field.name] = getattr(message, field.name)
+        return row
+
+    return from_proto
+
+
+@pytest.mark.parametrize("fmt", ["avro", "protobuf", "json_schema"])
+def test_a_kafka_target_in_a_registry_format_decodes_to_the_window_rows(
+    spark: SparkSession,
+    broker: EmbeddedBroker,
+    registry: EmbeddedSchemaRegistry,
+    workdir: Path,
+    fmt: str,
+) -> None:
+    """``[target] format = "avro" | "protobuf" | "json_schema"``: the rows' schema is
+    registered under ``<topic>-value``, and the records, read back with confluent-kafka's
+    own deserializer, are the reference's window rows."""
+    rng = random.Random(f"target-{fmt}")
+    events = [
+        {k: v for k, v in e.items() if k != "at"}
+        for e in random_clicks(rng, 150, step_ms=150, disorder_ms=600)
+    ]
+    source_topic, out = (f"{p}-{fmt}-{rng.randrange(1 << 30):x}" for p in ("in", "out"))
+    broker.create_topic(source_topic, partitions=2)
+    broker.create_topic(out, partitions=1)
+    send(broker.bootstrap_servers, source_topic, to_records(events, partitions=2))
+    for i, e in enumerate(events):
+        e["_arrival"] = (i % 2, i // 2)
+    doc = make_spec(workdir, broker.bootstrap_servers, source_topic, WINDOW).to_document()
+    doc["target"] = {
+        "kind": "kafka",
+        "topic": out,
+        "bootstrap_servers": broker.bootstrap_servers,
+        "format": fmt,
+        "schema_registry": {"url": registry.url},
+    }
+    spec = PipelineSpec.model_validate(doc)
+    PipelineRunner(spec, spark).run(available_now=True)
+
+    client = SchemaRegistryClient({"url": registry.url})
+    deserialize = _deserializer(fmt, client, f"{out}-value")
+    context = SerializationContext(out, MessageField.VALUE)
+    key = spec.natural_key()
+    rows: dict[tuple, dict[str, Any]] = {}
+    for value, _, _ in joins._consume(broker.bootstrap_servers, out):
+        assert value[0] == 0  # Confluent-framed
+        row = deserialize(value, context)
+        natural = tuple(row[c] for c in key)
+        assert natural not in rows
+        rows[natural] = {c: v for c, v in row.items() if c not in key}
+    expected = reference_windows(
+        events,
+        kind="tumbling",
+        time_key="ts",
+        duration_ms=10_000,
+        group_by=["user_id"],
+        aggregations=AGGREGATIONS,
+        watermark_ms=max(e["ts"] for e in events) - 2_000,
+    )
+    assert_same_windows(rows, expected)

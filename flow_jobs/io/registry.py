@@ -87,6 +87,22 @@ def writer_schemas(config: dict[str, str], payload_format: str) -> Callable[[int
     return fetch
 
 
+def register(config: dict[str, str], subject: str, text: str, payload_format: str) -> int:
+    """Registers ``text`` (a schema of ``payload_format``) under ``subject``, or finds it
+    there: its id. A registry that refuses it (an incompatible change) is
+    ``RegistryUnreachable`` with the registry's words."""
+    from confluent_kafka.schema_registry import Schema
+
+    module = format_module(payload_format)
+    client = client_for(config)
+    schema = Schema(text, module.SCHEMA_TYPE)
+    registered = _ask(config, lambda: client.register_schema(subject, schema))
+    if registered is None:
+        raise RegistryUnreachable(f"the schema registry at {redact(config['url'])} has no "
+                                  f"subject {subject!r} to register in")  # fmt: skip
+    return int(registered)
+
+
 def _references(config: dict[str, str], schema: Any, fmt: str | None) -> list[tuple[str, str]]:
     """The schemas ``schema`` references, each with its own references before it."""
     client = client_for(config)

@@ -21,7 +21,7 @@ import base64
 import json
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from decimal import Decimal
@@ -33,8 +33,10 @@ import pyarrow.compute as pc
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from flow_jobs.errors import PlanError
 from flow_jobs.io.batch import BatchEntry, WriteResult
 from flow_jobs.io.delta import DeltaMergeTable, Supersede, TargetSchemaError
+from flow_jobs.io.formats.framing import python_rows
 from flow_jobs.io.state_store import StateStore
 from flow_jobs.spec.models import DeltaTarget, KafkaTarget, PostgresTarget
 
@@ -354,20 +356,60 @@ def to_json(value: Any) -> bytes:
 
 
 class KafkaBatchTarget(BatchTarget):
-    """JSON rows produced to a topic, keyed by the natural key (as a JSON array)."""
+    """Rows produced to a topic, keyed by the natural key (as a JSON array): JSON
+    objects, or Confluent-framed records of a registry format (``flow_jobs.io.formats``)
+    whose schema, derived from the rows' (``schema``), is registered when the run starts."""
 
     kind = "kafka"
     once_by = "ledger-first"
 
-    def __init__(self, spec: KafkaTarget, natural_key: Sequence[str]) -> None:
+    def __init__(
+        self,
+        spec: KafkaTarget,
+        natural_key: Sequence[str],
+        schema: pa.Schema | None = None,
+        pipeline: str = "",
+    ) -> None:
         super().__init__(spec.topic)
         self.spec = spec
         self.natural_key = list(natural_key)
         self._producer: Any = None
+        self._schema = schema
+        self._pipeline = pipeline
+        self._encode: Callable[[dict[str, Any]], bytes] = to_json
+
+    def _registry_encoder(self) -> Callable[[dict[str, Any]], bytes]:
+        """Registers the rows' schema under the target's subject (or finds it there) and
+        returns the format's serializer of one row."""
+        from confluent_kafka.serialization import MessageField, SerializationContext
+
+        from flow_jobs.io.formats import PayloadSchemaError, format_module
+        from flow_jobs.io.formats.framing import record_name
+        from flow_jobs.io.registry import RegistryUnreachable, client_for, register
+
+        spec, fmt = self.spec, self.spec.format
+        assert spec.schema_registry is not None and self._schema is not None
+        config = spec.schema_registry.client_config()
+        module = format_module(fmt)
+        try:
+            text = module.target_schema(self._schema, record_name(self._pipeline))
+            register(config, spec.value_subject, text, fmt)
+        except PayloadSchemaError as e:
+            raise PlanError(
+                "target.format", f"the window rows have no {module.TITLE} schema: {e}"
+            ) from None
+        except RegistryUnreachable as e:
+            key = "schema_registry.url" if "cannot reach" in str(e) else "subject"
+            raise PlanError(f"target.{key}", f"{spec.value_subject}: {e}") from None
+        serialize = module.target_serializer(client_for(config), text, spec.value_subject)
+        context = SerializationContext(spec.topic, MessageField.VALUE)
+        return lambda row: serialize(row, context)
 
     def ensure(self) -> None:
         from confluent_kafka import Producer
 
+        if self.spec.format != "json":
+            self._encode = self._registry_encoder()
         config = {
             "bootstrap.servers": self.spec.bootstrap_servers,
             "enable.idempotence": True,  # no duplicates from the producer's own retries
@@ -396,11 +438,13 @@ class KafkaBatchTarget(BatchTarget):
         producer = self._producer
         if self.closed is not None:  # an append-only topic cannot insert "if absent"
             rows = rows.filter(self.closed.arrow_open(rows))
-        for row in rows.to_pylist():
+        listed = rows.to_pylist() if self.spec.format == "json" else python_rows(rows)
+        for row in listed:
             key = to_json([row[c] for c in self.natural_key])
+            value = self._encode(row)
             while True:
                 try:
-                    producer.produce(self.spec.topic, value=to_json(row), key=key,
+                    producer.produce(self.spec.topic, value=value, key=key,
                                      on_delivery=delivered)  # fmt: skip
                     break
                 except BufferError:  # the local queue is full: let deliveries drain it

@@ -111,7 +111,9 @@ class PipelineRunner:
                 target, self.output_schema, compiled.natural_key, compiled.nullable_key, ledger
             )
         if target.kind == "kafka":
-            return KafkaBatchTarget(target, compiled.natural_key)
+            return KafkaBatchTarget(
+                target, compiled.natural_key, self.output_schema, self.spec.name
+            )
         table = DeltaMergeTable(
             target.path,
             self.output_schema,

@@ -140,3 +140,31 @@ def record_schema(struct_type: pa.DataType, what: str) -> pa.Schema:
     if not pa.types.is_struct(struct_type):
         raise PayloadSchemaError(f"the schema is {what}, not a record")
     return pa.schema([struct_type.field(i) for i in range(struct_type.num_fields)])
+
+
+def python_rows(rows: pa.Table) -> list[dict[str, Any]]:
+    """A table's rows as Python values with maps as dicts (Arrow gives a map as a list of
+    key-value pairs), what a serializer of a registry format takes."""
+    convert = [(f.name, _python_value(f.type)) for f in rows.schema]
+    return [{n: c(row[n]) for n, c in convert} for row in rows.to_pylist()]
+
+
+def _python_value(data_type: pa.DataType) -> Callable[[Any], Any]:
+    if pa.types.is_map(data_type):
+        item = _python_value(data_type.item_type)
+        return lambda v: None if v is None else {k: item(x) for k, x in v}
+    if pa.types.is_list(data_type):
+        element = _python_value(data_type.value_type)
+        return lambda v: None if v is None else [element(x) for x in v]
+    if pa.types.is_struct(data_type):
+        fields = [(f.name, _python_value(f.type)) for f in data_type]
+        return lambda v: None if v is None else {n: c(v[n]) for n, c in fields}
+    return lambda v: v
+
+
+def record_name(pipeline: str) -> str:
+    """A schema's record / message name for a pipeline's window rows ("clicks-per-minute"
+    -> "ClicksPerMinute"), an identifier in Avro and Protobuf."""
+    words = [w for w in "".join(c if c.isalnum() else " " for c in pipeline).split() if w]
+    name = "".join(w[:1].upper() + w[1:] for w in words) or "WindowRow"
+    return name if name[0].isalpha() else f"Row{name}"
