@@ -416,7 +416,10 @@ def test_bare_avro_bodies_of_an_avsc_beside_the_spec(
         fastavro.schemaless_writer(out, parsed, {**event, "channel": None})
         return out.getvalue()
 
-    bare = [Record(body(e), r.partition, r.key, r.timestamp_ms) for e, r in zip(events, records, strict=True)]
+    bare = [
+        Record(body(e), r.partition, r.key, r.timestamp_ms)
+        for e, r in zip(events, records, strict=True)
+    ]
     send(broker.bootstrap_servers, topic, [*bare, Record(b"\xff", 0, b"x", events[0]["ts"])])
     for i, e in enumerate(events):
         e["_arrival"] = (i % 2, i // 2)
