@@ -368,7 +368,7 @@ _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
 ]
 
 
-def _handler(registry: Registry) -> type[BaseHTTPRequestHandler]:
+def _handler(registry: Registry, authorization: str | None) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, format: str, *args: Any) -> None:  # quiet, as a test server
             return
@@ -385,6 +385,8 @@ def _handler(registry: Registry) -> type[BaseHTTPRequestHandler]:
         def _route(self, method: str) -> None:
             path = urlsplit(self.path).path.rstrip("/") or "/"
             try:
+                if authorization and self.headers.get("Authorization") != authorization:
+                    raise RegistryError(401, 40101, "Unauthorized")
                 for m, pattern, name in _ROUTES:
                     match = pattern.match(path)
                     if m == method and match:
@@ -458,14 +460,22 @@ def _handler(registry: Registry) -> type[BaseHTTPRequestHandler]:
 
 class EmbeddedSchemaRegistry:
     """The registry on ``127.0.0.1`` (an ephemeral port unless given), on a thread of
-    this process; a context manager, like ``flow_jobs_dev.broker.EmbeddedBroker``."""
+    this process; a context manager, like ``flow_jobs_dev.broker.EmbeddedBroker``. With
+    ``authorization`` (an ``Authorization`` header's value: ``"Basic <base64>"``,
+    ``"Bearer <token>"``), a request without it is answered 401."""
 
-    def __init__(self, port: int = 0, registry: Registry | None = None) -> None:
+    def __init__(
+        self, port: int = 0, registry: Registry | None = None, authorization: str | None = None
+    ) -> None:
         self.registry = registry or Registry()
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), _handler(self.registry))
+        handler = _handler(self.registry, authorization)
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name="schema-registry", daemon=True
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},  # a quick stop: tests start one each
+            name="schema-registry",
+            daemon=True,
         )
 
     @property

@@ -240,6 +240,39 @@ SMALL = '{"type": "record", "name": "R", "fields": [{"name": "v", "type": "long"
         ({"format": "avro"}, "schema_registry", "needs [sources.schema_registry] url"),
         ({"format": "protobuf"}, "schema_registry", "needs [sources.schema_registry] url"),
         (
+            {
+                "format": "avro",
+                "schema_registry": {"url": "http://r:8081", "bearer_auth_token": "t"},
+            },
+            "bearer_auth_logical_cluster",
+            "bearer auth needs bearer_auth_logical_cluster",
+        ),
+        (
+            {
+                "format": "avro",
+                "schema_registry": {
+                    "url": "http://r:8081",
+                    "bearer_auth_token": "t",
+                    "basic_auth_user_info": "a:b",
+                    "bearer_auth_logical_cluster": "l",
+                },
+            },
+            "basic_auth_user_info",
+            "give one way to authenticate",
+        ),
+        (
+            {
+                "format": "avro",
+                "schema_registry": {
+                    "url": "http://r:8081",
+                    "oauth_client_id": "c",
+                    "bearer_auth_logical_cluster": "l",
+                },
+            },
+            "oauth_client_id",
+            "OAuth needs oauth_client_id, oauth_client_secret",
+        ),
+        (
             {"format": "avro", "schema_registry": {"url": "http://r:8081"}, "avro_schema": SMALL},
             "avro_schema",
             "not both",
@@ -555,3 +588,37 @@ def test_a_kafka_target_in_a_registry_format_decodes_to_the_window_rows(
         watermark_ms=max(e["ts"] for e in events) - 2_000,
     )
     assert_same_windows(rows, expected)
+
+
+@pytest.mark.parametrize(
+    ("auth", "header"),
+    [
+        ({"basic_auth_user_info": "${REG_INFO}"}, "Basic bWU6czNjcmV0LXB3"),  # me:s3cret-pw
+        (
+            {"bearer_auth_token": "${REG_INFO}", "bearer_auth_logical_cluster": "lsrc-1"},
+            "Bearer me:s3cret-pw",
+        ),
+    ],
+)
+def test_registry_credentials_reach_the_registry_and_never_a_message(
+    workdir: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    auth: dict[str, str],
+    header: str,
+) -> None:
+    """Basic and bearer credentials from ``${ENV}``: ``validate`` passes with the right
+    ones; with wrong ones it fails in one line naming the key, the credential never in it."""
+    with EmbeddedSchemaRegistry(authorization=header) as guarded:
+        guarded.registry.register("guarded-value", {"schema": json.dumps(V2)})
+        doc = _avro_spec(workdir, "127.0.0.1:9092", "guarded", guarded.url).to_document()
+        doc["sources"][0]["schema_registry"].update(auth)
+        path = workdir / "guarded.toml"
+        path.write_text(tomli_w.dumps(doc))
+        monkeypatch.setenv("REG_INFO", "me:s3cret-pw")
+        assert main(["validate", str(path)]) == 0, capsys.readouterr().err
+        monkeypatch.setenv("REG_INFO", "me:wr0ng-pw")
+        assert main(["validate", str(path)]) == 1
+        err = capsys.readouterr().err
+        assert "sources[0].schema_registry.url: the schema registry at http://" in err, err
+        assert "Unauthorized" in err and "wr0ng" not in err and "s3cret" not in err

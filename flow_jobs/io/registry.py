@@ -18,6 +18,9 @@ from typing import Any
 from flow_jobs.io.formats import format_module
 from flow_jobs.secrets import MASK, redact
 
+#: The client settings that are secrets (``SchemaRegistrySpec.client_config``).
+SECRET_KEYS = frozenset({"basic.auth.user.info", "bearer.auth.token", "bearer.auth.client.secret"})
+
 
 class RegistryUnreachable(RuntimeError):
     """The registry did not answer (the message names the URL, without credentials)."""
@@ -143,9 +146,10 @@ def _ask(config: dict[str, str], call: Callable[[], Any]) -> Any:
         ) from None
     except Exception as e:  # connection refused, DNS, TLS: the client's own errors
         text = str(e)
-        secret = config.get("basic.auth.user.info")
-        if secret:
-            text = text.replace(secret, MASK)
+        for key in SECRET_KEYS:
+            secret = config.get(key)
+            if secret:
+                text = text.replace(secret, MASK)
         raise RegistryUnreachable(
             f"cannot reach the schema registry at {url}: {type(e).__name__}: {redact(text)}"
         ) from None

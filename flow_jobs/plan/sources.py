@@ -32,6 +32,7 @@ from flow_jobs.errors import PlanError
 from flow_jobs.io.combine import PARTIAL, CombinePlan
 from flow_jobs.io.dead_letters import DeadLetterTap
 from flow_jobs.io.json_decode import arrow_schema
+from flow_jobs.io.registry import SECRET_KEYS
 from flow_jobs.kafka.options import REGISTRY_PREFIX, SECRET_PREFIX
 from flow_jobs.kafka.schema import (
     BATCH_TIME,
@@ -60,7 +61,7 @@ from flow_jobs.spec.models import EVENT_TS, KAFKA_COLUMN, KafkaSource
 
 _PAYLOAD = "__flow_payload"
 #: The registry client settings that are secrets (``SchemaRegistrySpec.client_config``).
-REGISTRY_SECRETS = frozenset({"basic.auth.user.info"})
+REGISTRY_SECRETS = SECRET_KEYS
 _CORRUPT = CORRUPT_RECORD  # the reader decodes into the same shape
 _WATERMARKED = "__flow_source_watermark"
 

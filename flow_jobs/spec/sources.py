@@ -80,6 +80,17 @@ class SchemaRegistrySpec(SpecModel):
     url: str = Field(min_length=1)
     #: HTTP basic auth, ``"user:password"`` (e.g. ``"${REGISTRY_USER_INFO}"``).
     basic_auth_user_info: SecretStr | None = None
+    #: Bearer auth with a static token (e.g. ``"${REGISTRY_TOKEN}"``), or OAuth client
+    #: credentials fetched from ``oauth_token_endpoint_url``; confluent-kafka's client
+    #: sends the logical cluster (and identity pool) beside the token, as Confluent Cloud
+    #: requires.
+    bearer_auth_token: SecretStr | None = None
+    oauth_client_id: str | None = None
+    oauth_client_secret: SecretStr | None = None
+    oauth_token_endpoint_url: str | None = None
+    oauth_scope: str | None = None
+    bearer_auth_logical_cluster: str | None = None
+    bearer_auth_identity_pool_id: str | None = None
     #: TLS: the CA bundle to verify the registry with, and a client certificate and key.
     ssl_ca_location: str | None = None
     ssl_certificate_location: str | None = None
@@ -93,6 +104,32 @@ class SchemaRegistrySpec(SpecModel):
             raise key_error(
                 "url", "url holds credentials: give them as basic_auth_user_info instead"
             )
+        oauth = (
+            self.oauth_client_id,
+            self.oauth_client_secret,
+            self.oauth_token_endpoint_url,
+            self.oauth_scope,
+        )
+        ways = [self.basic_auth_user_info is not None, self.bearer_auth_token is not None,
+                any(v is not None for v in oauth)]  # fmt: skip
+        if sum(ways) > 1:
+            raise key_error(
+                "basic_auth_user_info",
+                "give one way to authenticate: basic_auth_user_info, bearer_auth_token or "
+                "oauth_client_id / oauth_client_secret / oauth_token_endpoint_url / oauth_scope",
+            )
+        if ways[2] and any(v is None for v in oauth):
+            raise key_error(
+                "oauth_client_id",
+                "OAuth needs oauth_client_id, oauth_client_secret, oauth_token_endpoint_url "
+                "and oauth_scope",
+            )
+        if (ways[1] or ways[2]) and not self.bearer_auth_logical_cluster:
+            raise key_error(
+                "bearer_auth_logical_cluster",
+                "bearer auth needs bearer_auth_logical_cluster (the registry's logical "
+                "cluster id, e.g. lsrc-abc123), which confluent-kafka's client sends with it",
+            )
         return self
 
     def client_config(self) -> dict[str, str]:
@@ -101,11 +138,30 @@ class SchemaRegistrySpec(SpecModel):
         config = {"url": self.url}
         if self.basic_auth_user_info is not None:
             config["basic.auth.user.info"] = self.basic_auth_user_info.get_secret_value()
+        if self.bearer_auth_token is not None:
+            config["bearer.auth.credentials.source"] = "STATIC_TOKEN"
+            config["bearer.auth.token"] = self.bearer_auth_token.get_secret_value()
+        if self.oauth_client_secret is not None:
+            config["bearer.auth.credentials.source"] = "OAUTHBEARER"
+            config["bearer.auth.client.secret"] = self.oauth_client_secret.get_secret_value()
+        for key, option in _BEARER_OPTIONS.items():
+            value = getattr(self, key)
+            if value is not None:
+                config[option] = value
         for key in ("ssl_ca_location", "ssl_certificate_location", "ssl_key_location"):
             value = getattr(self, key)
             if value is not None:
                 config[key.replace("_", ".")] = value
         return config
+
+
+_BEARER_OPTIONS = {
+    "oauth_client_id": "bearer.auth.client.id",
+    "oauth_token_endpoint_url": "bearer.auth.issuer.endpoint.url",
+    "oauth_scope": "bearer.auth.scope",
+    "bearer_auth_logical_cluster": "bearer.auth.logical.cluster",
+    "bearer_auth_identity_pool_id": "bearer.auth.identity.pool.id",
+}
 
 
 class KafkaSource(SpecModel):
