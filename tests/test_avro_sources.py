@@ -153,7 +153,10 @@ def test_a_topic_of_two_schema_versions_gives_the_reference_windows(
 
     whole = _registry_spec(workdir / "one", bootstrap, topic, registry.url, fmt)
     assert [f.name for f in whole.sources][:1] == ["clicks"]
-    summary = PipelineRunner(whole, spark).run(available_now=True)
+    runner = PipelineRunner(whole, spark)
+    folding = {c.feature: c.operator for c in runner.compiled.operators}["pre-aggregation"]
+    assert folding.startswith("on: the Kafka reader folds")  # the decoded rows fold
+    summary = runner.run(available_now=True)
     tiny = _registry_spec(
         workdir / "tiny", bootstrap, topic, registry.url, fmt, max_offsets_per_trigger=40
     )

@@ -44,7 +44,10 @@ def read_range(options: KafkaSourceOptions, rng: KafkaRange) -> Iterator[pa.Reco
 
 
 def read_folded(
-    options: KafkaSourceOptions, rng: KafkaRange, decoder: JsonDecoder, plan: CombinePlan
+    options: KafkaSourceOptions,
+    rng: KafkaRange,
+    decoder: JsonDecoder | FramedDecoder,
+    plan: CombinePlan,
 ) -> Iterator[pa.RecordBatch]:
     """``read_range`` with the records the window would aggregate folded into partials
     (``flow_jobs.io.combine``), without building their Kafka columns: only the records
@@ -60,12 +63,11 @@ def read_folded(
     meta = RangeRows(schema, rng.topic, rng.partition, stamp, pa.scalar(now, TIMESTAMP_US))
     folder = Folder(plan, payload, meta, rng.batch_timestamp_ms, late)
     for batch, offsets in read_messages(options, rng):
-        decoded, undecoded = decoder.decode(list(map(Message.value, batch)))
+        decoded, undecoded_np = _decode_to_fold(decoder, list(map(Message.value, batch)))
         stamps = None
         if plan.time_field == EVENT_TS:
             ms, missing = _kafka_stamps(batch)
             stamps = np.where(missing, 0, ms) * 1000, ~missing
-        undecoded_np = undecoded.to_numpy(zero_copy_only=False)
         ok = folder.add(decoded, undecoded_np, np.asarray(offsets, dtype=np.int64), stamps)
         if not ok.any():
             yield with_partial(_to_arrow(rng, batch, offsets, False, decoder), ptype)
@@ -76,6 +78,19 @@ def read_folded(
         if folder.full:
             yield from _emitted(folder)
     yield from _emitted(folder)
+
+
+def _decode_to_fold(
+    decoder: JsonDecoder | FramedDecoder, values: list[Any]
+) -> tuple[pa.StructArray, np.ndarray]:
+    """The decoded payloads, and where a record may not fold: JSON that ``from_json``
+    decodes, or a record of a registry format that failed (it passes through, to be
+    dead-lettered with its reason)."""
+    if isinstance(decoder, JsonDecoder):
+        decoded, undecoded = decoder.decode(values)
+        return decoded, undecoded.to_numpy(zero_copy_only=False)
+    rows, reasons = decoder.decode(values)
+    return rows, reasons.is_valid().to_numpy(zero_copy_only=False)
 
 
 def _emitted(folder: Folder) -> Iterator[pa.RecordBatch]:

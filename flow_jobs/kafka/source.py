@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pyarrow as pa
+
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 
 from flow_jobs.io.combine import PARTIAL, CombinePlan, partial_type
@@ -33,13 +35,12 @@ class KafkaDataSource(DataSource):
     def schema(self) -> str:
         reader = self.options.get("reader_schema")
         if reader:  # a registry format (flow_jobs.io.formats)
-            import pyarrow as pa
-
             from flow_jobs.io.formats import format_module, spark_ddl
 
             payload = format_module(self.options["payload_format"]).payload_schema(reader)
             decoded = spark_ddl(pa.struct([*payload, pa.field(CORRUPT_RECORD, pa.string())]))
-            return f"{KAFKA_COLUMNS_DDL}, {DECODED} {decoded}, {UNDECODED} BOOLEAN"
+            ddl = f"{KAFKA_COLUMNS_DDL}, {DECODED} {decoded}, {UNDECODED} BOOLEAN"
+            return self._with_partial(ddl, payload)
         payload = self.options.get("json_schema")
         if not payload:
             return KAFKA_COLUMNS_DDL
@@ -50,12 +51,16 @@ class KafkaDataSource(DataSource):
             f"{KAFKA_COLUMNS_DDL}, {DECODED} STRUCT<{fields}, {CORRUPT_RECORD}: STRING>, "
             f"{UNDECODED} BOOLEAN"
         )
+        schema = arrow_schema(payload)
+        assert schema is not None, "the reader decodes JSON payloads Arrow reads"
+        return self._with_partial(ddl, schema)
+
+    def _with_partial(self, ddl: str, payload: pa.Schema) -> str:
+        """The reader's schema with the partial aggregates' column, where it folds."""
         combine = self.options.get("combine")
         if not combine:
             return ddl
-        schema = arrow_schema(payload)
-        assert schema is not None, "pre-aggregation needs a payload Arrow decodes"
-        partial = partial_type(CombinePlan.from_json(combine), schema)
+        partial = partial_type(CombinePlan.from_json(combine), payload)
         return f"{ddl}, {PARTIAL} {combine_ddl(partial)}"
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:

@@ -58,11 +58,11 @@ def foldable(spec: PipelineSpec, payload: StructType | None) -> CombinePlan | No
     if w is None or t.join is not None or t.sql or t.lookups or payload is None:
         return None
     source = spec.sources[0]
-    if source.format != "json" or source.decoder != "auto" or w.engine != "native":
-        return None
+    if w.engine != "native" or not (source.registry_format or source.decoder == "auto"):
+        return None  # JSON by from_json alone: no Arrow rows to fold
     if not isinstance(w, FixedWindow) or w.time_mode != "event":
         return None  # a set of panes: tumbling and hopping windows
-    if arrow_schema(payload.json()) is None:
+    if source.format == "json" and arrow_schema(payload.json()) is None:
         return None
     types = {f.name: f.dataType for f in payload.fields}
     time = w.event_time_column

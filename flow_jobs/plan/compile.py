@@ -137,10 +137,10 @@ def _combine_plan(
 
 
 def _first_payload(spec: PipelineSpec) -> StructType | None:
-    """The first source's declared JSON payload schema (None: raw, or not valid DDL,
-    which ``compile_source`` names)."""
+    """The first source's payload schema: JSON's as declared, a registry format's as its
+    reader schema gives it (None: raw, or not valid, which ``compile_source`` names)."""
     source = spec.sources[0]
-    if source.format != "json" or not source.schema_ddl:
+    if source.format == "raw" or (source.format == "json" and not source.schema_ddl):
         return None
     try:
         return payload_schema(source, 0)

@@ -110,7 +110,7 @@ def read_kafka(
         reader = reader.option("idle_file", idle_file)
     if json_schema:
         reader = reader.option("json_schema", json_schema)
-    if json_schema and combine is not None:
+    if (json_schema or reader_schema) and combine is not None:
         reader = reader.option("combine", combine.to_json())
     if reader_schema is not None:
         reader = reader.option("payload_format", source.format)
@@ -157,10 +157,10 @@ def compile_source(
         checkpoint=checkpoint,
         idle_file=idle,
         json_schema=in_reader,
-        combine=combine if in_reader else None,
+        combine=combine if in_reader or reader else None,
         reader_schema=reader,
     )
-    folds = in_reader is not None and combine is not None
+    folds = (in_reader is not None or reader is not None) and combine is not None
     if source.format != "raw":
         if reader is not None:  # decoded in the reader; a failed record has a reason
             payload = registry_payload(reader, source, index)
