@@ -7,7 +7,6 @@ import json
 from typing import Any
 
 import pyarrow as pa
-
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 
 from flow_jobs.io.combine import PARTIAL, CombinePlan, partial_type
