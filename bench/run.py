@@ -123,6 +123,7 @@ WINDOWS: dict[str, dict] = {
 TOPIC_AVRO = "bench-clicks-avro"
 TUMBLING_JSON_NO_FOLD = "tumbling 60 s, JSON, pre_aggregate = false"
 TUMBLING_AVRO = "tumbling 60 s, Avro source (registry)"
+TUMBLING_AVRO_NO_FOLD = "tumbling 60 s, Avro source (registry), pre_aggregate = false"
 CLICK_AVRO = {
     "type": "record",
     "name": "Click",
@@ -163,11 +164,14 @@ def avro_copy(bootstrap: str, registry_url: str, args: argparse.Namespace, start
     return produce(bootstrap, TOPIC_AVRO, map(framed, clicks))
 
 
-def avro_pipeline(bootstrap: str, registry_url: str, spark: SparkSession) -> Callable[[Path], Any]:
+def avro_pipeline(
+    bootstrap: str, registry_url: str, spark: SparkSession, fold: bool = True
+) -> Callable[[Path], Any]:
     from flow_jobs.runtime.runner import PipelineRunner
 
     def run(workdir: Path) -> Any:
         doc = clicks_spec(bootstrap, workdir, topic=TOPIC_AVRO).to_document()
+        doc["transform"]["window"]["pre_aggregate"] = fold
         source = doc["sources"][0]
         source.pop("schema")
         source.update(format="avro", schema_registry={"url": registry_url})
@@ -381,7 +385,15 @@ def main() -> int:
         help="the tumbling pipeline on a standalone cluster of 1, then 2 workers (only: "
         "just that, beside the bare read and the local tumbling run)",
     )
+    parser.add_argument(
+        "--only",
+        action="append",
+        help="just the runs whose name contains this (repeatable), beside the bare read; "
+        "no join, no cluster",
+    )
     args = parser.parse_args()
+    if args.only:
+        args.cluster = "off"
 
     from flow_jobs.io.dead_letters import DeadLetterTable
     from flow_jobs.plan.compile import compile_pipeline
@@ -479,9 +491,15 @@ def main() -> int:
             runs += [
                 (f"{TUMBLING_JSON_NO_FOLD} -> Delta MERGE", pipeline(no_fold)),
                 (f"{TUMBLING_AVRO} -> Delta MERGE", avro_pipeline(bootstrap, registry.url, spark)),
+                (
+                    f"{TUMBLING_AVRO_NO_FOLD} -> Delta MERGE",
+                    avro_pipeline(bootstrap, registry.url, spark, fold=False),
+                ),
             ]
         if args.cluster == "only":
             runs = [r for r in runs if r[0].startswith("tumbling 60 s")]
+        if args.only:  # the bare read (the ceiling) and the runs named
+            runs = runs[:1] + [r for r in runs[1:] if any(o in r[0] for o in args.only)]
         for name, body in runs:
             results.append(spark_run(name, produced, body))
             print(f"  {name}: {results[-1].rate:,.0f} events/s", flush=True)
@@ -489,7 +507,7 @@ def main() -> int:
             from bench.cluster_scale import cluster_runs
 
             results += cluster_runs(bootstrap, produced)
-        if args.cluster == "only":
+        if args.cluster == "only" or args.only:
             spark.stop()
             return _report(args, produced, results)
         # -- orders x payments ------------------------------------------------------------
@@ -579,7 +597,10 @@ def _report(args: argparse.Namespace, produced: int, results: list[Result]) -> i
     (out / f"bench-{stamp}.json").write_text(
         json.dumps(
             {
-                "command": f"make bench N={args.events}",
+                "command": f"make bench N={args.events}"
+                if not args.only
+                else f"python -m bench.run --events {args.events} "
+                + " ".join(f"--only '{o}'" for o in args.only),
                 "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
                 "events": produced,
                 "keys": args.keys,

@@ -19,7 +19,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Callable
-from datetime import UTC, datetime
+from uuid import UUID
 from typing import Any
 
 import fastavro
@@ -145,29 +145,41 @@ class Decoder(FramedDecoder):
         schema = json.loads(reader) if isinstance(reader, str) else reader
         super().__init__(arrow_schema(schema), writer_schema)
         self.reader = fastavro.parse_schema(schema)
+        self._canonical = _canonical(schema)
+        # Only a UUID needs converting: pa.array takes fastavro's other values as they are
+        self._uuids = '"uuid"' in json.dumps(schema)
+
+    def prepare(self, writer: Any) -> Any:
+        """A writer schema and the reader to resolve it to: None where it is the reader
+        schema itself (fastavro's resolving read is slower)."""
+        return writer, None if _canonical(writer) == self._canonical else self.reader
 
     def read(self, value: bytes, start: int, writer: Any) -> dict[str, Any]:
+        written, resolved = writer or (self.reader, None)
         body = io.BytesIO(value)
         body.seek(start)
         try:
-            row = fastavro.schemaless_reader(body, writer or self.reader, self.reader)
+            row = fastavro.schemaless_reader(body, written, resolved)
         except fastavro.read.SchemaResolutionError as e:
             raise Unresolvable(str(e)) from None
         if body.tell() != len(value):
             raise ValueError(f"{len(value) - body.tell()} bytes left over")
-        return _arrow_values(row)
+        return _arrow_values(row) if self._uuids else row
+
+
+def _canonical(schema: Any) -> str:
+    """Avro's Parsing Canonical Form of a schema (equal for equal schemas)."""
+    return str(fastavro.schema.to_parsing_canonical_form(schema))
 
 
 def _arrow_values(value: Any) -> Any:
-    """fastavro's Python values as ``pa.array`` takes them (maps as key-value pairs,
-    UUIDs as text, naive datetimes as UTC)."""
+    """fastavro's Python values as ``pa.array`` takes them: UUIDs as text (it takes a
+    map as a dict and a naive datetime as UTC already)."""
     if isinstance(value, dict):
         return {k: _arrow_values(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_arrow_values(v) for v in value]
-    if isinstance(value, datetime) and value.tzinfo is None:
-        return value.replace(tzinfo=UTC)
-    if type(value).__name__ == "UUID":
+    if isinstance(value, UUID):
         return str(value)
     return value
 
