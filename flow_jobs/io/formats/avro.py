@@ -19,8 +19,8 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Callable
-from uuid import UUID
 from typing import Any
+from uuid import UUID
 
 import fastavro
 import pyarrow as pa
