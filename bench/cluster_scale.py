@@ -85,11 +85,11 @@ def _drive(args: dict) -> dict:
         started = time.perf_counter()
         runner.run(available_now=True)
         seconds = time.perf_counter() - started
-        outcomes = runner.sink.outcomes.values() if runner.sink else []
+        totals = runner.progress.totals() if runner.progress else None
         figures = {
             "seconds": seconds,
             "input_rows": runner.progress.input_rows() if runner.progress else 0,
-            "windows": sum(o.output_rows for o in outcomes),
+            "windows": totals.windows_inserted + totals.windows_updated if totals else 0,
         }
     spark.stop()
     return figures

@@ -90,9 +90,9 @@ def spark_run(name: str, events: int, body: Callable[[Path], int | Any]) -> Resu
         shutil.rmtree(workdir, ignore_errors=True)
     written = windows = None
     if not isinstance(seen, int):  # a PipelineRunner: rows in, and what its sink did
-        outcomes = seen.sink.outcomes.values()
-        written = sum(o.write_seconds for o in outcomes)
-        windows = sum(o.output_rows for o in outcomes)
+        totals = seen.progress.totals()
+        written = totals.write_seconds
+        windows = totals.windows_inserted + totals.windows_updated
         seen = seen.progress.input_rows()
     if seen != events:
         raise RuntimeError(f"{name}: read {seen} rows, expected {events}")

@@ -144,6 +144,10 @@ class ProgressTracker:
         with self._lock:
             return self._totals.batches
 
+    def totals(self) -> _Totals:
+        """The run's figures so far (a copy), the sink's unreported batches included."""
+        return self._with_unreported()
+
     def _with_unreported(self) -> _Totals:
         """The totals, with the sink's batches whose report has not come (yet)."""
         with self._lock:
@@ -237,6 +241,7 @@ class _Totals:
     windows_updated: int = 0
     windows_superseded: int = 0
     dead_lettered: int = 0
+    write_seconds: float = 0.0  # the sink's writes (the MERGE, the upsert, the produce)
 
     def add(self, progress: Progress, outcome: BatchOutcome | None) -> None:
         self.batches += 1
@@ -247,6 +252,7 @@ class _Totals:
 
     def add_outcome(self, outcome: BatchOutcome) -> None:
         self.dead_lettered += outcome.dead_lettered
+        self.write_seconds += outcome.write_seconds
         merge = outcome.merge
         if merge is not None and not merge.skipped:
             self.windows_inserted += merge.inserted
