@@ -61,7 +61,7 @@ soak: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m bench.run $(if $(N),--events $(N),)
 
-## bench-compare: flow-jobs vs the same jobs hand-written in PySpark and in Quix Streams, one topic (N=2000000)
+## bench-compare: flow-jobs vs the same jobs hand-written in PySpark (each its own process, then one warm JVM) and in Quix Streams, one topic (N=2000000)
 bench-compare: $(STAMP) $(QUIX_STAMP)
 	$(PY) -m bench.compare $(if $(N),--events $(N),)
 

@@ -1,7 +1,13 @@
 """``make bench-compare``: flow-jobs side by side with the same jobs hand-written in
 PySpark and in Quix Streams, on one produced topic, in one invocation (issue 12, item 4).
 
-Runs, each against the same topics from offset 0 (Spark runs: a fresh checkpoint):
+First, each job in a process of its own, the way users run them (``bench/fresh.py``):
+``flow-jobs run SPEC --available-now`` against ``python -m bench.hand_written``, each
+timed whole over the full topic and over an empty one (gross, start-up, net). Then the
+table of one warm JVM (``--processes warm`` alone, ``fresh`` for the first only).
+
+Runs of the warm table, each against the same topics from offset 0 (Spark runs: a fresh
+checkpoint):
 
 * ``bare read``: confluent-kafka consumers, one process per partition (the ceiling);
 * ``flow-jobs``: the pipeline from a spec (Arrow decode in the reader, MERGE into Delta),
@@ -166,6 +172,13 @@ def main() -> int:
     parser.add_argument("--quix-limit", type=int, default=100_000, help="records per partition")
     parser.add_argument("--shapes", default="tumbling,hopping,session,join")
     parser.add_argument("--out", default="bench/results")
+    parser.add_argument(
+        "--processes",
+        choices=("both", "fresh", "warm"),
+        default="both",
+        help="fresh: each job its own process (bench/fresh.py); warm: every job in one "
+        "JVM, beside Quix Streams; both: the fresh table first",
+    )
     args = parser.parse_args()
     shapes = args.shapes.split(",")
 
@@ -202,6 +215,19 @@ def main() -> int:
         )
         print(f"produced {produced:,} events", flush=True)
         report(bare_read(bootstrap, _ends(bootstrap)))
+        fresh: list[str] = []
+        fresh_json: list[dict[str, Any]] = []
+        if args.processes != "warm":
+            from bench.fresh import fresh_runs, fresh_table
+
+            runs = fresh_runs(
+                bootstrap, [s for s in shapes if s in SHAPES], TOPIC, EMPTY_TOPIC, produced
+            )
+            fresh = fresh_table(runs)
+            print("\n".join(fresh), flush=True)
+            fresh_json = [vars(r) for r in runs]
+        if args.processes == "fresh":
+            return _write(args, fresh, {"events": produced, "fresh_processes": fresh_json})
 
         spark = build_spark_session(
             f"local[{os.cpu_count() or 2}]",
@@ -315,23 +341,42 @@ def main() -> int:
                 f"**{net / quix.rate:.2f}**."
             )
     lines += [f"- {n}" for n in notes]
+    if fresh:
+        lines = ["Each job its own process:", "", *fresh, "", "One warm JVM:", "", *lines]
+    return _write(
+        args,
+        lines,
+        {
+            "events": produced,
+            "join_per_trigger": JOIN_PER_TRIGGER,
+            "quix_limit_per_partition": args.quix_limit,
+            "empty_topic_seconds": empty.seconds,
+            "hand_written_empty_topic_seconds": hand_empty.seconds,
+            "fresh_processes": fresh_json,
+            "results": [vars(r) | {"events_per_s": r.rate} for r in results],
+            "notes": notes,
+        },
+    )
+
+
+def _write(args: argparse.Namespace, lines: list[str], figures: dict[str, Any]) -> int:
     print()
     print("\n".join(lines))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%S")
+    command = f"make bench-compare N={args.events}"
+    if args.processes != "both" or args.shapes != "tumbling,hopping,session,join":
+        command = (
+            f"python -m bench.compare --events {args.events} --shapes {args.shapes} "
+            f"--processes {args.processes}"
+        )
     (out / f"compare-{stamp}.json").write_text(
         json.dumps(
             {
-                "command": f"make bench-compare N={args.events}",
+                "command": command,
                 "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-                "events": produced,
-                "join_per_trigger": JOIN_PER_TRIGGER,
-                "quix_limit_per_partition": args.quix_limit,
-                "empty_topic_seconds": empty.seconds,
-                "hand_written_empty_topic_seconds": hand_empty.seconds,
-                "results": [vars(r) | {"events_per_s": r.rate} for r in results],
-                "notes": notes,
+                **figures,
             },
             indent=2,
         )

@@ -1,0 +1,106 @@
+"""The fresh-process table of ``make bench-compare``: each job in a new process, the way
+users run them.
+
+* flow-jobs: ``flow-jobs run SPEC.toml --available-now -q``, the console script of this
+  environment, on a spec written for the run (a fresh checkpoint, target and ledger
+  pipeline name);
+* the hand-written PySpark job: ``python -m bench.hand_written`` (``bench/hand_written.py``).
+
+Each is timed from its process's start to its exit (JVM, session, embedded state store,
+compile, every micro-batch, the writes), over the full topic (gross: N / T(N)) and over an
+empty topic (start-up: T(empty)); net = N / (T(N) - T(empty)). The four runs of a shape
+alternate the two jobs, empty-topic runs first.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.compare import window_spec
+
+ROOT = Path(__file__).resolve().parent.parent
+FLOW_JOBS = Path(sys.executable).parent / "flow-jobs"
+
+
+@dataclass
+class ProcessRun:
+    job: str  # "flow-jobs" | "hand-written PySpark"
+    shape: str
+    topic: str
+    events: int
+    seconds: float
+
+
+def _timed(command: list[str], what: str) -> tuple[float, str]:
+    started = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=1800)
+    seconds = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"{what} exited {done.returncode}: {done.stderr.strip()[-1500:]}")
+    return seconds, done.stdout
+
+
+def flow_jobs_run(bootstrap: str, shape: str, topic: str, workdir: Path) -> float:
+    spec = window_spec(bootstrap, workdir, shape, topic)
+    path = workdir / "spec.toml"
+    path.write_text(spec.to_toml())
+    seconds, _ = _timed(
+        [str(FLOW_JOBS), "run", str(path), "--available-now", "-q"], f"flow-jobs {shape}"
+    )
+    return seconds
+
+
+def hand_written_run(bootstrap: str, shape: str, topic: str, workdir: Path) -> float:
+    args = {"bootstrap": bootstrap, "shape": shape, "topic": topic, "workdir": str(workdir)}
+    seconds, out = _timed(
+        [sys.executable, "-m", "bench.hand_written", json.dumps(args)], f"hand-written {shape}"
+    )
+    json.loads(out.strip().splitlines()[-1])  # it finished and said what it read
+    return seconds
+
+
+def fresh_runs(
+    bootstrap: str, shapes: list[str], topic: str, empty_topic: str, events: int
+) -> list[ProcessRun]:
+    """Each shape's four runs: (flow-jobs, hand-written) x (empty topic, full topic)."""
+    runs: list[ProcessRun] = []
+    jobs = (("flow-jobs", flow_jobs_run), ("hand-written PySpark", hand_written_run))
+    for shape in shapes:
+        for name, n in ((empty_topic, 0), (topic, events)):
+            for job, run in jobs:
+                with tempfile.TemporaryDirectory(prefix="flow-bench-fresh-") as work:
+                    workdir = Path(work) / f"{shape}-{job[:4]}-{int(time.time())}"
+                    workdir.mkdir()
+                    seconds = run(bootstrap, shape, name, workdir)
+                runs.append(ProcessRun(job, shape, name, n, seconds))
+                print(f"  fresh process, {shape}, {job}, {n:,} events: {seconds:.1f} s", flush=True)
+    return runs
+
+
+def fresh_table(runs: list[ProcessRun]) -> list[str]:
+    """The markdown table: gross, start-up and net per shape and job, and the ratios."""
+    lines = [
+        "| shape | job | T(N) s | T(empty) s | gross events/s | net events/s | "
+        "gross vs hand-written | net vs hand-written |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for shape in dict.fromkeys(r.shape for r in runs):
+        figures = {}
+        for job in ("hand-written PySpark", "flow-jobs"):
+            full = next(r for r in runs if r.shape == shape and r.job == job and r.events)
+            empty = next(r for r in runs if r.shape == shape and r.job == job and not r.events)
+            net = full.events / max(full.seconds - empty.seconds, 1e-9)
+            figures[job] = (full, empty, full.events / full.seconds, net)
+        base = figures["hand-written PySpark"]
+        for job, (full, empty, gross, net) in figures.items():
+            lines.append(
+                f"| {shape} | {job} | {full.seconds:.1f} | {empty.seconds:.1f} | {gross:,.0f} "
+                f"| {net:,.0f} | {gross / base[2]:.2f} | {net / base[3]:.2f} |"
+            )
+    return lines

@@ -1,0 +1,48 @@
+"""The hand-written PySpark job of ``make bench-compare``, as a script of its own, run in a
+new process the way a Spark user runs theirs: ``python -m bench.hand_written '{json}'``.
+
+The job is ``bench.compare.hand_written_window``: the same ``flow_kafka`` source as
+flow-jobs (spark-sql-kafka cannot be installed here), ``from_json``, ``withWatermark``,
+``window`` / ``session_window``, append mode, each micro-batch appended to Delta with
+``deltalake`` in ``foreachBatch``. Its session has the settings a careful user gives a
+local job, the same as flow-jobs' own: ``local[*]``, one shuffle partition per core (not
+Spark's 200), no UI. The last line printed is ``{"rows": N}``, the rows it read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def main() -> int:
+    args = json.loads(sys.argv[1])
+    from pyspark.sql import SparkSession
+
+    from bench.compare import hand_written_window
+    from flow_jobs.kafka.source import KafkaDataSource
+
+    # Spark's Python workers run `python3` from PATH; in an activated virtualenv that is
+    # this interpreter, which the bench's subprocess does not activate: say so.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    cores = os.cpu_count() or 2
+    spark = (
+        SparkSession.builder.master(f"local[{cores}]")
+        .appName("hand-written")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", str(cores))
+        .getOrCreate()
+    )
+    spark.dataSource.register(KafkaDataSource)
+    rows = hand_written_window(
+        spark, args["bootstrap"], Path(args["workdir"]), args["shape"], args["topic"]
+    )
+    spark.stop()
+    print(json.dumps({"rows": rows}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
