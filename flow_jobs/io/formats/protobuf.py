@@ -167,9 +167,10 @@ def payload_schema(reader: str) -> pa.Schema:
 
 
 def message_at(file: FileDescriptor, indexes: list[int]) -> Descriptor:
-    """The message at ``indexes`` (Confluent's path of message indexes) in ``file``."""
-    messages = file.message_types_by_name
-    candidates = list(messages.values())
+    """The message at ``indexes`` (Confluent's path of message indexes: positions in
+    declaration order) in ``file``."""
+    declared = _proto_of(file).message_type  # the file's own order, not a mapping's
+    candidates = [file.message_types_by_name[m.name] for m in declared]
     found: Descriptor | None = None
     for index in indexes:
         if not 0 <= index < len(candidates):
@@ -222,9 +223,18 @@ class Decoder(FramedDecoder):
         self.full_name = descriptor.full_name
         self._parse = message_factory.GetMessageClass(descriptor).FromString
 
+    def prepare(self, writer: Any) -> Any:
+        """A writer's file, and the full names of its messages by index path (filled as
+        records name them)."""
+        return writer, {}
+
     def read(self, value: bytes, start: int, writer: Any) -> dict[str, Any]:
         indexes, start = read_indexes(value, start)
-        written = message_at(writer, indexes).full_name
+        file, names = writer
+        path = tuple(indexes)
+        if path not in names:
+            names[path] = message_at(file, indexes).full_name
+        written = names[path]
         if written != self.full_name:
             raise Unresolvable(f"its record is a {written}, the reader reads {self.full_name}")
         return self._row(self._parse(value[start:]))
