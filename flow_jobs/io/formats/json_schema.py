@@ -161,7 +161,7 @@ def _object(
     def record(value: Any, at: str) -> Any:
         value = _is(value, dict, at)
         for name in required:
-            if value.get(name) is None:
+            if name not in value:
                 raise ValueError(f"{at}.{name} is required and absent")
         return {name: check(value.get(name), f"{at}.{name}") for name, check in checks}
 
