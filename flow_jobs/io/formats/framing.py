@@ -68,12 +68,14 @@ class FramedDecoder(ABC):
                 reason = f"not Confluent-framed {self.title}: {len(value)} bytes, no schema id"
             else:
                 magic, schema_id = unpack(value)
-                writer = writers[schema_id] if schema_id in writers else self._writer(schema_id)
-                if magic != MAGIC:
+                if magic != MAGIC:  # not framed: its "id" is not one to ask the registry for
                     reason = f"not Confluent-framed {self.title}: magic byte {magic & 0xFF}, not 0"
-                elif isinstance(writer, str):
-                    reason = writer
+                    writer = None
                 else:
+                    writer = writers[schema_id] if schema_id in writers else self._writer(schema_id)
+                if isinstance(writer, str):
+                    reason = writer
+                elif writer is not None:
                     row, reason = self._body(read, value, HEADER.size, writer, schema_id)
             rows.append(row)
             reasons.append(reason)
