@@ -93,6 +93,19 @@ def registry() -> Iterator[EmbeddedSchemaRegistry]:
         yield server
 
 
+def _reference(events: list[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
+    """WINDOW's windows of ``events`` by the independent reference (tests/reference.py)."""
+    return reference_windows(
+        events,
+        kind="tumbling",
+        time_key="ts",
+        duration_ms=10_000,
+        group_by=["user_id"],
+        aggregations=AGGREGATIONS,
+        watermark_ms=max(e["ts"] for e in events) - 2_000,
+    )
+
+
 def _avro_spec(workdir: Path, bootstrap: str, topic: str, url: str, **source: Any) -> PipelineSpec:
     return _registry_spec(workdir, bootstrap, topic, url, "avro", **source)
 
@@ -167,15 +180,7 @@ def test_a_topic_of_two_schema_versions_gives_the_reference_windows(
     assert tiny_summary.dead_lettered == len(bad)
     assert tiny_summary.batches >= 8
 
-    expected = reference_windows(
-        events,
-        kind="tumbling",
-        time_key="ts",
-        duration_ms=10_000,
-        group_by=["user_id"],
-        aggregations=AGGREGATIONS,
-        watermark_ms=max(e["ts"] for e in events) - 2_000,
-    )
+    expected = _reference(events)
     key = whole.natural_key()
     assert_same_windows(read_windows(whole.target.path, key), expected)
     assert_same_windows(read_windows(tiny.target.path, key), expected)
@@ -472,15 +477,7 @@ def test_bare_avro_bodies_of_an_avsc_beside_the_spec(
     assert spec.sources[0].avro_schema == json.dumps(V2)  # read beside the spec
     summary = PipelineRunner(spec, spark).run(available_now=True)
     assert summary.dead_lettered == 1
-    expected = reference_windows(
-        events,
-        kind="tumbling",
-        time_key="ts",
-        duration_ms=10_000,
-        group_by=["user_id"],
-        aggregations=AGGREGATIONS,
-        watermark_ms=max(e["ts"] for e in events) - 2_000,
-    )
+    expected = _reference(events)
     assert_same_windows(read_windows(spec.target.path, spec.natural_key()), expected)
     (reason,) = [r for _, r in _dead_letters(spec).values()]
     assert reason.startswith("undecodable Avro body: ")
@@ -584,15 +581,7 @@ def test_a_kafka_target_in_a_registry_format_decodes_to_the_window_rows(
         natural = tuple(row[c] for c in key)
         assert natural not in rows
         rows[natural] = {c: v for c, v in row.items() if c not in key}
-    expected = reference_windows(
-        events,
-        kind="tumbling",
-        time_key="ts",
-        duration_ms=10_000,
-        group_by=["user_id"],
-        aggregations=AGGREGATIONS,
-        watermark_ms=max(e["ts"] for e in events) - 2_000,
-    )
+    expected = _reference(events)
     assert_same_windows(rows, expected)
 
 

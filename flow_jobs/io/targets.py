@@ -17,14 +17,12 @@ delete, so that combination is refused in the spec.
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
-from decimal import Decimal
+from datetime import UTC, datetime
 from typing import Any, ClassVar, Literal
 
 import psycopg
@@ -37,6 +35,7 @@ from flow_jobs.errors import PlanError
 from flow_jobs.io.batch import BatchEntry, WriteResult
 from flow_jobs.io.delta import DeltaMergeTable, Supersede, TargetSchemaError
 from flow_jobs.io.formats.framing import python_rows
+from flow_jobs.io.json_rows import to_json
 from flow_jobs.io.state_store import StateStore
 from flow_jobs.spec.models import DeltaTarget, KafkaTarget, PostgresTarget
 
@@ -339,20 +338,6 @@ class PostgresBatchTarget(BatchTarget):
         ).fetchall()
         inserted = sum(1 for (new,) in results if new)
         return inserted, len(results) - inserted
-
-
-def _json_value(value: Any) -> Any:
-    if isinstance(value, datetime | date):
-        return value.isoformat()
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode()
-    if isinstance(value, Decimal):
-        return str(value)
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
-
-
-def to_json(value: Any) -> bytes:
-    return json.dumps(value, default=_json_value, separators=(",", ":")).encode()
 
 
 class KafkaBatchTarget(BatchTarget):

@@ -29,6 +29,7 @@ from flow_jobs.io.formats.framing import (
     FramedDecoder,
     PayloadSchemaError,
     Unresolvable,
+    no_references,
     record_schema,
 )
 
@@ -39,21 +40,15 @@ TITLE = "Avro"
 
 def reader(text: str, references: list[tuple[str, str]], message: str | None = None) -> str:
     """The reader schema as the Kafka reader's option carries it (its JSON text)."""
-    _no_references(references)
+    no_references(references, TITLE)
     payload_schema(text)  # it maps to a Spark type
     return text
 
 
 def writer(text: str, references: list[tuple[str, str]]) -> Any:
     """A registered writer schema, parsed once for every record written with it."""
-    _no_references(references)
+    no_references(references, TITLE)
     return fastavro.parse_schema(json.loads(text))
-
-
-def _no_references(references: list[tuple[str, str]]) -> None:
-    if references:
-        names = ", ".join(n for n, _ in references)
-        raise PayloadSchemaError(f"the schema references {names}: Avro references are not read")
 
 
 def payload_schema(reader: str) -> pa.Schema:

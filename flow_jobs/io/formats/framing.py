@@ -119,6 +119,17 @@ class FramedDecoder(ABC):
         return self._writers[schema_id]
 
 
+def no_references(references: list[tuple[str, str]], title: str, hint: str = "") -> None:
+    """Refuses a schema that references other subjects (not read for ``title``)."""
+    if references:
+        names = ", ".join(n for n, _ in references)
+        more = f"; {hint}" if hint else ""
+        raise PayloadSchemaError(
+            f"the schema references {names}: {title} references to other subjects are not "
+            f"read{more}"
+        )
+
+
 def spark_ddl(data_type: pa.DataType) -> str:
     """The Spark DDL of an Arrow type a format's schema maps to (the reader's declared
     schema, where no JVM is at hand to parse a ``StructType``)."""

@@ -24,16 +24,19 @@ property.
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import Callable
 from datetime import date, datetime
-from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
 
-from flow_jobs.io.formats.framing import FramedDecoder, PayloadSchemaError, record_schema
+from flow_jobs.io.formats.framing import (
+    FramedDecoder,
+    PayloadSchemaError,
+    no_references,
+    record_schema,
+)
 
 SCHEMA_TYPE = "JSON"
 TITLE = "JSON Schema"
@@ -41,26 +44,20 @@ TITLE = "JSON Schema"
 _INT64 = (-(2**63), 2**63 - 1)
 
 
+_NO_REFERENCES = "use $ref into the schema's own definitions"
+
+
 def reader(text: str, references: list[tuple[str, str]], message: str | None = None) -> str:
     """The reader schema as the Kafka reader's option carries it (its JSON text)."""
-    _no_references(references)
+    no_references(references, TITLE, _NO_REFERENCES)
     payload_schema(text)  # it maps to a Spark type
     return text
 
 
 def writer(text: str, references: list[tuple[str, str]]) -> Any:
     """A registered writer schema (parsed: the record's id names a schema that exists)."""
-    _no_references(references)
+    no_references(references, TITLE, _NO_REFERENCES)
     return json.loads(text)
-
-
-def _no_references(references: list[tuple[str, str]]) -> None:
-    if references:
-        names = ", ".join(n for n, _ in references)
-        raise PayloadSchemaError(
-            f"the schema references {names}: references to other subjects are not read; "
-            "use $ref into the schema's own definitions"
-        )
 
 
 def payload_schema(reader: str) -> pa.Schema:
@@ -291,21 +288,9 @@ def target_serializer(client: Any, text: str, subject: str) -> Callable[[Any, An
     -> a Confluent-framed record (instants, dates, decimals and bytes as their strings)."""
     from confluent_kafka.schema_registry.json_schema import JSONSerializer
 
+    from flow_jobs.io.json_rows import json_values
+
     conf = {"auto.register.schemas": False, "use.latest.version": False,
             "subject.name.strategy": lambda _ctx, _name: subject}  # fmt: skip
     serialize = JSONSerializer(text, client, conf=conf)
-    return lambda row, ctx: serialize(_json_values(row), ctx)
-
-
-def _json_values(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _json_values(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_json_values(v) for v in value]
-    if isinstance(value, datetime | date):
-        return value.isoformat()
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode()
-    if isinstance(value, Decimal):
-        return str(value)
-    return value
+    return lambda row, ctx: serialize(json_values(row), ctx)
