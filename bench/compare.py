@@ -221,7 +221,12 @@ def main() -> int:
             from bench.fresh import fresh_runs, fresh_table
 
             runs = fresh_runs(
-                bootstrap, [s for s in shapes if s in SHAPES], TOPIC, EMPTY_TOPIC, produced
+                window_spec,
+                bootstrap,
+                [s for s in shapes if s in SHAPES],
+                TOPIC,
+                EMPTY_TOPIC,
+                produced,
             )
             fresh = fresh_table(runs)
             print("\n".join(fresh), flush=True)

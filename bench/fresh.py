@@ -19,10 +19,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-
-from bench.compare import window_spec
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 FLOW_JOBS = Path(sys.executable).parent / "flow-jobs"
@@ -46,8 +46,14 @@ def _timed(command: list[str], what: str) -> tuple[float, str]:
     return seconds, done.stdout
 
 
-def flow_jobs_run(bootstrap: str, shape: str, topic: str, workdir: Path) -> float:
-    spec = window_spec(bootstrap, workdir, shape, topic)
+#: (bootstrap, workdir, shape, topic) -> the PipelineSpec flow-jobs runs for a shape
+SpecFor = Callable[[str, Path, str, str], Any]
+
+
+def flow_jobs_run(
+    spec_for: SpecFor, bootstrap: str, shape: str, topic: str, workdir: Path
+) -> float:
+    spec = spec_for(bootstrap, workdir, shape, topic)
     path = workdir / "spec.toml"
     path.write_text(spec.to_toml())
     seconds, _ = _timed(
@@ -66,11 +72,21 @@ def hand_written_run(bootstrap: str, shape: str, topic: str, workdir: Path) -> f
 
 
 def fresh_runs(
-    bootstrap: str, shapes: list[str], topic: str, empty_topic: str, events: int
+    spec_for: SpecFor,
+    bootstrap: str,
+    shapes: list[str],
+    topic: str,
+    empty_topic: str,
+    events: int,
 ) -> list[ProcessRun]:
-    """Each shape's four runs: (flow-jobs, hand-written) x (empty topic, full topic)."""
+    """Each shape's four runs: (flow-jobs, hand-written) x (empty topic, full topic);
+    ``spec_for`` makes flow-jobs' spec of a shape (``bench.compare.window_spec``)."""
     runs: list[ProcessRun] = []
-    jobs = (("flow-jobs", flow_jobs_run), ("hand-written PySpark", hand_written_run))
+
+    def ours(bootstrap: str, shape: str, topic: str, workdir: Path) -> float:
+        return flow_jobs_run(spec_for, bootstrap, shape, topic, workdir)
+
+    jobs = (("flow-jobs", ours), ("hand-written PySpark", hand_written_run))
     for shape in shapes:
         for name, n in ((empty_topic, 0), (topic, events)):
             for job, run in jobs:
