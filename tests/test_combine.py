@@ -37,6 +37,7 @@ from pyspark.sql import SparkSession
 from flow_jobs.io.combine import PARTIAL, CombinePlan, Folder, RangeRows, partial_type
 from flow_jobs.io.delta import read_delta
 from flow_jobs.io.json_decode import JsonDecoder
+from flow_jobs.io.prestage import Stage
 from flow_jobs.kafka.read import decoded_schema, with_corrupt_field
 from flow_jobs.kafka.schema import ARROW_SCHEMA
 from flow_jobs.plan.combine import MARKER
@@ -301,6 +302,54 @@ def test_an_integer_sum_that_could_overflow_is_left_to_spark() -> None:
     assert out.column(PARTIAL).null_count == 2  # try_sum sees both rows: NULL, not a wrap
 
 
+def _stage_plan(ansi: bool = False) -> CombinePlan:
+    """PLAN behind ``WHERE qty > 1`` with ``qty + 1`` as an aggregated column ``q1``."""
+    qty = {"op": "col", "name": "qty", "type": "long"}
+    where = {"op": "gt", "args": [qty, {"op": "lit", "value": 1, "type": "long"}],
+             "type": "boolean"}  # fmt: skip
+    q1 = {"op": "add", "args": [qty, {"op": "lit", "value": 1, "type": "long"}], "type": "long"}
+    return dataclasses.replace(
+        PLAN, fields=(("q1", ("nn", "sum")),), stage=Stage(where, (("q1", q1),), ansi)
+    )
+
+
+def test_rows_the_filter_drops_fold_apart_and_only_count() -> None:
+    """A record the stage's filter drops (FALSE or NULL) folds into a partial marked not
+    kept, which carries its count and time (Spark counts it and takes its time, then
+    filters it out); the kept ones fold the computed column."""
+    rows = [b'{"user_id": "a", "qty": %d, "ts": %d}' % (q, BASE_MS + i)
+            for i, q in enumerate([5, 0, 7, 1])]  # fmt: skip
+    rows.append(b'{"user_id": "a", "ts": %d}' % (BASE_MS + 9))  # qty NULL: dropped
+    plan = _stage_plan()
+    out = combine(reader_table(rows, list(range(5))), plan, NOW_MS, None).to_pylist()
+    partials = [r[PARTIAL] for r in out]
+    kept = [p for p in partials if p["kept"]]
+    dropped = [p for p in partials if not p["kept"]]
+    assert [(p["n"], p["sum0"], p["nn0"]) for p in kept] == [(2, 6 + 8, 2)]
+    assert [(p["n"], p["sum0"]) for p in dropped] == [(3, None)]
+    times = {r[PARTIAL]["kept"]: r["_decoded"]["ts"] for r in out}
+    assert times == {True: BASE_MS + 2, False: BASE_MS + 9}
+    dropped_key = next(r["_decoded"]["user_id"] for r in out if not r[PARTIAL]["kept"])
+    assert dropped_key is None
+
+
+def test_an_expression_spark_would_fail_on_is_left_to_spark() -> None:
+    """With ANSI mode, ``qty + 1`` overflowing fails Spark's query: the reader folds none
+    of the chunk, so Spark evaluates it; without, it wraps as Spark's does (and the sum
+    guard then leaves the extreme value to Spark's try_sum)."""
+    rows = [b'{"user_id": "a", "qty": %d, "ts": %d}' % (q, BASE_MS) for q in (2**63 - 1, 3)]
+    table = reader_table(rows, [0, 1])
+    out = combine(table, _stage_plan(ansi=True), NOW_MS, None)
+    assert out.column(PARTIAL).null_count == 2
+    small = reader_table([rows[1]] * 2, [0, 1])
+    assert combine(small, _stage_plan(ansi=True), NOW_MS, None).column(PARTIAL).null_count == 0
+    stage = _stage_plan(ansi=False).stage
+    assert stage is not None
+    decoded = table.column("_decoded").combine_chunks()
+    view, passes = stage.apply(decoded, ["user_id"])
+    assert view.field("q1").to_pylist() == [-(2**63), 4] and passes is not None
+
+
 def range_rows(table: pa.Table, plan: CombinePlan) -> RangeRows:
     """What the reader knows of the range ``table``'s rows come from."""
     schema = table.schema.append(pa.field(PARTIAL, partial_type(plan, PAYLOAD)))
@@ -409,7 +458,7 @@ def _messy_stream(rng: random.Random, n: int) -> list[Record]:
 
 def _run(
     spark: SparkSession, workdir: Path, tag: str, bootstrap: str, topic: str, window: dict,
-    per_trigger: int | None,
+    per_trigger: int | None, sql: str | None = None,
 ) -> tuple[Any, dict, set, int]:  # fmt: skip
     spec = make_spec(
         workdir / tag,
@@ -419,8 +468,12 @@ def _run(
         name=f"combine-{tag}",
         schema=SCHEMA,
         source={"max_offsets_per_trigger": per_trigger} if per_trigger else {},
+        sql=sql,
     )
     runner = PipelineRunner(spec, spark)
+    if sql:  # the SQL is in the reader's grammar: it must fold behind it
+        line = dict((o.feature, o.operator) for o in runner.compiled.operators)
+        assert line["pre-aggregation"].startswith(("on:", "off (pre_aggregate")), line
     summary = runner.run(available_now=True)
     spark_rows = sum(int(p.get("numInputRows", 0)) for p in runner.progress.progress.values())
     dead = {
@@ -430,13 +483,41 @@ def _run(
     return summary, read_windows(spec.target.path, spec.natural_key()), dead, spark_rows
 
 
+#: A pre-stage in the reader's grammar (flow_jobs.io.prestage): a filter with NULLs, IN
+#: with NULL and a negated <=>, a renamed key, a computed column (integer arithmetic, a
+#: cast) and _kafka kept, which first / last need; rows it drops still move the
+#: watermark. (NaN is not JSON: those records reach from_json, not the reader's
+#: expressions; tests/test_prestage.py checks the grammar's NaN rules.)
+FILTER_SQL = (
+    "SELECT user_id AS uid, page, amount, CAST(qty * 2 AS DOUBLE) + 0.5 AS qty2, ts, _event_ts, "
+    "_kafka FROM clicks WHERE user_id IS NOT NULL AND (qty > 3 OR amount >= 5.0 OR amount IS NULL) "
+    "AND NOT page <=> '/home' AND user_id IN ('a', 'b', 'd', NULL)"
+)
+
+
+def _filtered(window: dict) -> dict:
+    """The window over FILTER_SQL's columns."""
+    aggregations = [
+        {**a, "column": {"qty": "qty2"}.get(a["column"], a["column"])} if "column" in a else a
+        for a in window["aggregations"]
+    ]
+    return {**window, "group_by": ["uid"], "aggregations": aggregations}
+
+
 @pytest.mark.parametrize(
-    "shape, per_trigger",
-    [("tumbling", None), ("tumbling", 60), ("hopping", 60)],
+    "shape, per_trigger, sql",
+    [
+        ("tumbling", None, None),
+        ("tumbling", 60, None),
+        ("hopping", 60, None),
+        ("tumbling", None, FILTER_SQL),
+        ("hopping", 60, FILTER_SQL),
+    ],
 )
 def test_windows_are_the_same_with_and_without_pre_aggregation(
     shape: str,
     per_trigger: int | None,
+    sql: str | None,
     spark: SparkSession,
     broker: EmbeddedBroker,
     workdir: Path,
@@ -455,10 +536,12 @@ def test_windows_are_the_same_with_and_without_pre_aggregation(
         "group_by": ["user_id"],
         "aggregations": AGGREGATIONS,
     }
-    on = _run(spark, workdir, "on", broker.bootstrap_servers, topic, window, per_trigger)
+    if sql:
+        window = _filtered(window)
+    on = _run(spark, workdir, "on", broker.bootstrap_servers, topic, window, per_trigger, sql)
     off = _run(
         spark, workdir, "off", broker.bootstrap_servers, topic,
-        {**window, "pre_aggregate": False}, per_trigger,
+        {**window, "pre_aggregate": False}, per_trigger, sql,
     )  # fmt: skip
     (s_on, w_on, dead_on, spark_on), (s_off, w_off, dead_off, spark_off) = on, off
 

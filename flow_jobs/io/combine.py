@@ -46,6 +46,9 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+
+from flow_jobs.io.prestage import Stage
 
 #: The reader's column holding a row's partial aggregate (NULL on a record passed through).
 PARTIAL = "_partial"
@@ -60,12 +63,18 @@ _MIN_MS, _MAX_MS = -62_135_596_800_000, 253_402_300_799_999
 _SUM_BOUND = 1 << 62
 #: Parts a payload field may need, in the order of the partial struct's fields.
 PARTS = ("nn", "sum", "dsum", "min", "max", "first", "last")
+#: With a filtering pre-stage: FALSE on a partial of records the filter drops (they count
+#: as the source's records and move its watermark, as in Spark, then leave).
+KEPT = "kept"
 
 
 @dataclass(frozen=True)
 class CombinePlan:
     """What the reader folds: the payload's event-time field (epoch ms) or ``_event_ts``,
-    the pane, the skew bound, the group keys, and per aggregated field the parts needed."""
+    the pane, the skew bound, the group keys, and per aggregated field the parts needed;
+    with ``stage``, the simple ``[transform].sql`` the rows go through first
+    (``flow_jobs.io.prestage``: the keys and the time are payload fields it passes on,
+    an aggregated field may be a column it computes)."""
 
     time_field: str
     pane_ms: int
@@ -74,6 +83,11 @@ class CombinePlan:
     fields: tuple[tuple[str, tuple[str, ...]], ...]
     #: False: the query merges partials (its checkpoint's layout) but the reader folds none
     fold: bool = True
+    stage: Stage | None = None
+
+    @property
+    def filters(self) -> bool:
+        return self.stage is not None and self.stage.where is not None
 
     def slot(self, field: str) -> int:
         return [f for f, _ in self.fields].index(field)
@@ -87,6 +101,7 @@ class CombinePlan:
                 "keys": list(self.keys),
                 "fields": [[f, list(parts)] for f, parts in self.fields],
                 "fold": self.fold,
+                "stage": None if self.stage is None else self.stage.to_json(),
             }
         )
 
@@ -100,14 +115,20 @@ class CombinePlan:
             tuple(d["keys"]),
             tuple((f, tuple(parts)) for f, parts in d["fields"]),
             bool(d.get("fold", True)),
+            Stage.from_json(d["stage"]) if d.get("stage") else None,
         )
+
+    def field_type(self, name: str, payload: pa.Schema) -> pa.DataType:
+        """An aggregated field's type: computed by the stage, or the payload's."""
+        computed = self.stage.types() if self.stage is not None else {}
+        return computed[name] if name in computed else payload.field(name).type
 
 
 def partial_type(plan: CombinePlan, payload: pa.Schema) -> pa.StructType:
     """The partial struct: ``n``, then per field ``<part><slot>`` for each part it needs."""
     fields = [pa.field("n", pa.int64())]
     for i, (name, parts) in enumerate(plan.fields):
-        value = payload.field(name).type
+        value = plan.field_type(name, payload)
         for part in PARTS:
             if part not in parts:
                 continue
@@ -121,6 +142,8 @@ def partial_type(plan: CombinePlan, payload: pa.Schema) -> pa.StructType:
                 fields.append(pa.field(f"{part}{i}", value))
             else:
                 fields.append(pa.field(f"{part}{i}", _positional_type(value)))
+    if plan.filters:
+        fields.append(pa.field(KEPT, pa.bool_()))
     return pa.struct(fields)
 
 
@@ -181,16 +204,26 @@ class Folder:
         offsets: np.ndarray,
         kafka_us: tuple[np.ndarray, np.ndarray] | None,
     ) -> np.ndarray:
-        """Fold what can be of a chunk; returns where it did (the rest passes through)."""
+        """Fold what can be of a chunk; returns where it did (the rest passes through).
+        With a filtering stage, a record it drops folds too, into a partial marked not
+        kept (``KEPT``): Spark counts it and takes its time, then filters it out."""
+        none = np.zeros(len(undecoded), dtype=bool)
         if self.batch_ts_ms is None or not self.plan.fold:
-            return np.zeros(len(undecoded), dtype=bool)
+            return none
         time_us, ok = fold_mask(
             decoded, undecoded, kafka_us, self.plan, self.batch_ts_ms, self.late_watermark_ms
         )
-        if ok.any() and may_overflow(decoded, self.plan, ok, self.block_rows + len(ok)):
+        kept = None
+        if self.plan.stage is not None and ok.any():
+            try:
+                decoded, kept = self.plan.stage.apply(decoded, self.block.payload_names)
+            except (pa.ArrowException, ValueError):
+                return none  # Spark evaluates the SQL on these rows (flow_jobs.io.prestage)
+        summed = ok if kept is None else ok & kept
+        if summed.any() and may_overflow(decoded, self.plan, summed, self.block_rows + len(ok)):
             ok[:] = False  # Spark's try_sum sees these rows one by one
         if ok.any():
-            self.block.add(decoded, time_us, offsets, ok)
+            self.block.add(decoded, time_us, offsets, ok, kept)
         return ok
 
     @property
@@ -254,18 +287,26 @@ class Block:
     def __init__(self, plan: CombinePlan) -> None:
         self.plan = plan
         self.names = sorted({*plan.keys, *(f for f, _ in plan.fields)})
-        self.chunks: list[tuple[dict[str, pa.Array], np.ndarray, np.ndarray]] = []
+        computed = plan.stage.types() if plan.stage is not None else {}
+        #: the payload fields read as they are (the rest a stage computes)
+        self.payload_names = [n for n in self.names if n not in computed]
+        self.chunks: list[tuple[dict[str, pa.Array], np.ndarray, np.ndarray, Any]] = []
         self.rows = 0
 
     def add(
-        self, decoded: pa.StructArray, time_us: np.ndarray, offsets: np.ndarray, ok: np.ndarray
+        self,
+        decoded: pa.StructArray,
+        time_us: np.ndarray,
+        offsets: np.ndarray,
+        ok: np.ndarray,
+        kept: np.ndarray | None = None,
     ) -> None:
         mask = None if ok.all() else pa.array(ok)
         fields = {}
         for name in self.names:
             column = decoded.field(name)
             fields[name] = column if mask is None else column.filter(mask)
-        self.chunks.append((fields, time_us[ok], offsets[ok]))
+        self.chunks.append((fields, time_us[ok], offsets[ok], None if kept is None else kept[ok]))
         self.rows += int(ok.sum())
 
     def take(self) -> Folded | None:
@@ -276,7 +317,8 @@ class Block:
         fields = {n: pa.concat_arrays([c[0][n] for c in chunks]) for n in self.names}
         times = np.concatenate([c[1] for c in chunks])
         offsets = np.concatenate([c[2] for c in chunks])
-        return Folded.build(fields, times, offsets)
+        kept = None if not self.plan.filters else np.concatenate([c[3] for c in chunks])
+        return Folded.build(fields, times, offsets, kept)
 
 
 @dataclass
@@ -289,21 +331,35 @@ class Folded:
     rank: np.ndarray
     order: np.ndarray  # order[rank] = row
     fields: dict[str, pa.Array]
+    #: where the stage's filter kept the row (None: no stage); a dropped row's keys and
+    #: values are NULL here, so its partial only counts rows and carries their time
+    kept: np.ndarray | None = None
 
     @staticmethod
-    def build(fields: dict[str, pa.Array], times: np.ndarray, offsets: np.ndarray) -> Folded:
+    def build(
+        fields: dict[str, pa.Array],
+        times: np.ndarray,
+        offsets: np.ndarray,
+        kept: np.ndarray | None = None,
+    ) -> Folded:
         order = np.lexsort((offsets, times))  # by event time, then offset
         rank = np.empty_like(order)
         rank[order] = np.arange(len(order), dtype=order.dtype)
-        return Folded(times, offsets, rank.astype(np.int64), order, fields)
+        if kept is not None and not kept.all():
+            dropped = pa.array(~kept)
+            fields = {n: pc.if_else(dropped, pa.scalar(None, a.type), a) for n, a in fields.items()}
+        return Folded(times, offsets, rank.astype(np.int64), order, fields, kept)
 
     def group(self, plan: CombinePlan) -> pa.Table:
-        """One row per (pane, keys): the aggregates of Arrow's hash aggregation."""
+        """One row per (pane, keys[, kept]): the aggregates of Arrow's hash aggregation."""
         work: dict[str, pa.Array] = {
             "__pane": pa.array(np.floor_divide(self.times, plan.pane_ms * 1000)),
             "__t": pa.array(self.times),
         }
         keys = ["__pane"]
+        if self.kept is not None:
+            work["__kept"] = pa.array(self.kept)
+            keys.append("__kept")
         for j, key in enumerate(plan.keys):
             work[f"__k{j}"] = self.fields[key]
             keys.append(f"__k{j}")
@@ -410,6 +466,8 @@ def _parts(rows: Folded, g: pa.Table, plan: CombinePlan) -> dict[str, pa.Array]:
             if part in needs:
                 ranks = g.column(f"__r{i}_{pick}").combine_chunks()
                 parts[f"{part}{i}"] = rows.at_rank(ranks, value)
+    if plan.filters:
+        parts[KEPT] = g.column("__kept").combine_chunks()
     return parts
 
 

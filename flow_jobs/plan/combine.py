@@ -2,14 +2,18 @@
 aggregator says which partial parts it merges (``Aggregator.partial_parts``, ``folds``);
 how Spark merges them is ``flow_jobs.aggregations.partials``.
 
-A window pre-aggregates when everything it reads comes straight from one JSON source that
-Arrow decodes: no ``[transform].sql`` nor lookups, a tumbling or hopping window on the
+A window pre-aggregates when everything it reads comes from one JSON (or registry-format)
+source that Arrow decodes, straight or through a ``[transform].sql`` that is a simple
+projection and filter (``flow_jobs.plan.prestage``: the reader evaluates it), without
+lookups: a tumbling or hopping window on the
 native engine in event time, the event time an epoch-milliseconds field of the payload
 (or ``_event_ts``), group keys of a type Spark and Arrow group alike (STRING, integers,
 BOOLEAN: a DOUBLE key has NaN and -0.0 rules of its own), and only count, sum, avg, min,
-max, first and last over payload fields (sum / avg over integers or DOUBLE, min / max
-over those or STRING). Anything else runs as before; ``flow-jobs validate --plan`` says
-which.
+max, first and last over payload fields or columns the SQL computes (sum / avg over
+integers or DOUBLE, min / max over those or STRING; behind SQL, first / last only where
+it keeps ``_kafka``, which orders equal times). The keys and the event time must be
+payload fields the SQL passes on (a key may be renamed). Anything else runs as before;
+``flow-jobs validate --plan`` says which, and why.
 
 Spark then aggregates each row as a partial of one where the reader did not fold it:
 ``count`` is the sum of ``n``, ``sum`` the ``try_sum`` of partial sums, ``avg`` the sum
@@ -25,11 +29,12 @@ reader folds nothing.
 
 from __future__ import annotations
 
-from typing import Any
-
 from pyspark.sql.types import (
     BooleanType,
     ByteType,
+    DataType,
+    DoubleType,
+    FloatType,
     IntegerType,
     IntegralType,
     LongType,
@@ -42,52 +47,104 @@ from flow_jobs.aggregations import AGGREGATORS
 from flow_jobs.io.checkpoint_files import CheckpointFiles, logged_batches
 from flow_jobs.io.combine import CombinePlan
 from flow_jobs.io.json_decode import arrow_schema
-from flow_jobs.spec.models import EVENT_TS, PipelineSpec
+from flow_jobs.plan.prestage import PreStage
+from flow_jobs.spec.models import EVENT_TS, KAFKA_COLUMN, PipelineSpec
 from flow_jobs.windows import FixedWindow
 
 #: A checkpoint whose windows merge partials carries this file.
 MARKER = "flow_pre_aggregate"
 
 _KEY_TYPES = (StringType, LongType, IntegerType, ShortType, ByteType, BooleanType)
+#: Spark's types of the reader's expressions (``flow_jobs.io.prestage.ARROW_TYPES``).
+_SPARK_TYPES: dict[str, DataType] = {
+    "byte": ByteType(), "short": ShortType(), "integer": IntegerType(), "long": LongType(),
+    "float": FloatType(), "double": DoubleType(), "string": StringType(),
+    "boolean": BooleanType(),
+}  # fmt: skip
 
 
-def foldable(spec: PipelineSpec, payload: StructType | None) -> CombinePlan | None:
-    """The reader's plan for ``spec`` if its window can pre-aggregate, else None
-    (``payload``: the source's declared schema)."""
+def foldable(
+    spec: PipelineSpec, payload: StructType | None, prestage: PreStage | str | None = None
+) -> CombinePlan | str:
+    """The reader's plan for ``spec`` if its window can pre-aggregate, else why not
+    (``payload``: the first source's payload schema; ``prestage``: its ``[transform].sql``
+    as ``flow_jobs.plan.prestage`` reads it, or why it cannot be evaluated in the reader)."""
     w, t = spec.transform.window, spec.transform
-    if w is None or t.join is not None or t.sql or t.lookups or payload is None:
-        return None
+    if w is None or t.join is not None:
+        return "only a window over a source folds (not a join)"
+    if t.lookups:
+        return "[transform].sql joins a lookup"
+    if isinstance(prestage, str):
+        return f"[transform].sql: {prestage}"
     source = spec.sources[0]
-    if w.engine != "native" or not (source.registry_format or source.decoder == "auto"):
-        return None  # JSON by from_json alone: no Arrow rows to fold
+    if payload is None or w.engine != "native":
+        return "the source has no payload schema or the window's engine is not native"
+    if not (source.registry_format or source.decoder == "auto"):
+        return "the source is decoded by from_json alone (decoder)"
     if not isinstance(w, FixedWindow) or w.time_mode != "event":
-        return None  # a set of panes: tumbling and hopping windows
+        return "only tumbling and hopping windows in event time fold"
     if source.format == "json" and arrow_schema(payload.json()) is None:
-        return None
-    types = {f.name: f.dataType for f in payload.fields}
+        return "Arrow does not decode the source's schema"
+    types: dict[str, DataType] = {f.name: f.dataType for f in payload.fields}
+
+    def origin(name: str) -> str | None:  # the payload field an output column reads as is
+        return prestage.reference(name) if prestage is not None else name
+
     time = w.event_time_column
+    if origin(time) != time:
+        return f"[transform].sql does not pass {time} on as it is"
     if time != EVENT_TS and not isinstance(types.get(time), IntegralType):
-        return None
-    if not all(isinstance(types.get(k), _KEY_TYPES) for k in w.group_by):
-        return None
+        return f"the event time {time} is not epoch milliseconds of the payload"
+    keys = [origin(k) for k in w.group_by]
+    for k, src in zip(w.group_by, keys, strict=True):
+        if src is None or not isinstance(types.get(src), _KEY_TYPES):
+            return f"group key {k} is not a payload field of type STRING, integer or BOOLEAN"
     fields: dict[str, set[str]] = {}
     for a in w.aggregations:
         unit = AGGREGATORS[a.agg]
-        value = types.get(a.column) if a.column is not None else None
+        value = _column_type(a.column, types, prestage)
         if unit.partial_parts is None or (a.column is not None and value is None):
-            return None
+            return f"{a.as_} = {a.agg}({a.column or ''}) does not fold"
         if not unit.folds(value):
-            return None
+            return f"{a.as_} = {a.agg}({a.column or ''}) does not fold over {value}"
         if a.column is not None:
             fields.setdefault(a.column, set()).update(unit.partial_parts)
+    parts = {p for ps in fields.values() for p in ps}
+    if prestage is not None and {"first", "last"} & parts and origin(KAFKA_COLUMN) != KAFKA_COLUMN:
+        return (
+            f"first / last order equal event times by Kafka position, which [transform].sql "
+            f"keeps only with {KAFKA_COLUMN} in its SELECT"
+        )
+    stage = None
+    if prestage is not None:
+        stage = prestage.stage(set(types), list(fields))
+        clash = set(stage.types()) & set(keys)
+        if clash:
+            return f"[transform].sql computes {sorted(clash)[0]}, also a group key's field"
     return CombinePlan(
         time,
         w.pane_ms,
         w.max_event_time_skew_ms,
-        tuple(w.group_by),
-        tuple((f, tuple(sorted(parts))) for f, parts in fields.items()),
+        tuple(k for k in keys if k is not None),
+        tuple((f, tuple(sorted(ps))) for f, ps in fields.items()),
         fold=w.pre_aggregate,
+        stage=stage,
     )
+
+
+def _column_type(
+    column: str | None, types: dict[str, DataType], prestage: PreStage | None
+) -> DataType | None:
+    """The type of an aggregated column: the payload field's, or the SQL's output's where
+    the reader computes it (None: no column, or not one the reader has)."""
+    if column is None:
+        return None
+    if prestage is None:
+        return types.get(column)
+    e = prestage.outputs.get(column)
+    if e is None or e["type"] not in _SPARK_TYPES:
+        return None
+    return _SPARK_TYPES[e["type"]]
 
 
 def checkpoint_merges(plan: CombinePlan, checkpoint: CheckpointFiles | None) -> bool:
@@ -115,15 +172,17 @@ def mark_checkpoint(checkpoint: CheckpointFiles) -> None:
         )
 
 
-def describe(spec: PipelineSpec, payload: Any) -> str | None:
-    """The ``validate --plan`` line of a window that pre-aggregates, or None."""
-    plan = foldable(spec, payload)
-    if plan is None:
-        return None
-    keys = ", ".join(plan.keys) or "no key"
-    state = "on" if plan.fold else "off (pre_aggregate = false)"
+def describe(spec: PipelineSpec, folding: CombinePlan | str) -> str:
+    """The ``validate --plan`` line: how the window pre-aggregates, or why it does not."""
+    if isinstance(folding, str):
+        return f"off: {folding}; Spark aggregates every record"
+    keys = ", ".join(folding.keys) or "no key"
+    state = "on" if folding.fold else "off (pre_aggregate = false)"
+    behind = ""
+    if folding.stage is not None:
+        behind = " after evaluating [transform].sql on them (Spark's plan of it)"
     return (
-        f"{state}: the Kafka reader folds each block of decoded records into one partial "
-        f"per ({plan.pane_ms} ms pane, {keys}) with Arrow; Spark merges the partials "
-        "(new checkpoints; one that ran without it keeps the plain aggregation)"
+        f"{state}: the Kafka reader folds each block of decoded records{behind} into one "
+        f"partial per ({folding.pane_ms} ms pane, {keys}) with Arrow; Spark merges the "
+        "partials (new checkpoints; one that ran without it keeps the plain aggregation)"
     )

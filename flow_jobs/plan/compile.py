@@ -24,6 +24,7 @@ from flow_jobs.plan.diversions import divert_after_sql
 from flow_jobs.plan.event_time import EventTime
 from flow_jobs.plan.joins import compile_join
 from flow_jobs.plan.lookups import Lookup, register_lookups
+from flow_jobs.plan.prestage import NotInGrammar, PreStage, analyze
 from flow_jobs.plan.sources import (
     SourceWatermark,
     carried_by_sources,
@@ -32,7 +33,7 @@ from flow_jobs.plan.sources import (
     source_carries,
 )
 from flow_jobs.plan.windows import CompiledWindow, compile_window
-from flow_jobs.spec.models import PipelineSpec
+from flow_jobs.spec.models import KAFKA_COLUMN, PipelineSpec
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,8 @@ def compile_pipeline(
     late_data = ("drop" if window.reopens else window.late_data) if timed else None
     per_source = timed and per_source_watermarks
     watermark = _source_watermark(spark, spec, checkpoint) if per_source else None
-    combine = _combine_plan(spark, spec, checkpoint)
+    folding = _folding(spark, spec, checkpoint)
+    combine = folding.plan
     views = {}
     for i, source in enumerate(spec.sources):
         view = views[source.name] = compile_source(
@@ -99,7 +101,7 @@ def compile_pipeline(
     if late_data == "dlq":
         _check_late_rows_reach_the_dead_letters(spec, views)
     lookups = register_lookups(spark, spec.transform.lookups)
-    frame = _pre_stage(spark, spec)
+    frame = _pre_stage(spark, spec, folding)
     if (
         spec.transform.sql
         and event_time.mode == "event"
@@ -118,22 +120,38 @@ def compile_pipeline(
         merge=Merge(combine) if combine is not None else None,
     )
     idle = watermark.idle_file if watermark else None
-    return _windowed(spec, compiled, lookups, idle, combine is not None)
+    return _windowed(spec, compiled, lookups, idle, combine is not None, folding.line)
 
 
-def _combine_plan(
-    spark: SparkSession, spec: PipelineSpec, checkpoint: str | None
-) -> CombinePlan | None:
+@dataclass(frozen=True)
+class _Folding:
+    """Whether the window pre-aggregates in the reader (``flow_jobs.plan.combine``)."""
+
+    plan: CombinePlan | None  # None: it does not, or the checkpoint does not take it
+    prestage: PreStage | None  # [transform].sql as the reader evaluates it
+    line: str  # validate --plan's: how, or why not
+
+
+def _folding(spark: SparkSession, spec: PipelineSpec, checkpoint: str | None) -> _Folding:
     """The reader's pre-aggregation, where the window allows it and the checkpoint takes
-    it (``flow_jobs.plan.combine``)."""
-    plan = foldable(spec, _first_payload(spec))
-    if plan is None or checkpoint is None:
-        return None
+    it; behind ``[transform].sql`` where Spark's plan of it is in the reader's grammar."""
+    payload = _first_payload(spec)
+    prestage: PreStage | str | None = None
+    if spec.transform.sql and payload is not None and not spec.transform.lookups:
+        try:
+            prestage = analyze(spark, spec.transform.sql, spec.sources[0].name, payload)
+        except NotInGrammar as e:
+            prestage = str(e)
+    decision = foldable(spec, payload, prestage)
+    stage = prestage if isinstance(prestage, PreStage) else None
+    line = describe(spec, decision)
+    if isinstance(decision, str) or checkpoint is None:
+        return _Folding(None, stage, line)
     try:
-        merges = checkpoint_merges(plan, checkpoint_files(checkpoint, spark))
+        merges = checkpoint_merges(decision, checkpoint_files(checkpoint, spark))
     except OSError as e:  # the plan depends on the checkpoint: never guess it
         raise PlanError(LOCATION_KEY, str(e).removeprefix(f"{LOCATION_KEY} ")) from e
-    return plan if merges else None
+    return _Folding(decision if merges else None, stage, line)
 
 
 def _first_payload(spec: PipelineSpec) -> StructType | None:
@@ -183,15 +201,17 @@ def _windowed(
     lookups: list[Lookup] | None = None,
     idle: str | None = None,
     pre_aggregates: bool = False,
+    folding: str | None = None,
 ) -> CompiledPipeline:
-    """A windowed pipeline (over sources or a join): keyed by window and group."""
+    """A windowed pipeline (over sources or a join): keyed by window and group;
+    ``folding``: validate --plan's pre-aggregation line (None: a window after a join)."""
     columns = compiled.frame.columns
     assert columns == spec.output_columns(), (columns, spec.output_columns())
     return CompiledPipeline(
         spec,
         compiled.frame,
         compiled.output_mode,
-        _operators(spec),
+        _operators(spec, folding),
         tuple(spec.natural_key()),
         tuple(spec.window.group_by),
         tuple(lookups or ()),
@@ -248,10 +268,17 @@ def _topics(spec: PipelineSpec) -> tuple[str, ...]:
     return tuple(s.topic for s in spec.sources)
 
 
-def _pre_stage(spark: SparkSession, spec: PipelineSpec) -> DataFrame:
+def _pre_stage(spark: SparkSession, spec: PipelineSpec, folding: _Folding) -> DataFrame:
     sql = spec.transform.sql
     if not sql:
         return spark.table(spec.sources[0].name)
+    if folding.plan is not None and folding.prestage is not None:
+        # The SQL as the reader evaluates it, letting partials through (plan.prestage).
+        w = spec.window
+        kafka = [KAFKA_COLUMN] if folding.prestage.reference(KAFKA_COLUMN) == KAFKA_COLUMN else []
+        columns = [*w.group_by, w.event_time_column, *(a.column for a in w.aggregations)]
+        names = list(dict.fromkeys([c for c in columns if c is not None] + kafka))
+        return folding.prestage.frame(spark, names)
     try:
         frame = spark.sql(sql)
     except (AnalysisException, ParseException) as e:
@@ -276,7 +303,7 @@ _SOURCE_CHOICES = (
 )
 
 
-def _operators(spec: PipelineSpec) -> tuple[OperatorChoice, ...]:
+def _operators(spec: PipelineSpec, folding: str | None = None) -> tuple[OperatorChoice, ...]:
     """Which Spark operator each spec feature compiles to, in pipeline order."""
     join = spec.transform.join
     pre_stage: tuple[OperatorChoice, ...] = ()
@@ -315,10 +342,10 @@ def _operators(spec: PipelineSpec) -> tuple[OperatorChoice, ...]:
             "id, txn (app id, batch id)",
         )
         return (*_SOURCE_CHOICES, *pre_stage, target)
-    return (*_SOURCE_CHOICES, *pre_stage, *_window_operators(spec))
+    return (*_SOURCE_CHOICES, *pre_stage, *_window_operators(spec, folding))
 
 
-def _window_operators(spec: PipelineSpec) -> tuple[OperatorChoice, ...]:
+def _window_operators(spec: PipelineSpec, folding: str | None) -> tuple[OperatorChoice, ...]:
     w = spec.window
     native = w.engine == "native"
     late = (
@@ -350,7 +377,6 @@ def _window_operators(spec: PipelineSpec) -> tuple[OperatorChoice, ...]:
             f"passes its end, then again ({w.revision_column} + 1) in each batch that "
             "corrects it, until the watermark passes its end; the MERGE keeps the last"
         )
-    folding = describe(spec, _first_payload(spec))
     return (
         OperatorChoice(f"window kind = {w.kind}", kind),
         *((OperatorChoice("pre-aggregation", folding),) if folding else ()),
