@@ -63,19 +63,13 @@ _SPARK_TYPES: dict[str, DataType] = {
 }  # fmt: skip
 
 
-def foldable(
-    spec: PipelineSpec, payload: StructType | None, prestage: PreStage | str | None = None
-) -> CombinePlan | str:
-    """The reader's plan for ``spec`` if its window can pre-aggregate, else why not
-    (``payload``: the first source's payload schema; ``prestage``: its ``[transform].sql``
-    as ``flow_jobs.plan.prestage`` reads it, or why it cannot be evaluated in the reader)."""
+def shape_folds(spec: PipelineSpec, payload: StructType | None) -> str | None:
+    """Why the window cannot pre-aggregate whatever its SQL does, or None if it may."""
     w, t = spec.transform.window, spec.transform
     if w is None or t.join is not None:
         return "only a window over a source folds (not a join)"
     if t.lookups:
         return "[transform].sql joins a lookup"
-    if isinstance(prestage, str):
-        return f"[transform].sql: {prestage}"
     source = spec.sources[0]
     if payload is None or w.engine != "native":
         return "the source has no payload schema or the window's engine is not native"
@@ -85,6 +79,22 @@ def foldable(
         return "only tumbling and hopping windows in event time fold"
     if source.format == "json" and arrow_schema(payload.json()) is None:
         return "Arrow does not decode the source's schema"
+    return None
+
+
+def foldable(
+    spec: PipelineSpec, payload: StructType | None, prestage: PreStage | str | None = None
+) -> CombinePlan | str:
+    """The reader's plan for ``spec`` if its window can pre-aggregate, else why not
+    (``payload``: the first source's payload schema; ``prestage``: its ``[transform].sql``
+    as ``flow_jobs.plan.prestage`` reads it, or why it cannot be evaluated in the reader)."""
+    reason = shape_folds(spec, payload)
+    if reason is not None:
+        return reason
+    if isinstance(prestage, str):
+        return f"[transform].sql: {prestage}"
+    w = spec.window
+    assert payload is not None and isinstance(w, FixedWindow)
     types: dict[str, DataType] = {f.name: f.dataType for f in payload.fields}
 
     def origin(name: str) -> str | None:  # the payload field an output column reads as is

@@ -19,7 +19,7 @@ from flow_jobs.errors import PlanError
 from flow_jobs.io.checkpoint_files import LOCATION_KEY, checkpoint_files, idle_file
 from flow_jobs.io.combine import CombinePlan
 from flow_jobs.io.dead_letters import DeadLetterTable
-from flow_jobs.plan.combine import checkpoint_merges, describe, foldable
+from flow_jobs.plan.combine import checkpoint_merges, describe, foldable, shape_folds
 from flow_jobs.plan.diversions import divert_after_sql
 from flow_jobs.plan.event_time import EventTime
 from flow_jobs.plan.joins import compile_join
@@ -137,7 +137,8 @@ def _folding(spark: SparkSession, spec: PipelineSpec, checkpoint: str | None) ->
     it; behind ``[transform].sql`` where Spark's plan of it is in the reader's grammar."""
     payload = _first_payload(spec)
     prestage: PreStage | str | None = None
-    if spec.transform.sql and payload is not None and not spec.transform.lookups:
+    if spec.transform.sql and shape_folds(spec, payload) is None:
+        assert payload is not None
         try:
             prestage = analyze(spark, spec.transform.sql, spec.sources[0].name, payload)
         except NotInGrammar as e:
