@@ -42,8 +42,10 @@ def clicks_spec(
     *,
     topic: str = TOPIC,
     aggregations: list[dict] | None = None,
+    sql: str | None = None,
 ) -> PipelineSpec:
-    """The clicks pipeline: ``window`` (default TUMBLING) by user over ``topic``."""
+    """The clicks pipeline: ``window`` (default TUMBLING) by user over ``topic``, after
+    ``sql`` (``[transform].sql``) if given."""
     return PipelineSpec.model_validate(
         {
             # Each run is its own pipeline in the ledger (its spec differs: one name
@@ -58,7 +60,8 @@ def clicks_spec(
                     "group_by": ["user_id"],
                     "aggregations": aggregations or AGGREGATIONS,
                     **(window or TUMBLING),
-                }
+                },
+                **({"sql": sql} if sql else {}),
             },
             "target": {"kind": "delta", "path": str(workdir / "target")},
             "checkpoint": {"location": str(workdir / "checkpoint")},
