@@ -29,6 +29,12 @@ What makes it exact, whatever the cut (``tests/test_combine.py`` checks each rul
   (NaN above every number: Arrow skips NaN, so it is put back), and for first / last the
   row's (event time, offset, value) at the lowest / highest (event time, offset) among
   non-NULL values; Spark compares them with its own rows' by (event time, lane, offset).
+* **Behind a simple ``[transform].sql``** (``CombinePlan.stage``, ``flow_jobs.io.prestage``)
+  a folding row is one the SQL's filter keeps (TRUE); the aggregated columns are the
+  SQL's. A row the filter drops (FALSE or NULL) would still count at its source and move
+  its watermark in Spark, so it folds too, into a partial marked not kept (``KEPT``) with
+  NULL keys and values, which Spark counts and then filters out. Whatever the stage
+  cannot evaluate exactly (an Arrow error) leaves the chunk to Spark.
 * **No overflow.** A chunk whose integers could take a block's sum out of BIGINT
   (|value| x (block rows + chunk rows) >= 2^62) is not folded: Spark's ``try_sum`` then
   sees its rows one by one, as before.
