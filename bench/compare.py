@@ -3,16 +3,18 @@ PySpark and in Quix Streams, on one produced topic, in one invocation (issue 12,
 
 First, each job in a process of its own, the way users run them (``bench/fresh.py``):
 ``flow-jobs run SPEC --available-now`` against ``python -m bench.hand_written``, each
-timed whole over the full topic and over an empty one (gross, start-up, net). Then the
-table of one warm JVM (``--processes warm`` alone, ``fresh`` for the first only).
+timed whole over the full topic and over an empty one (gross, start-up, net), for every
+shape asked (``--shapes``; the join over its orders and payments topics, half the events
+each). Then the table of one warm JVM (``--processes warm`` alone, ``fresh`` for the first only).
 
 Runs of the warm table, each against the same topics from offset 0 (Spark runs: a fresh
 checkpoint):
 
 * ``bare read``: confluent-kafka consumers, one process per partition (the ceiling);
 * ``flow-jobs``: the pipeline from a spec (Arrow decode in the reader, MERGE into Delta),
-  for tumbling 60 s, hopping 60 s / 10 s, session (gap 2 s), each with count, sum, min,
-  max, avg, first and last by user, and the orders x payments join;
+  for tumbling 60 s, filter-then-tumbling (``FILTER``), hopping 60 s / 10 s, session
+  (gap 2 s), each with count, sum, min, max, avg, first and last by user, and the orders
+  x payments join;
 * ``hand-written PySpark``: what a Spark user writes for the same job with the same
   source (``flow_kafka``: spark-sql-kafka cannot be installed here), ``from_json``,
   ``withWatermark``, ``window`` / ``session_window`` / the join, append mode, each
@@ -97,6 +99,22 @@ def window_spec(
     window = {"lateness_ms": LATENESS_MS, "pre_aggregate": pre_aggregate, **SHAPES[shape]}
     sql = FILTER_SQL if shape == "filter" else None
     return clicks_spec(bootstrap, workdir, window, topic=topic, aggregations=AGGREGATIONS, sql=sql)
+
+
+#: A join's topics by its orders topic: (payments topic, empty orders, empty payments);
+#: a fresh-process run names the join by its orders topic (``bench.fresh``).
+JOIN_TOPICS = {
+    ORDERS_TOPIC: (PAYMENTS_TOPIC, "bench-empty-orders", "bench-empty-payments"),
+    "bench-empty-orders": ("bench-empty-payments",),
+}
+
+
+def fresh_spec(bootstrap: str, workdir: Path, shape: str, topic: str) -> PipelineSpec:
+    """The spec flow-jobs runs for a shape in a process of its own; a join's ``topic`` is
+    its orders topic (``JOIN_TOPICS``)."""
+    if shape == "join":
+        return _join_spec(bootstrap, workdir, topic, JOIN_TOPICS[topic][0])
+    return window_spec(bootstrap, workdir, shape, topic)
 
 
 def hand_written_window(
@@ -226,19 +244,29 @@ def main() -> int:
         )
         print(f"produced {produced:,} events", flush=True)
         report(bare_read(bootstrap, _ends(bootstrap)))
+        joined = 0
+        if "join" in shapes:  # half the events orders, half payments
+            for topic in (ORDERS_TOPIC, PAYMENTS_TOPIC, *JOIN_TOPICS[ORDERS_TOPIC][1:]):
+                broker.create_topic(topic, args.partitions, QUIX_TOPIC_CONFIG)
+            half = args.events // 2
+            joined = produce(
+                bootstrap,
+                ORDERS_TOPIC,
+                sample_orders(half, start_ms=start_ms, step_ms=2, partitions=args.partitions),
+            ) + produce(
+                bootstrap,
+                PAYMENTS_TOPIC,
+                sample_payments(half, start_ms=start_ms, step_ms=2, partitions=args.partitions),
+            )
         fresh: list[str] = []
         fresh_json: list[dict[str, Any]] = []
         if args.processes != "warm":
             from bench.fresh import fresh_runs, fresh_table
 
-            runs = fresh_runs(
-                window_spec,
-                bootstrap,
-                [s for s in shapes if s in SHAPES],
-                TOPIC,
-                EMPTY_TOPIC,
-                produced,
-            )
+            topics = {s: (EMPTY_TOPIC, TOPIC, produced) for s in shapes if s in SHAPES}
+            if "join" in shapes:
+                topics["join"] = (JOIN_TOPICS[ORDERS_TOPIC][1], ORDERS_TOPIC, joined)
+            runs = fresh_runs(fresh_spec, bootstrap, topics)
             fresh = fresh_table(runs)
             print("\n".join(fresh), flush=True)
             fresh_json = [vars(r) for r in runs]
@@ -290,18 +318,6 @@ def main() -> int:
             )
             report(quix_run(bootstrap, shape, [TOPIC], args.quix_limit))
         if "join" in shapes:
-            half = args.events // 2
-            broker.create_topic(ORDERS_TOPIC, args.partitions, QUIX_TOPIC_CONFIG)
-            broker.create_topic(PAYMENTS_TOPIC, args.partitions, QUIX_TOPIC_CONFIG)
-            joined = produce(
-                bootstrap,
-                ORDERS_TOPIC,
-                sample_orders(half, start_ms=start_ms, step_ms=2, partitions=args.partitions),
-            ) + produce(
-                bootstrap,
-                PAYMENTS_TOPIC,
-                sample_payments(half, start_ms=start_ms, step_ms=2, partitions=args.partitions),
-            )
 
             def our_join(workdir: Path) -> PipelineRunner:
                 runner = PipelineRunner(_join_spec(bootstrap, workdir), spark)

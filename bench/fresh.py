@@ -72,22 +72,18 @@ def hand_written_run(bootstrap: str, shape: str, topic: str, workdir: Path) -> f
 
 
 def fresh_runs(
-    spec_for: SpecFor,
-    bootstrap: str,
-    shapes: list[str],
-    topic: str,
-    empty_topic: str,
-    events: int,
+    spec_for: SpecFor, bootstrap: str, topics: dict[str, tuple[str, str, int]]
 ) -> list[ProcessRun]:
     """Each shape's four runs: (flow-jobs, hand-written) x (empty topic, full topic);
-    ``spec_for`` makes flow-jobs' spec of a shape (``bench.compare.window_spec``)."""
+    ``topics``: per shape (empty topic, full topic, its events); ``spec_for`` makes
+    flow-jobs' spec of a shape (``bench.compare.fresh_spec``)."""
     runs: list[ProcessRun] = []
 
     def ours(bootstrap: str, shape: str, topic: str, workdir: Path) -> float:
         return flow_jobs_run(spec_for, bootstrap, shape, topic, workdir)
 
     jobs = (("flow-jobs", ours), ("hand-written PySpark", hand_written_run))
-    for shape in shapes:
+    for shape, (empty_topic, topic, events) in topics.items():
         for name, n in ((empty_topic, 0), (topic, events)):
             for job, run in jobs:
                 with tempfile.TemporaryDirectory(prefix="flow-bench-fresh-") as work:

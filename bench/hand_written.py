@@ -1,9 +1,10 @@
 """The hand-written PySpark job of ``make bench-compare``, as a script of its own, run in a
 new process the way a Spark user runs theirs: ``python -m bench.hand_written '{json}'``.
 
-The job is ``bench.compare.hand_written_window``: the same ``flow_kafka`` source as
-flow-jobs (spark-sql-kafka cannot be installed here), ``from_json``, ``withWatermark``,
-``window`` / ``session_window``, append mode, each micro-batch appended to Delta with
+The job is ``bench.compare.hand_written_window`` (or ``bench.run.hand_written_join``):
+the same ``flow_kafka`` source as flow-jobs (spark-sql-kafka cannot be installed here),
+``from_json``, ``withWatermark``, ``window`` / ``session_window`` (or the interval join),
+append mode, each micro-batch appended to Delta with
 ``deltalake`` in ``foreachBatch``. Its session has the settings a careful user gives a
 local job, the same as flow-jobs' own: ``local[*]``, one shuffle partition per core (not
 Spark's 200), no UI. The last line printed is ``{"rows": N}``, the rows it read.
@@ -21,7 +22,7 @@ def main() -> int:
     args = json.loads(sys.argv[1])
     from pyspark.sql import SparkSession
 
-    from bench.compare import hand_written_window
+    from bench.compare import JOIN_TOPICS, hand_written_join, hand_written_window
     from flow_jobs.kafka.source import KafkaDataSource
 
     # Spark's Python workers run `python3` from PATH; in an activated virtualenv that is
@@ -36,9 +37,12 @@ def main() -> int:
         .getOrCreate()
     )
     spark.dataSource.register(KafkaDataSource)
-    rows = hand_written_window(
-        spark, args["bootstrap"], Path(args["workdir"]), args["shape"], args["topic"]
-    )
+    bootstrap, workdir, topic = args["bootstrap"], Path(args["workdir"]), args["topic"]
+    if args["shape"] == "join":  # the topic is the orders topic
+        payments = JOIN_TOPICS[topic][0]
+        rows = hand_written_join(spark, bootstrap, workdir, topic, payments)["input"]
+    else:
+        rows = hand_written_window(spark, bootstrap, workdir, args["shape"], topic)
     spark.stop()
     print(json.dumps({"rows": rows}))
     return 0

@@ -267,7 +267,9 @@ PAYMENTS = "payment_id STRING, order_id STRING, paid DOUBLE, ts BIGINT"
 JOIN_PER_TRIGGER = 100_000  # records per source and micro-batch, for both runs
 
 
-def _join_spec(bootstrap: str, workdir: Path) -> PipelineSpec:
+def _join_spec(
+    bootstrap: str, workdir: Path, orders: str = ORDERS_TOPIC, payments: str = PAYMENTS_TOPIC
+) -> PipelineSpec:
     def source(name: str, topic: str, schema: str) -> dict:
         return {
             "name": name,
@@ -279,10 +281,11 @@ def _join_spec(bootstrap: str, workdir: Path) -> PipelineSpec:
 
     return PipelineSpec.model_validate(
         {
-            "name": "bench-join",
+            # its own pipeline in the ledger per workdir, as clicks_spec's
+            "name": f"bench-join-{workdir.name.lower().replace('_', '-')}",
             "sources": [
-                source("orders", ORDERS_TOPIC, ORDERS),
-                source("payments", PAYMENTS_TOPIC, PAYMENTS),
+                source("orders", orders, ORDERS),
+                source("payments", payments, PAYMENTS),
             ],
             "transform": {
                 "join": {
@@ -310,7 +313,13 @@ def _join_spec(bootstrap: str, workdir: Path) -> PipelineSpec:
     )
 
 
-def hand_written_join(spark: SparkSession, bootstrap: str, workdir: Path) -> dict[str, int]:
+def hand_written_join(
+    spark: SparkSession,
+    bootstrap: str,
+    workdir: Path,
+    orders_topic: str = ORDERS_TOPIC,
+    payments_topic: str = PAYMENTS_TOPIC,
+) -> dict[str, int]:
     """The same join as a Spark user writes it by hand: read, decode, watermark, join,
     append each micro-batch to Delta."""
     from deltalake import write_deltalake
@@ -328,7 +337,7 @@ def hand_written_join(spark: SparkSession, bootstrap: str, workdir: Path) -> dic
         timed = rows.select("j.*").withColumn("et", F.timestamp_millis("ts"))
         return timed.withWatermark("et", "10 seconds").alias(alias)
 
-    orders, payments = side(ORDERS_TOPIC, ORDERS, "o"), side(PAYMENTS_TOPIC, PAYMENTS, "p")
+    orders, payments = side(orders_topic, ORDERS, "o"), side(payments_topic, PAYMENTS, "p")
     joined = orders.join(
         payments,
         F.expr(
