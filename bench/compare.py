@@ -53,12 +53,13 @@ from bench.run import (
     bare_read,
     hand_written_events,
     hand_written_join,
+    produce_join,
     spark_run,
 )
 from flow_jobs.spec.models import PipelineSpec
 from flow_jobs_dev.broker import EmbeddedBroker
 from flow_jobs_dev.producer import produce
-from flow_jobs_dev.sample_events import sample_clicks, sample_orders, sample_payments
+from flow_jobs_dev.sample_events import sample_clicks
 
 ROOT = Path(__file__).resolve().parent.parent
 QUIX_PYTHON = ROOT / ".venv-quix" / "bin" / "python"
@@ -248,16 +249,7 @@ def main() -> int:
         if "join" in shapes:  # half the events orders, half payments
             for topic in (ORDERS_TOPIC, PAYMENTS_TOPIC, *JOIN_TOPICS[ORDERS_TOPIC][1:]):
                 broker.create_topic(topic, args.partitions, QUIX_TOPIC_CONFIG)
-            half = args.events // 2
-            joined = produce(
-                bootstrap,
-                ORDERS_TOPIC,
-                sample_orders(half, start_ms=start_ms, step_ms=2, partitions=args.partitions),
-            ) + produce(
-                bootstrap,
-                PAYMENTS_TOPIC,
-                sample_payments(half, start_ms=start_ms, step_ms=2, partitions=args.partitions),
-            )
+            joined = produce_join(bootstrap, args.events // 2, start_ms, args.partitions)
         fresh: list[str] = []
         fresh_json: list[dict[str, Any]] = []
         if args.processes != "warm":

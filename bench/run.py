@@ -267,6 +267,20 @@ PAYMENTS = "payment_id STRING, order_id STRING, paid DOUBLE, ts BIGINT"
 JOIN_PER_TRIGGER = 100_000  # records per source and micro-batch, for both runs
 
 
+def produce_join(bootstrap: str, orders: int, start_ms: int, partitions: int) -> int:
+    """``orders`` orders and their payments (some unpaid) into the join's topics; returns
+    the records produced."""
+    return produce(
+        bootstrap,
+        ORDERS_TOPIC,
+        sample_orders(orders, start_ms=start_ms, step_ms=2, partitions=partitions),
+    ) + produce(
+        bootstrap,
+        PAYMENTS_TOPIC,
+        sample_payments(orders, start_ms=start_ms, step_ms=2, partitions=partitions),
+    )
+
+
 def _join_spec(
     bootstrap: str, workdir: Path, orders: str = ORDERS_TOPIC, payments: str = PAYMENTS_TOPIC
 ) -> PipelineSpec:
@@ -524,15 +538,7 @@ def main() -> int:
         join_start = int(time.time() * 1000) - 86_400_000
         broker.create_topic(ORDERS_TOPIC, partitions=args.partitions)
         broker.create_topic(PAYMENTS_TOPIC, partitions=args.partitions)
-        joined_events = produce(
-            bootstrap,
-            ORDERS_TOPIC,
-            sample_orders(half, start_ms=join_start, step_ms=2, partitions=args.partitions),
-        ) + produce(
-            bootstrap,
-            PAYMENTS_TOPIC,
-            sample_payments(half, start_ms=join_start, step_ms=2, partitions=args.partitions),
-        )
+        joined_events = produce_join(bootstrap, half, join_start, args.partitions)
         print(f"produced {joined_events:,} orders and payments", flush=True)
         peaks: dict[str, int] = {}
 
