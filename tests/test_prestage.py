@@ -221,6 +221,9 @@ def test_a_plan_of_another_shape_is_refused(session: SparkSession) -> None:
         "SELECT s, count(*) AS n FROM prestage_shape GROUP BY s",
         "SELECT a.s FROM prestage_shape a JOIN prestage_shape b ON a.i8 = b.i8",
         "SELECT DISTINCT s FROM prestage_shape",
+        # a filter on a name computed above it (rand() keeps it from being pushed down):
+        # i64 there is i64 + 1, not the source's i64
+        "SELECT * FROM (SELECT i64 + 1 AS i64, rand() AS r FROM prestage_shape) WHERE i64 > 0",
     ):
         with pytest.raises(NotInGrammar):
             analyze(session, sql, "prestage_shape", SCHEMA)

@@ -136,7 +136,9 @@ def _read_plan(nodes: list[dict[str, Any]], source: str, ansi: bool) -> PreStage
     if not leaf["class"].endswith(".LogicalRDD") or leaf["num-children"] != 0:
         kind = leaf["class"].rsplit(".", 1)[-1]
         raise NotInGrammar(f"Spark's plan of it does not end in the source's rows ({kind})")
-    columns = {a[0]["name"]: a[0]["dataType"] for a in leaf["output"]}
+    # The source's columns by Spark's own id, so a name never stands for another
+    # attribute (an alias of the same name computed above a filter, say).
+    columns = {a[0]["exprId"]["id"]: (a[0]["name"], a[0]["dataType"]) for a in leaf["output"]}
     outputs: dict[str, Expr | None] | None = None
     where: list[Expr] = []
     for node in nodes[:-1]:
@@ -156,20 +158,22 @@ def _read_plan(nodes: list[dict[str, Any]], source: str, ansi: bool) -> PreStage
         elif not all(i[0]["class"].endswith("AttributeReference") for i in node["projectList"]):
             raise NotInGrammar("it computes columns below its filter")
     if outputs is None:  # SELECT * (no projection left in the plan)
-        outputs = {name: {"op": "col", "name": name, "type": t} for name, t in columns.items()}
+        outputs = {name: {"op": "col", "name": name, "type": t} for name, t in columns.values()}
     condition = reduce(lambda a, b: {"op": "and", "args": [a, b], "type": "boolean"}, where) \
         if where else None  # fmt: skip
     return PreStage(source, condition, outputs, ansi)
 
 
-def _expr(nodes: list[dict[str, Any]], columns: dict[str, str]) -> Expr:
+def _expr(nodes: list[dict[str, Any]], columns: dict[int, tuple[str, Any]]) -> Expr:
     """The expression of Spark's JSON (its nodes in pre-order), in the reader's grammar."""
     expr, used = _node(nodes, 0, columns)
     assert used == len(nodes)
     return expr
 
 
-def _node(nodes: list[dict[str, Any]], at: int, columns: dict[str, str]) -> tuple[Expr, int]:
+def _node(
+    nodes: list[dict[str, Any]], at: int, columns: dict[int, tuple[str, Any]]
+) -> tuple[Expr, int]:
     node = nodes[at]
     kind = node["class"].removeprefix(_CATALYST)
     children: list[Expr] = []
@@ -181,7 +185,7 @@ def _node(nodes: list[dict[str, Any]], at: int, columns: dict[str, str]) -> tupl
         return children[0], nxt
     if kind == "AttributeReference":
         name, t = node["name"], node["dataType"]
-        if columns.get(name) != t:
+        if columns.get(node["exprId"]["id"]) != (name, t):
             raise NotInGrammar(f"column {name} is not one of the source's")
         if not (isinstance(t, str) and t in ARROW_TYPES) and name not in (EVENT_TS, KAFKA_COLUMN):
             raise NotInGrammar(f"column {name} is of type {t}")
