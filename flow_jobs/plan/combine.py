@@ -33,8 +33,6 @@ from pyspark.sql.types import (
     BooleanType,
     ByteType,
     DataType,
-    DoubleType,
-    FloatType,
     IntegerType,
     IntegralType,
     LongType,
@@ -47,7 +45,7 @@ from flow_jobs.aggregations import AGGREGATORS
 from flow_jobs.io.checkpoint_files import CheckpointFiles, logged_batches
 from flow_jobs.io.combine import CombinePlan
 from flow_jobs.io.json_decode import arrow_schema
-from flow_jobs.plan.prestage import PreStage
+from flow_jobs.plan.prestage import SPARK_TYPES, PreStage
 from flow_jobs.spec.models import EVENT_TS, KAFKA_COLUMN, PipelineSpec
 from flow_jobs.windows import FixedWindow
 
@@ -55,12 +53,6 @@ from flow_jobs.windows import FixedWindow
 MARKER = "flow_pre_aggregate"
 
 _KEY_TYPES = (StringType, LongType, IntegerType, ShortType, ByteType, BooleanType)
-#: Spark's types of the reader's expressions (``flow_jobs.io.prestage.ARROW_TYPES``).
-_SPARK_TYPES: dict[str, DataType] = {
-    "byte": ByteType(), "short": ShortType(), "integer": IntegerType(), "long": LongType(),
-    "float": FloatType(), "double": DoubleType(), "string": StringType(),
-    "boolean": BooleanType(),
-}  # fmt: skip
 
 
 def shape_folds(spec: PipelineSpec, payload: StructType | None) -> str | None:
@@ -152,9 +144,9 @@ def _column_type(
     if prestage is None:
         return types.get(column)
     e = prestage.outputs.get(column)
-    if e is None or e["type"] not in _SPARK_TYPES:
+    if e is None or e["type"] not in SPARK_TYPES:
         return None
-    return _SPARK_TYPES[e["type"]]
+    return SPARK_TYPES[e["type"]]
 
 
 def checkpoint_merges(plan: CombinePlan, checkpoint: CheckpointFiles | None) -> bool:
@@ -182,7 +174,7 @@ def mark_checkpoint(checkpoint: CheckpointFiles) -> None:
         )
 
 
-def describe(spec: PipelineSpec, folding: CombinePlan | str) -> str:
+def describe(folding: CombinePlan | str) -> str:
     """The ``validate --plan`` line: how the window pre-aggregates, or why it does not."""
     if isinstance(folding, str):
         return f"off: {folding}; Spark aggregates every record"

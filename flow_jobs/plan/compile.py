@@ -145,7 +145,7 @@ def _folding(spark: SparkSession, spec: PipelineSpec, checkpoint: str | None) ->
             prestage = str(e)
     decision = foldable(spec, payload, prestage)
     stage = prestage if isinstance(prestage, PreStage) else None
-    line = describe(spec, decision)
+    line = describe(decision)
     if isinstance(decision, str) or checkpoint is None:
         return _Folding(None, stage, line)
     try:

@@ -26,7 +26,20 @@ from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import DataType, StructField, StructType, TimestampType
+from pyspark.sql.types import (
+    BooleanType,
+    ByteType,
+    DataType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 from flow_jobs.aggregations.partials import PARTIAL_VIEW
 from flow_jobs.io.combine import KEPT
@@ -53,8 +66,12 @@ _KAFKA_DDL = (
     "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, "
     "timestamp TIMESTAMP, headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
 )
-_DDL = {"byte": "TINYINT", "short": "SMALLINT", "integer": "INT", "long": "BIGINT",
-        "float": "FLOAT", "double": "DOUBLE", "string": "STRING", "boolean": "BOOLEAN"}  # fmt: skip
+#: Spark's type of each of the reader's type names (``flow_jobs.io.prestage.ARROW_TYPES``).
+SPARK_TYPES: dict[str, DataType] = {
+    "byte": ByteType(), "short": ShortType(), "integer": IntegerType(), "long": LongType(),
+    "float": FloatType(), "double": DoubleType(), "string": StringType(),
+    "boolean": BooleanType(),
+}  # fmt: skip
 
 
 class NotInGrammar(Exception):
@@ -238,9 +255,9 @@ def to_column(e: Expr) -> Column:
     if op == "col":
         return F.col(f"`{e['name'].replace('`', '``')}`")
     if op == "lit":
-        return F.lit(e["value"]).cast(_DDL[e["type"]])
+        return F.lit(e["value"]).cast(SPARK_TYPES[e["type"]])
     if op == "cast":
-        return to_column(e["arg"]).cast(_DDL[e["type"]])
+        return to_column(e["arg"]).cast(SPARK_TYPES[e["type"]])
     if op in ("and", "or", *COMPARISONS, *ARITHMETIC):
         a, b = (to_column(x) for x in e["args"])
         return {
