@@ -4,7 +4,7 @@ It shares no code with flow_jobs. Windows are enumerated from their definitions:
 
 * tumbling / hopping: every epoch-aligned [start, end) containing the event;
 * session: a group's events sorted by time; an event joins the running session when it
-  falls before the session's end (last event + gap); the session is [first, last + gap);
+  falls at or before the session's end (last event + gap); the session is [first, last + gap);
 * sliding: one window [max(0, t - duration), t] per distinct event time t of a group;
 * count: a group's events numbered in their total order (event time, then Kafka
   position, ``_arrival``); window k holds events [k * stride, k * stride + count - 1];
@@ -147,7 +147,7 @@ def reference_windows(
             ordered = sorted(rows, key=lambda r: r[time_key])
             sessions: list[list[Row]] = []
             for r in ordered:
-                if sessions and r[time_key] < sessions[-1][-1][time_key] + gap_ms:
+                if sessions and r[time_key] <= sessions[-1][-1][time_key] + gap_ms:
                     sessions[-1].append(r)
                 else:
                     sessions.append([r])

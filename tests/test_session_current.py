@@ -182,7 +182,7 @@ def test_sessions_as_they_stand_under_any_cut(
     never reach the operator; the target applies each emitted session as the sinks do
     (delete the rows it overlaps, upsert it), and the sessions close on the watermark.
     The target ends as the sessions of the rows that were not late (seed: a session is
-    [first, last + gap), an event joins when it falls before the session's end)."""
+    [first, last + gap), an event joins when it falls at or before the session's end)."""
     events, base = [], 1_000
     for i, (step, disorder) in enumerate(steps):
         base += step
@@ -212,7 +212,7 @@ def test_sessions_as_they_stand_under_any_cut(
     want: dict[tuple[int, int], tuple[int, ...]] = {}
     members: list[tuple[int, int, int, int]] = []
     for e in sorted(kept):
-        if members and e[0] >= members[-1][0] + gap:
+        if members and e[0] > members[-1][0] + gap:
             want[(members[0][0], members[-1][0] + gap)] = tuple(m[3] for m in members)
             members = []
         members.append(e)

@@ -207,6 +207,65 @@ def test_a_window_drops_rows_whose_window_closed_by_the_previous_batch_s_waterma
     assert out == [(0, 1), (10, 3)]
 
 
+def test_a_session_takes_a_row_at_its_end_and_a_gap_per_row(
+    spark: SparkSession, tmp_path: Path, no_data_batches_off: None
+) -> None:
+    """A streaming ``session_window`` gives a row the session [t, t + gap) and merges
+    sessions that overlap *or touch*: a row exactly one gap after the last joins its
+    session, within a batch and across batches (from the state). With a gap column (a
+    calendar interval per row) a row's session is [t, t + its gap), and merged sessions
+    end at the latest end, not at the last row's.
+
+    Depends on it: ``flow_jobs.windows.session`` and the spec reference's session row
+    (a row at or before the running session's end joins it); the Kafka reader's session
+    partials (``flow_jobs.io.combine``), each given [first, last + gap) by a gap per
+    row (``flow_jobs.plan.windows``)."""
+    folder, checkpoint = tmp_path / "in", tmp_path / "ckpt"
+    files = Files(folder)
+    out: list[tuple[str, int, int, int]] = []
+    gap = F.make_interval(secs=F.coalesce(F.col("g"), F.lit(10)).cast("decimal(18,6)"))
+    sessions = (
+        spark.readStream.schema("k STRING, t TIMESTAMP, g BIGINT")
+        .option("maxFilesPerTrigger", 1)
+        .json(str(folder))
+        .withWatermark("t", "0 seconds")
+        .groupBy(F.session_window("t", gap), "k")
+        .count()
+    )
+
+    def collect(batch: DataFrame, batch_id: int) -> None:
+        out.extend(
+            (r["k"], int(r["session_window"]["start"].timestamp()),
+             int(r["session_window"]["end"].timestamp()), r["count"])
+            for r in batch.collect()
+        )  # fmt: skip
+
+    def at(key: str, second: int, g: int | None = None) -> dict[str, Any]:
+        return {"k": key, "t": f"1970-01-01T00:00:{second:02d}Z", "g": g}
+
+    query = (
+        sessions.writeStream.outputMode("append")
+        .foreachBatch(collect)
+        .option("checkpointLocation", str(checkpoint))
+        .start()
+    )
+    try:
+        # a: 10 s is one gap after 0 s (one batch), 20 s one gap after 10 s (the state)
+        # b: [1, 26) by its own gap takes [3, 13), then 26 s at its end
+        for rows in (
+            [at("a", 0), at("a", 10), at("b", 1, 25), at("b", 3)],
+            [at("a", 20)],
+            [at("b", 26)],
+            [at("z", 59)],
+            [at("z", 59)],  # runs under the watermark 59 s: the sessions close
+        ):
+            files.write(rows)
+            query.processAllAvailable()
+    finally:
+        _stop(query)
+    assert sorted(out) == [("a", 0, 30, 3), ("b", 1, 36, 3)]
+
+
 def test_the_commit_log_holds_the_next_batch_s_watermark(
     spark: SparkSession, tmp_path: Path
 ) -> None:

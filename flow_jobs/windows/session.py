@@ -3,13 +3,13 @@ grouping natively, and on the state API with emit = "current" (Spark refuses upd
 mode for ``session_window``) or with an exact ``count_distinct`` (capped while open).
 
 A group's events, in time order, form sessions: an event joins the running session when
-it falls before the session's end (its last event + gap), as in Spark's
-``session_window``; a session is [first event, last event + gap). The state is the
-group's events in open sessions. With emit = "current" each micro-batch emits every
-session holding one of its new events, as it stands; a session closes once the
-watermark reaches its end, and its last emission is its final value (emit = "final":
-it is emitted then, once). No event at or behind the watermark reaches the operator
-(Spark drops it first), so a closed session never changes again.
+it falls at or before the session's end (its last event + gap), as in Spark's
+``session_window`` (``tests/test_spark_contracts.py``); a session is [first event, last
+event + gap). The state is the group's events in open sessions. With emit = "current"
+each micro-batch emits every session holding one of its new events, as it stands; a
+session closes once the watermark reaches its end, and its last emission is its final
+value (emit = "final": it is emitted then, once). No event at or behind the watermark
+reaches the operator (Spark drops it first), so a closed session never changes again.
 
 A session's bounds move while it is open: a new event extends its end, an earlier one
 moves its start, and one event can merge two sessions. Each emission therefore
@@ -51,7 +51,7 @@ def sessions(t: np.ndarray, gap_ms: int) -> Ranges:
     """Index ranges of the sessions of time-ordered event times ``t``."""
     if not len(t):
         return Ranges(np.empty(0, np.int64), np.empty(0, np.int64))
-    breaks = np.flatnonzero(np.diff(t) >= gap_ms) + 1
+    breaks = np.flatnonzero(np.diff(t) > gap_ms) + 1
     lo = np.concatenate([[0], breaks]).astype(np.int64)
     hi = np.concatenate([breaks - 1, [len(t) - 1]]).astype(np.int64)
     return Ranges(lo, hi)
