@@ -61,6 +61,9 @@ PLAN = CombinePlan(
         ("page", ("first", "last", "nn", "min", "max")),
     ),
 )
+#: A session window's: folds per session; the generated times hold pairs exactly one gap
+#: apart (0 and 19,999; 1 and 20,000), which join (tests/test_spark_contracts.py)
+SESSION_PLAN = dataclasses.replace(PLAN, pane_ms=0, gap_ms=19_999)
 NOW_MS = BASE_MS + 600_000  # the micro-batch's batchTimestampMs
 TS = pa.timestamp("us", tz="UTC")
 
@@ -130,11 +133,31 @@ def spark_max(values: list[Any]) -> Any:
     return max(values)
 
 
-def reference(rows: list[tuple[int, dict[str, Any]]]) -> dict[tuple, dict[str, Any]]:
-    """{(pane, user): parts} of the folded (offset, row) pairs."""
+def reference(
+    rows: list[tuple[int, dict[str, Any]]], plan: CombinePlan = PLAN
+) -> dict[tuple, dict[str, Any]]:
+    """{(pane, user): parts} of the folded (offset, row) pairs; for a session window
+    {(session start, user): parts}, a user's rows in time order joining a session while
+    each is at most the gap after the one before (the spec reference's session row)."""
     groups: dict[tuple, list[tuple[int, dict[str, Any]]]] = {}
-    for offset, row in rows:
-        groups.setdefault((row["ts"] // PLAN.pane_ms, row.get("user_id")), []).append((offset, row))
+    if plan.gap_ms:
+        users: dict[Any, list[tuple[int, dict[str, Any]]]] = {}
+        for offset, row in rows:
+            users.setdefault(row.get("user_id"), []).append((offset, row))
+        for user, members in users.items():
+            members.sort(key=lambda m: m[1]["ts"])
+            session: list[tuple[int, dict[str, Any]]] = []
+            for m in members:
+                if session and m[1]["ts"] > session[-1][1]["ts"] + plan.gap_ms:
+                    groups[(session[0][1]["ts"], user)] = session
+                    session = []
+                session.append(m)
+            groups[(session[0][1]["ts"], user)] = session
+    else:
+        for offset, row in rows:
+            groups.setdefault((row["ts"] // plan.pane_ms, row.get("user_id")), []).append(
+                (offset, row)
+            )
     out = {}
     for key, members in groups.items():
         parts: dict[str, Any] = {"n": len(members), "t": max(r["ts"] for _, r in members)}
@@ -158,12 +181,13 @@ def reference(rows: list[tuple[int, dict[str, Any]]]) -> dict[tuple, dict[str, A
     return out
 
 
-def ours(table: pa.Table) -> dict[tuple, dict[str, Any]]:
-    """{(pane, user): parts} of the partial rows of ``table``."""
+def ours(table: pa.Table, plan: CombinePlan = PLAN) -> dict[tuple, dict[str, Any]]:
+    """{(pane or session start, user): parts} of the partial rows of ``table``."""
     out = {}
     for row in table.filter(table.column(PARTIAL).is_valid()).to_pylist():
         p, payload = row[PARTIAL], row["_decoded"]
-        key = (payload["ts"] // PLAN.pane_ms, payload["user_id"])
+        pane = _ms(p["start"]) if plan.gap_ms else payload["ts"] // plan.pane_ms
+        key = (pane, payload["user_id"])
         assert key not in out, f"two partials for {key} in one block"
         parts: dict[str, Any] = {"n": p["n"], "t": payload["ts"]}
         for i, (name, _) in enumerate(PLAN.fields):
@@ -242,6 +266,7 @@ def _rows(items: list[Any]) -> list[dict[str, Any] | None]:
     return [item if isinstance(item, dict) else None for item in items]
 
 
+@pytest.mark.parametrize("plan", [PLAN, SESSION_PLAN], ids=["panes", "sessions"])
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     items=st.lists(_ITEM, min_size=1, max_size=80),
@@ -251,7 +276,7 @@ def _rows(items: list[Any]) -> list[dict[str, Any] | None]:
     block=st.integers(1, 60),
 )
 def test_partials_equal_the_reference_in_any_block_size(
-    items: list[Any], late: int | None, seed: int, chunk: int, block: int
+    plan: CombinePlan, items: list[Any], late: int | None, seed: int, chunk: int, block: int
 ) -> None:
     offsets = list(range(100, 100 + len(items)))
     random.Random(seed).shuffle(items)  # disorder: offsets do not follow event time
@@ -262,7 +287,7 @@ def test_partials_equal_the_reference_in_any_block_size(
     decoded = [r if ok else None for r, ok in zip(_rows(items), arrow, strict=True)]
     folded = [(o, r) for o, r in zip(offsets, decoded, strict=True) if folds(r, late)]
 
-    out = combine(table, PLAN, NOW_MS, late)
+    out = combine(table, plan, NOW_MS, late)
 
     # every other record passes through, unchanged
     passed = out.filter(out.column(PARTIAL).is_null())
@@ -272,20 +297,34 @@ def test_partials_equal_the_reference_in_any_block_size(
     assert passed.column("value").to_pylist() == [
         payloads[offsets.index(o)] for o in passed.column("offset").to_pylist()
     ]
-    assert_same_parts(ours(out), reference(folded))
+    assert_same_parts(ours(out, plan), reference(folded, plan))
     # the reader's way: chunks of ``chunk`` records, a block emitted once it holds
     # ``block``; merged, the partials are the same, and so are the rows passed through
-    folder = Folder(PLAN, PAYLOAD, range_rows(table, PLAN), NOW_MS, late, block_rows=block)
+    folder = Folder(plan, PAYLOAD, range_rows(table, plan), NOW_MS, late, block_rows=block)
     blocks, kept = [], []
     for piece in _pieces(table, chunk):
         ok = _add(folder, piece)
         kept += [o for o, k in zip(piece.column("offset").to_pylist(), ok, strict=True) if k]
         if folder.full:
-            blocks.append(ours(folder.emit()))
+            blocks.append(ours(folder.emit(), plan))
     last = folder.emit()
-    blocks += [ours(last)] if last is not None else []
+    blocks += [ours(last, plan)] if last is not None else []
     assert sorted(kept) == sorted(o for o, _ in folded)
-    assert_same_parts(merge(blocks), reference(folded))
+    assert_same_parts(merge(blocks, plan), reference(folded, plan))
+
+
+def test_a_session_partial_takes_a_row_exactly_one_gap_after() -> None:
+    """Exactly one gap after the last row joins the session, one millisecond more does
+    not; another user's rows in between and equal times change nothing."""
+    gap = SESSION_PLAN.gap_ms
+    times = [("a", 0), ("b", 5), ("a", gap), ("a", gap), ("b", 2 * gap + 6), ("a", 2 * gap + 1)]
+    rows = [{"user_id": u, "page": "/x", "ts": BASE_MS + t} for u, t in times]
+    table = reader_table([json.dumps(r).encode() for r in rows], list(range(len(rows))))
+    got = ours(combine(table, SESSION_PLAN, NOW_MS, None), SESSION_PLAN)
+    assert {(s - BASE_MS, u): p["n"] for (s, u), p in got.items()} == {
+        (0, "a"): 3, (2 * gap + 1, "a"): 1, (5, "b"): 1, (2 * gap + 6, "b"): 1,
+    }  # fmt: skip
+    assert_same_parts(got, reference(list(enumerate(rows)), SESSION_PLAN))
 
 
 def test_no_batch_time_or_fold_off_folds_nothing() -> None:
@@ -381,33 +420,54 @@ def _pieces(table: pa.Table, size: int) -> list[pa.Table]:
     return [table.slice(i, size) for i in range(0, table.num_rows, size)]
 
 
-def merge(blocks: list[dict[tuple, dict]]) -> dict[tuple, dict]:
-    """Partials of several blocks merged the way the window merges them in Spark."""
+def merge(blocks: list[dict[tuple, dict]], plan: CombinePlan = PLAN) -> dict[tuple, dict]:
+    """Partials of several blocks merged the way the window merges them in Spark: by
+    pane, or, for sessions, a user's partials in order of start, one joining the session
+    before it when it starts at or before that one's end (highest time + gap)."""
     out: dict[tuple, dict] = {}
+    if plan.gap_ms:
+        users: dict[Any, list[tuple[int, dict]]] = {}
+        for block in blocks:
+            for (start, user), p in block.items():
+                users.setdefault(user, []).append((start, p))
+        for user, partials in users.items():
+            partials.sort(key=lambda sp: sp[0])
+            start, q = partials[0][0], dict(partials[0][1])
+            for s, p in partials[1:]:
+                if s <= q["t"] + plan.gap_ms:
+                    _merge_parts(q, p)
+                else:
+                    out[(start, user)], start, q = q, s, dict(p)
+            out[(start, user)] = q
+        return out
     for block in blocks:
         for key, p in block.items():
             if key not in out:
                 out[key] = dict(p)
-                continue
-            q = out[key]
-            q["n"] += p["n"]
-            for i in range(len(PLAN.fields)):
-                q[f"err{i}"] = q.get(f"err{i}", 0) + p.get(f"err{i}", 0)
-            q["t"] = max(q["t"], p["t"])
-            for i, (name, _) in enumerate(PLAN.fields):
-                q[f"nn{i}"] += p[f"nn{i}"]
-                if name != "page":
-                    sums = [v for v in (q[f"sum{i}"], p[f"sum{i}"]) if v is not None]
-                    q[f"sum{i}"] = sum(sums) if sums else None
-                    both = [v for v in (q[f"min{i}"], p[f"min{i}"]) if v is not None]
-                    q[f"min{i}"] = spark_min(both)
-                    both = [v for v in (q[f"max{i}"], p[f"max{i}"]) if v is not None]
-                    q[f"max{i}"] = spark_max(both)
-                else:
-                    for part, pick in (("min", min), ("max", max), ("first", min), ("last", max)):
-                        both = [v for v in (q[f"{part}{i}"], p[f"{part}{i}"]) if v is not None]
-                        q[f"{part}{i}"] = pick(both) if both else None
+            else:
+                _merge_parts(out[key], p)
     return out
+
+
+def _merge_parts(q: dict[str, Any], p: dict[str, Any]) -> None:
+    """Merge partial ``p`` into ``q``."""
+    q["n"] += p["n"]
+    for i in range(len(PLAN.fields)):
+        q[f"err{i}"] = q.get(f"err{i}", 0) + p.get(f"err{i}", 0)
+    q["t"] = max(q["t"], p["t"])
+    for i, (name, _) in enumerate(PLAN.fields):
+        q[f"nn{i}"] += p[f"nn{i}"]
+        if name != "page":
+            sums = [v for v in (q[f"sum{i}"], p[f"sum{i}"]) if v is not None]
+            q[f"sum{i}"] = sum(sums) if sums else None
+            both = [v for v in (q[f"min{i}"], p[f"min{i}"]) if v is not None]
+            q[f"min{i}"] = spark_min(both)
+            both = [v for v in (q[f"max{i}"], p[f"max{i}"]) if v is not None]
+            q[f"max{i}"] = spark_max(both)
+        else:
+            for part, pick in (("min", min), ("max", max), ("first", min), ("last", max)):
+                both = [v for v in (q[f"{part}{i}"], p[f"{part}{i}"]) if v is not None]
+                q[f"{part}{i}"] = pick(both) if both else None
 
 
 # -- end to end: the same windows with pre-aggregation on and off --------------------------
@@ -491,7 +551,7 @@ def _run(
 FILTER_SQL = (
     "SELECT user_id AS uid, page, amount, CAST(qty * 2 AS DOUBLE) + 0.5 AS qty2, ts, _event_ts, "
     "_kafka FROM clicks WHERE user_id IS NOT NULL AND (qty > 3 OR amount >= 5.0 OR amount IS NULL) "
-    "AND NOT page <=> '/home' AND user_id IN ('a', 'b', 'd', NULL)"
+    "AND NOT page <=> '/home' AND user_id IN ('a', 'b', 'd', 'e', NULL)"
 )
 
 
@@ -512,6 +572,8 @@ def _filtered(window: dict) -> dict:
         ("hopping", 60, None),
         ("tumbling", None, FILTER_SQL),
         ("hopping", 60, FILTER_SQL),
+        ("session", 60, None),
+        ("session", None, FILTER_SQL),
     ],
 )
 def test_windows_are_the_same_with_and_without_pre_aggregation(
@@ -525,12 +587,22 @@ def test_windows_are_the_same_with_and_without_pre_aggregation(
     topic = f"combine-{shape}-{per_trigger}-{random.randrange(10**6)}"
     broker.create_topic(topic, partitions=3)
     records = _messy_stream(random.Random(f"{shape}{per_trigger}"), 600)
+    if shape == "session":  # mid-stream, side by side in one partition, one gap (1.2 s)
+        # apart, just under and just over: a session breaks only at the last
+        # (tests/test_spark_contracts.py); later records close both sessions
+        records[300:300] = [
+            Record(value=json.dumps({"user_id": "e", "qty": 4, "ts": t}).encode(), partition=0,
+                   timestamp_ms=t)
+            for t in (BASE_MS + 20_000, BASE_MS + 21_200, BASE_MS + 22_399, BASE_MS + 23_600)
+        ]  # fmt: skip
     send(broker.bootstrap_servers, topic, records)
     sizes = {"duration_ms": 20_000, **({"hop_ms": 5_000} if shape == "hopping" else {})}
+    if shape == "session":  # a user's records are ~1 s apart on average: some gaps break
+        sizes = {"gap_ms": 1_200}
     window = {
         "kind": shape,
         **sizes,
-        "event_time_column": "ts" if shape == "tumbling" else "_event_ts",
+        "event_time_column": "_event_ts" if shape == "hopping" or per_trigger else "ts",
         "lateness_ms": 4_000,
         "late_data": "dlq",
         "group_by": ["user_id"],
@@ -553,6 +625,9 @@ def test_windows_are_the_same_with_and_without_pre_aggregation(
     if per_trigger:
         assert s_off.late_rows > 0, "the stream must hold late rows"
     assert_same_windows(w_on, w_off)
+    if shape == "session":  # e's sessions, by the spec reference's rule
+        e = sorted((_ms(k[0]) - BASE_MS, _ms(k[1]) - BASE_MS) for k in w_off if k[2] == "e")
+        assert e == [(20_000, 23_599), (23_600, 24_800)]
     nan_windows = [r for r in w_off.values() if isinstance(r["amount_max"], float)
                    and math.isnan(r["amount_max"])]  # fmt: skip
     assert nan_windows, "a window must hold a NaN next to folded rows"

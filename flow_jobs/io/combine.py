@@ -24,6 +24,13 @@ What makes it exact, whatever the cut (``tests/test_combine.py`` checks each rul
   inside each window that holds any of its rows, and the partial's event time, the
   highest of its rows, puts it in exactly those windows through Spark's own ``window()``.
   That highest time is also what Spark's watermark takes the maximum of.
+* **Sessions, for a session window.** A group's rows of the block, in event-time order,
+  fold into one partial while each is at most the gap after the one before: what
+  Spark's ``session_window`` merges them into, [first, last + gap). The partial carries
+  its lowest time (``start``) beside the highest, and the window gives it the session
+  [start, highest + gap) (``flow_jobs.plan.windows``), which Spark merges with the
+  other rows' and partials' sessions as it would have merged the rows': a union of
+  overlapping (or touching) intervals does not depend on the order it is taken in.
 * **Mergeable parts**: rows (``n``), non-NULL values (``nn``), sums (``sum``; ``dsum`` as
   DOUBLE for ``avg``, which Spark sums as DOUBLE), minima and maxima with Spark's NaN rule
   (NaN above every number: Arrow skips NaN, so it is put back), and for first / last the
@@ -72,6 +79,8 @@ PARTS = ("nn", "sum", "dsum", "min", "max", "first", "last")
 #: With a filtering pre-stage: FALSE on a partial of records the filter drops (they count
 #: as the source's records and move its watermark, as in Spark, then leave).
 KEPT = "kept"
+#: A session partial's lowest event time (its highest is the partial row's event time).
+START = "start"
 
 
 @dataclass(frozen=True)
@@ -90,6 +99,8 @@ class CombinePlan:
     #: False: the query merges partials (its checkpoint's layout) but the reader folds none
     fold: bool = True
     stage: Stage | None = None
+    #: > 0: a session window's gap; rows fold per session of the block, not per pane
+    gap_ms: int = 0
 
     @property
     def filters(self) -> bool:
@@ -108,6 +119,7 @@ class CombinePlan:
                 "fields": [[f, list(parts)] for f, parts in self.fields],
                 "fold": self.fold,
                 "stage": None if self.stage is None else self.stage.to_json(),
+                "gap_ms": self.gap_ms,
             }
         )
 
@@ -122,6 +134,7 @@ class CombinePlan:
             tuple((f, tuple(parts)) for f, parts in d["fields"]),
             bool(d.get("fold", True)),
             Stage.from_json(d["stage"]) if d.get("stage") else None,
+            int(d.get("gap_ms", 0)),
         )
 
     def field_type(self, name: str, payload: pa.Schema) -> pa.DataType:
@@ -131,8 +144,11 @@ class CombinePlan:
 
 
 def partial_type(plan: CombinePlan, payload: pa.Schema) -> pa.StructType:
-    """The partial struct: ``n``, then per field ``<part><slot>`` for each part it needs."""
+    """The partial struct: ``n`` (and for a session, ``start``: its lowest event time),
+    then per field ``<part><slot>`` for each part it needs."""
     fields = [pa.field("n", pa.int64())]
+    if plan.gap_ms:
+        fields.append(pa.field(START, _TS))
     for i, (name, parts) in enumerate(plan.fields):
         value = plan.field_type(name, payload)
         for part in PARTS:
@@ -357,11 +373,13 @@ class Folded:
         return Folded(times, offsets, rank.astype(np.int64), order, fields, kept)
 
     def group(self, plan: CombinePlan) -> pa.Table:
-        """One row per (pane, keys[, kept]): the aggregates of Arrow's hash aggregation."""
-        work: dict[str, pa.Array] = {
-            "__pane": pa.array(np.floor_divide(self.times, plan.pane_ms * 1000)),
-            "__t": pa.array(self.times),
-        }
+        """One row per (pane or session, keys[, kept]): the aggregates of Arrow's hash
+        aggregation."""
+        if plan.gap_ms:
+            pane = self.sessions(plan)
+        else:
+            pane = np.floor_divide(self.times, plan.pane_ms * 1000)
+        work: dict[str, pa.Array] = {"__pane": pa.array(pane), "__t": pa.array(self.times)}
         keys = ["__pane"]
         if self.kept is not None:
             work["__kept"] = pa.array(self.kept)
@@ -370,6 +388,8 @@ class Folded:
             work[f"__k{j}"] = self.fields[key]
             keys.append(f"__k{j}")
         aggs: list[tuple[str, str]] = [("__t", "max"), ("__t", "count")]
+        if plan.gap_ms:
+            aggs.append(("__t", "min"))
         for i, (name, parts) in enumerate(plan.fields):
             value = self.fields[name]
             work[f"__v{i}"] = value
@@ -392,6 +412,30 @@ class Folded:
                 work[f"__r{i}"] = pa.array(self.rank, mask=~valid)
                 aggs += [(f"__r{i}", "min"), (f"__r{i}", "max")]
         return pa.table(work).group_by(keys, use_threads=False).aggregate(aggs)
+
+    def sessions(self, plan: CombinePlan) -> np.ndarray:
+        """Each row's session in the block: the rows of one group (keys, and kept or
+        not), in event-time order, break where the next is more than ``gap_ms`` after the
+        last (Spark's ``session_window``: a row at or before a session's end, last + gap,
+        joins it; ``tests/test_spark_contracts.py``); numbered in that order."""
+        codes = [
+            pc.dictionary_encode(self.fields[k])
+            .indices.fill_null(-1)
+            .to_numpy(zero_copy_only=False)
+            for k in plan.keys
+        ]
+        if self.kept is not None:
+            codes.append(self.kept.astype(np.int64))
+        order = np.lexsort((self.times, *reversed(codes)))  # by group, then event time
+        times = self.times[order]
+        breaks = np.zeros(len(order), dtype=bool)
+        breaks[1:] = np.diff(times) > plan.gap_ms * 1000
+        for c in codes:
+            ordered = c[order]
+            breaks[1:] |= ordered[1:] != ordered[:-1]
+        session = np.empty(len(order), dtype=np.int64)
+        session[order] = np.cumsum(breaks)
+        return session
 
     def at_rank(self, ranks: pa.Array, value: pa.Array) -> pa.StructArray:
         """struct(t, pos, v) of the rows of the given ranks (NULL where the rank is)."""
@@ -455,6 +499,8 @@ class RangeRows:
 
 def _parts(rows: Folded, g: pa.Table, plan: CombinePlan) -> dict[str, pa.Array]:
     parts: dict[str, pa.Array] = {"n": g.column("__t_count").combine_chunks()}
+    if plan.gap_ms:
+        parts[START] = g.column("__t_min").combine_chunks().cast(_TS)
     for i, (name, needs) in enumerate(plan.fields):
         value = rows.fields[name]
         counted = f"__v{i}_count" in g.column_names

@@ -5,8 +5,8 @@ how Spark merges them is ``flow_jobs.aggregations.partials``.
 A window pre-aggregates when everything it reads comes from one JSON (or registry-format)
 source that Arrow decodes, straight or through a ``[transform].sql`` that is a simple
 projection and filter (``flow_jobs.plan.prestage``: the reader evaluates it), without
-lookups: a tumbling or hopping window on the
-native engine in event time, the event time an epoch-milliseconds field of the payload
+lookups: a tumbling, hopping or session window on
+the native engine in event time, the event time an epoch-milliseconds field of the payload
 (or ``_event_ts``), group keys of a type Spark and Arrow group alike (STRING, integers,
 BOOLEAN: a DOUBLE key has NaN and -0.0 rules of its own), and only count, sum, avg, min,
 max, first and last over payload fields or columns the SQL computes (sum / avg over
@@ -47,7 +47,7 @@ from flow_jobs.io.combine import CombinePlan
 from flow_jobs.io.json_decode import arrow_schema
 from flow_jobs.plan.prestage import SPARK_TYPES, PreStage
 from flow_jobs.spec.models import EVENT_TS, KAFKA_COLUMN, PipelineSpec
-from flow_jobs.windows import FixedWindow
+from flow_jobs.windows import FixedWindow, SessionWindow
 
 #: A checkpoint whose windows merge partials carries this file.
 MARKER = "flow_pre_aggregate"
@@ -67,8 +67,8 @@ def shape_folds(spec: PipelineSpec, payload: StructType | None) -> str | None:
         return "the source has no payload schema or the window's engine is not native"
     if not (source.registry_format or source.decoder == "auto"):
         return "the source is decoded by from_json alone (decoder)"
-    if not isinstance(w, FixedWindow) or w.time_mode != "event":
-        return "only tumbling and hopping windows in event time fold"
+    if not isinstance(w, FixedWindow | SessionWindow) or w.time_mode != "event":
+        return "only tumbling, hopping and session windows in event time fold"
     if source.format == "json" and arrow_schema(payload.json()) is None:
         return "Arrow does not decode the source's schema"
     return None
@@ -86,7 +86,7 @@ def foldable(
     if isinstance(prestage, str):
         return f"[transform].sql: {prestage}"
     w = spec.window
-    assert payload is not None and isinstance(w, FixedWindow)
+    assert payload is not None and isinstance(w, FixedWindow | SessionWindow)
     types: dict[str, DataType] = {f.name: f.dataType for f in payload.fields}
 
     def origin(name: str) -> str | None:  # the payload field an output column reads as is
@@ -125,12 +125,13 @@ def foldable(
             return f"[transform].sql computes {sorted(clash)[0]}, also a group key's field"
     return CombinePlan(
         time,
-        w.pane_ms,
+        w.pane_ms if isinstance(w, FixedWindow) else 0,
         w.max_event_time_skew_ms,
         tuple(k for k in keys if k is not None),
         tuple((f, tuple(sorted(ps))) for f, ps in fields.items()),
         fold=w.pre_aggregate,
         stage=stage,
+        gap_ms=(w.gap_ms or 0) if isinstance(w, SessionWindow) else 0,
     )
 
 
@@ -183,8 +184,13 @@ def describe(folding: CombinePlan | str) -> str:
     behind = ""
     if folding.stage is not None:
         behind = " after evaluating [transform].sql on them (Spark's plan of it)"
+    unit = (
+        f"session of records less than {folding.gap_ms} ms apart"
+        if folding.gap_ms
+        else f"{folding.pane_ms} ms pane"
+    )
     return (
         f"{state}: the Kafka reader folds each block of decoded records{behind} into one "
-        f"partial per ({folding.pane_ms} ms pane, {keys}) with Arrow; Spark merges the "
+        f"partial per ({unit}, {keys}) with Arrow; Spark merges the "
         "partials (new checkpoints; one that ran without it keeps the plain aggregation)"
     )

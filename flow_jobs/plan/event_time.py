@@ -128,3 +128,11 @@ def with_event_time(
     timed = frame.withColumn(EVENT_TIME, guarded)
     delay = f"{window.watermark_delay_ms} milliseconds"
     return timed.withWatermark(EVENT_TIME, delay) if watermark else timed
+
+
+def replace_event_time(frame: DataFrame, window: WindowSpec, time: Column) -> DataFrame:
+    """The window's event-time column replaced by ``time``, with the watermark's mark
+    (after ``with_event_time``: the watermark itself is taken upstream, on the old
+    values)."""
+    marked = time.alias(EVENT_TIME, metadata={_DELAY_KEY: window.watermark_delay_ms})
+    return frame.withColumn(EVENT_TIME, marked)

@@ -22,18 +22,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from flow_jobs.aggregations import NativeWindow, aggregation_input, native_aggregate
 from flow_jobs.aggregations.partials import Merge
 from flow_jobs.errors import PlanError
-from flow_jobs.plan.event_time import EVENT_TIME, with_event_time
+from flow_jobs.io.combine import START
+from flow_jobs.plan.event_time import EVENT_TIME, replace_event_time, with_event_time
 from flow_jobs.plan.ordering import tie_break
 from flow_jobs.plan.state_windows import compile_state_window
 from flow_jobs.spec.models import WindowSpec
 
 _WINDOW = "__flow_window"
+_GAP = "__flow_gap"
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,10 @@ def compile_window(
         return CompiledWindow(compile_state_window(timed, window, pipeline, tie), mode)
     event_time = F.col(EVENT_TIME)
     order = (event_time, *tie)
-    window_column = window.native_window(event_time)
+    if merge is not None and merge.plan.gap_ms:
+        timed, window_column = _merged_sessions(timed, window, merge)
+    else:
+        window_column = window.native_window(event_time)
     assert window_column is not None  # engine "native": the family has a native form
     bounds = (F.col(f"{_WINDOW}.start"), F.col(f"{_WINDOW}.end"))
     aggregates = [
@@ -96,3 +101,21 @@ def compile_window(
         *(c for a in aggregates for c in a.outputs),
     )
     return CompiledWindow(output, mode)
+
+
+def _merged_sessions(
+    timed: DataFrame, window: WindowSpec, merge: Merge
+) -> tuple[DataFrame, Column]:
+    """Sessions over rows and the reader's session partials (``flow_jobs.io.combine``):
+    a row's session is [time, time + gap), a partial's [start, highest time + gap), what
+    its rows' sessions merge into. Spark's ``session_window`` takes a gap per row for
+    that; the watermark has been taken on the highest time before (the source's node or
+    ``with_event_time``'s), so the event time may become the start here."""
+    start = merge.partial.getField(START)
+    span_us = F.unix_micros(F.col(EVENT_TIME)) - F.unix_micros(start)
+    gap_us = F.coalesce(span_us, F.lit(0)) + F.lit(merge.plan.gap_ms * 1000)
+    # session_window takes a gap column only as a calendar interval: exact seconds
+    seconds = (gap_us.cast("decimal(24,0)") / F.lit(1_000_000)).cast("decimal(18,6)")
+    timed = timed.withColumn(_GAP, F.make_interval(secs=seconds))
+    timed = replace_event_time(timed, window, F.coalesce(start, F.col(EVENT_TIME)))
+    return timed, F.session_window(F.col(EVENT_TIME), F.col(_GAP))
