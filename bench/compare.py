@@ -13,13 +13,16 @@ checkpoint):
 * ``bare read``: confluent-kafka consumers, one process per partition (the ceiling);
 * ``flow-jobs``: the pipeline from a spec (Arrow decode in the reader, MERGE into Delta),
   for tumbling 60 s, filter-then-tumbling (``FILTER``), hopping 60 s / 10 s, session
-  (gap 2 s), each with count, sum, min, max, avg, first and last by user, and the orders
-  x payments join;
+  (gap 2 s), sliding 60 s (one window per row), count (tumbling, 100 records), each with
+  count, sum, min, max, avg, first and last by user, the orders x payments join, and a
+  60 s tumbling window per customer after that join (``JOIN_WINDOW``);
 * ``hand-written PySpark``: what a Spark user writes for the same job with the same
   source (``flow_kafka``: spark-sql-kafka cannot be installed here), ``from_json``,
   ``withWatermark``, ``window`` / ``session_window`` / the join, append mode, each
-  micro-batch appended to Delta with ``deltalake`` in ``foreachBatch``;
-* ``Quix Streams``: the same windows and join (``bench/quix_run.py`` in ``.venv-quix``),
+  micro-batch appended to Delta with ``deltalake`` in ``foreachBatch`` (none for sliding
+  and count windows: Spark has neither, ``NO_HAND_WRITTEN``);
+* ``Quix Streams``: the same windows and join, not the window after it
+  (``bench/quix_run.py`` in ``.venv-quix``),
   on the first ``--quix-limit`` records per partition of the same topics (at Quix's rate
   the whole topic would take minutes per shape); its rate is per event either way.
 
@@ -84,7 +87,19 @@ SHAPES: dict[str, dict[str, Any]] = {
     "filter": {"kind": "tumbling", "duration_ms": 60_000},  # after FILTER
     "hopping": {"kind": "hopping", "duration_ms": 60_000, "hop_ms": 10_000},
     "session": {"kind": "session", "gap_ms": 2_000},
+    "sliding": {"kind": "sliding", "duration_ms": 60_000},
+    "count": {"kind": "count_tumbling", "count": 100},
 }
+#: Shapes over the orders and payments topics (the join; the join, then a window).
+JOINS = ("join", "join_window")
+#: Every shape, in the tables' order (``--shapes``' default).
+ALL_SHAPES = "tumbling,filter,hopping,session,sliding,count,join,join_window"
+#: Shapes the reader pre-aggregates: the fresh-process table runs each with
+#: ``pre_aggregate = false`` too.
+FOLDING = ("tumbling", "filter", "hopping", "session")
+#: Shapes without a hand-written PySpark job: Spark has no sliding (one window per row)
+#: or count window; a user would write a stateful processor of their own.
+NO_HAND_WRITTEN = ("sliding", "count")
 
 
 #: filter-then-tumbling: the condition (~8% of the sample clicks fail it), as flow-jobs'
@@ -110,12 +125,16 @@ JOIN_TOPICS = {
 }
 
 
-def fresh_spec(bootstrap: str, workdir: Path, shape: str, topic: str) -> PipelineSpec:
+def fresh_spec(
+    bootstrap: str, workdir: Path, shape: str, topic: str, pre_aggregate: bool = True
+) -> PipelineSpec:
     """The spec flow-jobs runs for a shape in a process of its own; a join's ``topic`` is
     its orders topic (``JOIN_TOPICS``)."""
-    if shape == "join":
-        return _join_spec(bootstrap, workdir, topic, JOIN_TOPICS[topic][0])
-    return window_spec(bootstrap, workdir, shape, topic)
+    if shape in JOINS:
+        return _join_spec(
+            bootstrap, workdir, topic, JOIN_TOPICS[topic][0], window=shape == "join_window"
+        )
+    return window_spec(bootstrap, workdir, shape, topic, pre_aggregate)
 
 
 def hand_written_window(
@@ -200,7 +219,7 @@ def main() -> int:
     parser.add_argument("--keys", type=int, default=1_000)
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--quix-limit", type=int, default=100_000, help="records per partition")
-    parser.add_argument("--shapes", default="tumbling,filter,hopping,session,join")
+    parser.add_argument("--shapes", default=ALL_SHAPES)
     parser.add_argument("--out", default="bench/results")
     parser.add_argument(
         "--processes",
@@ -246,7 +265,7 @@ def main() -> int:
         print(f"produced {produced:,} events", flush=True)
         report(bare_read(bootstrap, _ends(bootstrap)))
         joined = 0
-        if "join" in shapes:  # half the events orders, half payments
+        if set(JOINS) & set(shapes):  # half the events orders, half payments
             for topic in (ORDERS_TOPIC, PAYMENTS_TOPIC, *JOIN_TOPICS[ORDERS_TOPIC][1:]):
                 broker.create_topic(topic, args.partitions, QUIX_TOPIC_CONFIG)
             joined = produce_join(bootstrap, args.events // 2, start_ms, args.partitions)
@@ -256,9 +275,9 @@ def main() -> int:
             from bench.fresh import fresh_runs, fresh_table
 
             topics = {s: (EMPTY_TOPIC, TOPIC, produced) for s in shapes if s in SHAPES}
-            if "join" in shapes:
-                topics["join"] = (JOIN_TOPICS[ORDERS_TOPIC][1], ORDERS_TOPIC, joined)
-            runs = fresh_runs(fresh_spec, bootstrap, topics)
+            for join in (s for s in shapes if s in JOINS):
+                topics[join] = (JOIN_TOPICS[ORDERS_TOPIC][1], ORDERS_TOPIC, joined)
+            runs = fresh_runs(fresh_spec, bootstrap, topics, FOLDING, NO_HAND_WRITTEN)
             fresh = fresh_table(runs)
             print("\n".join(fresh), flush=True)
             fresh_json = [vars(r) for r in runs]
@@ -301,30 +320,33 @@ def main() -> int:
                         ours(shape, pre_aggregate=False),
                     )
                 )
-            report(
-                spark_run(
-                    f"{shape}: hand-written PySpark",
-                    produced,
-                    lambda w, s=shape: hand_written_window(spark, bootstrap, w, s),
+            if shape not in NO_HAND_WRITTEN:
+                report(
+                    spark_run(
+                        f"{shape}: hand-written PySpark",
+                        produced,
+                        lambda w, s=shape: hand_written_window(spark, bootstrap, w, s),
+                    )
                 )
-            )
             report(quix_run(bootstrap, shape, [TOPIC], args.quix_limit))
-        if "join" in shapes:
+        for join in (s for s in shapes if s in JOINS):
+            after = join == "join_window"
 
-            def our_join(workdir: Path) -> PipelineRunner:
-                runner = PipelineRunner(_join_spec(bootstrap, workdir), spark)
+            def our_join(workdir: Path, after: bool = after) -> PipelineRunner:
+                runner = PipelineRunner(_join_spec(bootstrap, workdir, window=after), spark)
                 runner.run(available_now=True)
                 return runner
 
-            report(spark_run("join: flow-jobs", joined, our_join))
+            report(spark_run(f"{join}: flow-jobs", joined, our_join))
             report(
                 spark_run(
-                    "join: hand-written PySpark",
+                    f"{join}: hand-written PySpark",
                     joined,
-                    lambda w: hand_written_join(spark, bootstrap, w)["input"],
+                    lambda w, a=after: hand_written_join(spark, bootstrap, w, window=a)["input"],
                 )
             )
-            report(quix_run(bootstrap, "join", [ORDERS_TOPIC, PAYMENTS_TOPIC], args.quix_limit))
+            if not after:  # bench/quix_run.py has no window after its join
+                report(quix_run(bootstrap, join, [ORDERS_TOPIC, PAYMENTS_TOPIC], args.quix_limit))
         spark.stop()
 
     ceiling = results[0].rate
@@ -390,7 +412,7 @@ def _write(args: argparse.Namespace, lines: list[str], figures: dict[str, Any]) 
     out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%S")
     command = f"make bench-compare N={args.events}"
-    if args.processes != "both" or args.shapes != "tumbling,filter,hopping,session,join":
+    if args.processes != "both" or args.shapes != ALL_SHAPES:
         command = (
             f"python -m bench.compare --events {args.events} --shapes {args.shapes} "
             f"--processes {args.processes}"

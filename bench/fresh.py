@@ -4,7 +4,8 @@ users run them.
 * flow-jobs: ``flow-jobs run SPEC.toml --available-now -q``, the console script of this
   environment, on a spec written for the run (a fresh checkpoint, target and ledger
   pipeline name);
-* the hand-written PySpark job: ``python -m bench.hand_written`` (``bench/hand_written.py``).
+* the hand-written PySpark job: ``python -m bench.hand_written`` (``bench/hand_written.py``);
+* for a shape the reader pre-aggregates, flow-jobs again with ``pre_aggregate = false``.
 
 Each is timed from its process's start to its exit (JVM, session, embedded state store,
 compile, every micro-batch, the writes), over the full topic (gross: N / T(N)) and over an
@@ -19,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,14 +47,20 @@ def _timed(command: list[str], what: str) -> tuple[float, str]:
     return seconds, done.stdout
 
 
-#: (bootstrap, workdir, shape, topic) -> the PipelineSpec flow-jobs runs for a shape
-SpecFor = Callable[[str, Path, str, str], Any]
+#: (bootstrap, workdir, shape, topic, pre_aggregate) -> the PipelineSpec flow-jobs runs
+SpecFor = Callable[[str, Path, str, str, bool], Any]
+OURS, PLAIN, HAND = "flow-jobs", "flow-jobs, pre_aggregate = false", "hand-written PySpark"
 
 
 def flow_jobs_run(
-    spec_for: SpecFor, bootstrap: str, shape: str, topic: str, workdir: Path
+    spec_for: SpecFor,
+    bootstrap: str,
+    shape: str,
+    topic: str,
+    workdir: Path,
+    pre_aggregate: bool = True,
 ) -> float:
-    spec = spec_for(bootstrap, workdir, shape, topic)
+    spec = spec_for(bootstrap, workdir, shape, topic, pre_aggregate)
     path = workdir / "spec.toml"
     path.write_text(spec.to_toml())
     seconds, _ = _timed(
@@ -72,18 +79,31 @@ def hand_written_run(bootstrap: str, shape: str, topic: str, workdir: Path) -> f
 
 
 def fresh_runs(
-    spec_for: SpecFor, bootstrap: str, topics: dict[str, tuple[str, str, int]]
+    spec_for: SpecFor,
+    bootstrap: str,
+    topics: dict[str, tuple[str, str, int]],
+    folding: Sequence[str] = (),
+    no_hand_written: Sequence[str] = (),
 ) -> list[ProcessRun]:
-    """Each shape's four runs: (flow-jobs, hand-written) x (empty topic, full topic);
-    ``topics``: per shape (empty topic, full topic, its events); ``spec_for`` makes
-    flow-jobs' spec of a shape (``bench.compare.fresh_spec``)."""
+    """Each shape's runs: (flow-jobs, hand-written; flow-jobs with ``pre_aggregate =
+    false`` for a shape in ``folding``; no hand-written job for one in
+    ``no_hand_written``) x (empty topic, full topic); ``topics``: per shape (empty topic,
+    full topic, its events); ``spec_for`` makes flow-jobs' spec of a shape
+    (``bench.compare.fresh_spec``)."""
     runs: list[ProcessRun] = []
 
     def ours(bootstrap: str, shape: str, topic: str, workdir: Path) -> float:
         return flow_jobs_run(spec_for, bootstrap, shape, topic, workdir)
 
-    jobs = (("flow-jobs", ours), ("hand-written PySpark", hand_written_run))
+    def plain(bootstrap: str, shape: str, topic: str, workdir: Path) -> float:
+        return flow_jobs_run(spec_for, bootstrap, shape, topic, workdir, pre_aggregate=False)
+
     for shape, (empty_topic, topic, events) in topics.items():
+        jobs: list[tuple[str, Callable[[str, str, str, Path], float]]] = [(OURS, ours)]
+        if shape not in no_hand_written:
+            jobs.append((HAND, hand_written_run))
+        if shape in folding:
+            jobs.append((PLAIN, plain))
         for name, n in ((empty_topic, 0), (topic, events)):
             for job, run in jobs:
                 with tempfile.TemporaryDirectory(prefix="flow-bench-fresh-") as work:
@@ -104,15 +124,19 @@ def fresh_table(runs: list[ProcessRun]) -> list[str]:
     ]
     for shape in dict.fromkeys(r.shape for r in runs):
         figures = {}
-        for job in ("hand-written PySpark", "flow-jobs"):
-            full = next(r for r in runs if r.shape == shape and r.job == job and r.events)
-            empty = next(r for r in runs if r.shape == shape and r.job == job and not r.events)
+        for job in (HAND, OURS, PLAIN):
+            mine = [r for r in runs if r.shape == shape and r.job == job]
+            full = next((r for r in mine if r.events), None)
+            empty = next((r for r in mine if not r.events), None)
+            if full is None or empty is None:
+                continue
             net = full.events / max(full.seconds - empty.seconds, 1e-9)
             figures[job] = (full, empty, full.events / full.seconds, net)
-        base = figures["hand-written PySpark"]
+        base = figures.get(HAND)
         for job, (full, empty, gross, net) in figures.items():
+            ratios = f"{gross / base[2]:.2f} | {net / base[3]:.2f}" if base else "— | —"
             lines.append(
                 f"| {shape} | {job} | {full.seconds:.1f} | {empty.seconds:.1f} | {gross:,.0f} "
-                f"| {net:,.0f} | {gross / base[2]:.2f} | {net / base[3]:.2f} |"
+                f"| {net:,.0f} | {ratios} |"
             )
     return lines

@@ -38,9 +38,9 @@ def main() -> int:
     )
     spark.dataSource.register(KafkaDataSource)
     bootstrap, workdir, topic = args["bootstrap"], Path(args["workdir"]), args["topic"]
-    if args["shape"] == "join":  # the topic is the orders topic
-        payments = JOIN_TOPICS[topic][0]
-        rows = hand_written_join(spark, bootstrap, workdir, topic, payments)["input"]
+    if args["shape"] in ("join", "join_window"):  # the topic is the orders topic
+        payments, window = JOIN_TOPICS[topic][0], args["shape"] == "join_window"
+        rows = hand_written_join(spark, bootstrap, workdir, topic, payments, window)["input"]
     else:
         rows = hand_written_window(spark, bootstrap, workdir, args["shape"], topic)
     spark.stop()

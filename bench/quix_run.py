@@ -8,7 +8,8 @@ One argument, a JSON object::
      "limit": 100000, "state_dir": "/tmp/x"}
 
 ``shape``: tumbling (60 s), filter (tumbling after ``bench.compare.FILTER``), hopping
-(60 s, step 10 s), session (gap 2 s), each with a 5 s grace and the bench's aggregates
+(60 s, step 10 s), session (gap 2 s), sliding (60 s), each with a 5 s grace, or count
+(tumbling, 100 records), with the bench's aggregates
 by message key (the user), or join (orders x payments on the message key, the order id:
 payments from 10 s before to 60 s after the order, 10 s grace). It reads each topic
 from the earliest offset, at most ``limit`` records per partition, stops once every
@@ -107,6 +108,10 @@ def main(args: dict[str, Any]) -> None:
             window = sdf.hopping_window(60_000, 10_000, grace_ms=5_000)
         elif shape == "session":
             window = sdf.session_window(2_000, grace_ms=5_000)
+        elif shape == "sliding":
+            window = sdf.sliding_window(60_000, grace_ms=5_000)
+        elif shape == "count":
+            window = sdf.tumbling_count_window(100)
         else:
             raise SystemExit(f"unknown shape {shape!r}")
         out = window.agg(

@@ -281,8 +281,26 @@ def produce_join(bootstrap: str, orders: int, start_ms: int, partitions: int) ->
     )
 
 
+#: window after the join: per customer, 60 s tumbling on the order's time
+JOIN_WINDOW = {
+    "kind": "tumbling",
+    "duration_ms": 60_000,
+    "event_time_column": "ts",
+    "group_by": ["customer"],
+    "aggregations": [
+        {"agg": "count", "as": "payments"},
+        {"agg": "sum", "column": "amount", "as": "ordered"},
+        {"agg": "sum", "column": "paid", "as": "paid"},
+    ],
+}
+
+
 def _join_spec(
-    bootstrap: str, workdir: Path, orders: str = ORDERS_TOPIC, payments: str = PAYMENTS_TOPIC
+    bootstrap: str,
+    workdir: Path,
+    orders: str = ORDERS_TOPIC,
+    payments: str = PAYMENTS_TOPIC,
+    window: bool = False,
 ) -> PipelineSpec:
     def source(name: str, topic: str, schema: str) -> dict:
         return {
@@ -293,6 +311,7 @@ def _join_spec(
             "max_offsets_per_trigger": JOIN_PER_TRIGGER,
         }
 
+    after = {"window": JOIN_WINDOW, "chain": ["join", "window"]} if window else {}
     return PipelineSpec.model_validate(
         {
             # its own pipeline in the ledger per workdir, as clicks_spec's
@@ -318,7 +337,8 @@ def _join_spec(
                         "paid": "paid",
                         "ts": "paid_ts",
                     },
-                }
+                },
+                **after,
             },
             "target": {"kind": "delta", "path": str(workdir / "target")},
             "checkpoint": {"location": str(workdir / "checkpoint")},
@@ -333,9 +353,11 @@ def hand_written_join(
     workdir: Path,
     orders_topic: str = ORDERS_TOPIC,
     payments_topic: str = PAYMENTS_TOPIC,
+    window: bool = False,
 ) -> dict[str, int]:
-    """The same join as a Spark user writes it by hand: read, decode, watermark, join,
-    append each micro-batch to Delta."""
+    """The same join as a Spark user writes it by hand: read, decode, watermark, join
+    (with ``window``, then ``JOIN_WINDOW``'s tumbling window on the order's time), append
+    each micro-batch to Delta."""
     from deltalake import write_deltalake
     from pyspark.sql import functions as F
 
@@ -366,7 +388,21 @@ def hand_written_join(
         "p.payment_id",
         "p.paid",
         F.col("p.ts").alias("paid_ts"),
+        F.col("o.et").alias("et"),
     )
+    if window:
+        joined = (
+            joined.groupBy(F.window("et", "60 seconds").alias("w"), "customer")
+            .agg(
+                F.count(F.lit(1)).alias("payments"),
+                F.sum("amount").alias("ordered"),
+                F.sum("paid").alias("paid"),
+            )
+            .select(F.col("w.start").alias("window_start"), F.col("w.end").alias("window_end"), "*")
+            .drop("w")
+        )
+    else:
+        joined = joined.drop("et")
     target = str(workdir / "hand_written")
 
     def write(batch: DataFrame, _batch_id: int) -> None:
