@@ -19,8 +19,9 @@ checkpoint):
 * ``hand-written PySpark``: what a Spark user writes for the same job with the same
   source (``flow_kafka``: spark-sql-kafka cannot be installed here), ``from_json``,
   ``withWatermark``, ``window`` / ``session_window`` / the join, append mode, each
-  micro-batch appended to Delta with ``deltalake`` in ``foreachBatch`` (none for sliding
-  and count windows: Spark has neither, ``NO_HAND_WRITTEN``);
+  micro-batch appended to Delta with ``deltalake`` in ``foreachBatch`` (sliding and
+  count windows, which Spark has no operator for: a ``transformWithStateInPandas``
+  processor of the user's own, ``bench/hand_stateful.py``);
 * ``Quix Streams``: the same windows and join, not the window after it
   (``bench/quix_run.py`` in ``.venv-quix``),
   on the first ``--quix-limit`` records per partition of the same topics (at Quix's rate
@@ -97,9 +98,6 @@ ALL_SHAPES = "tumbling,filter,hopping,session,sliding,count,join,join_window"
 #: Shapes the reader pre-aggregates: the fresh-process table runs each with
 #: ``pre_aggregate = false`` too.
 FOLDING = ("tumbling", "filter", "hopping", "session")
-#: Shapes without a hand-written PySpark job: Spark has no sliding (one window per row)
-#: or count window; a user would write a stateful processor of their own.
-NO_HAND_WRITTEN = ("sliding", "count")
 
 
 #: filter-then-tumbling: the condition (~8% of the sample clicks fail it), as flow-jobs'
@@ -143,6 +141,11 @@ def hand_written_window(
     """The windowed job as a Spark user writes it by hand; returns the rows read."""
     from deltalake import write_deltalake
     from pyspark.sql import functions as F
+
+    if shape in ("sliding", "count"):
+        from bench.hand_stateful import hand_written_stateful
+
+        return hand_written_stateful(spark, bootstrap, workdir, shape, topic)
 
     timed = hand_written_events(spark, bootstrap, topic, SCHEMA, LATENESS_MS)
     if shape == "filter":
@@ -277,7 +280,7 @@ def main() -> int:
             topics = {s: (EMPTY_TOPIC, TOPIC, produced) for s in shapes if s in SHAPES}
             for join in (s for s in shapes if s in JOINS):
                 topics[join] = (JOIN_TOPICS[ORDERS_TOPIC][1], ORDERS_TOPIC, joined)
-            runs = fresh_runs(fresh_spec, bootstrap, topics, FOLDING, NO_HAND_WRITTEN)
+            runs = fresh_runs(fresh_spec, bootstrap, topics, FOLDING)
             fresh = fresh_table(runs)
             print("\n".join(fresh), flush=True)
             fresh_json = [vars(r) for r in runs]
@@ -320,14 +323,13 @@ def main() -> int:
                         ours(shape, pre_aggregate=False),
                     )
                 )
-            if shape not in NO_HAND_WRITTEN:
-                report(
-                    spark_run(
-                        f"{shape}: hand-written PySpark",
-                        produced,
-                        lambda w, s=shape: hand_written_window(spark, bootstrap, w, s),
-                    )
+            report(
+                spark_run(
+                    f"{shape}: hand-written PySpark",
+                    produced,
+                    lambda w, s=shape: hand_written_window(spark, bootstrap, w, s),
                 )
+            )
             report(quix_run(bootstrap, shape, [TOPIC], args.quix_limit))
         for join in (s for s in shapes if s in JOINS):
             after = join == "join_window"
