@@ -2,11 +2,12 @@
 the rows, whatever the cut.
 
 The unit half (no Spark) checks ``flow_jobs.io.combine.Folder`` against a reference
-written from the rules in ``docs/spec-reference.md`` ("Pre-aggregation"): which rows fold
-(decoded, event time present and in range, not past the batch time + skew, after the
-late watermark), the pane, and each part (Spark's NaN rule for min / max, first / last by
-event time then offset among non-NULL values); and that folding the same rows in blocks
-of any size, then merging, gives the same partials.
+written from the rules in ``docs/spec-reference.md`` ("Pre-aggregation"): which rows
+fold (decoded, event time present and in range, not past the batch time + skew, after
+the late watermark), the pane (for a session window, the session), and each part
+(Spark's NaN rule for min / max, first / last by event time then offset among non-NULL
+values); and that folding the same rows in blocks of any size, then merging, gives the
+same partials.
 
 The integration half runs one messy stream through the pipeline with ``pre_aggregate``
 on and off, in one micro-batch and in tiny ones, and compares the windows, the dead

@@ -185,7 +185,7 @@ def describe(folding: CombinePlan | str) -> str:
     if folding.stage is not None:
         behind = " after evaluating [transform].sql on them (Spark's plan of it)"
     unit = (
-        f"session of records less than {folding.gap_ms} ms apart"
+        f"session of records at most {folding.gap_ms} ms apart"
         if folding.gap_ms
         else f"{folding.pane_ms} ms pane"
     )
