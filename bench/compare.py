@@ -22,7 +22,7 @@ checkpoint):
   micro-batch appended to Delta with ``deltalake`` in ``foreachBatch`` (sliding and
   count windows, which Spark has no operator for: a ``transformWithStateInPandas``
   processor of the user's own, ``bench/hand_stateful.py``);
-* ``Quix Streams``: the same windows and join, not the window after it
+* ``Quix Streams``: the same windows, join and window after it
   (``bench/quix_run.py`` in ``.venv-quix``),
   on the first ``--quix-limit`` records per partition of the same topics (at Quix's rate
   the whole topic would take minutes per shape); its rate is per event either way.
@@ -347,8 +347,7 @@ def main() -> int:
                     lambda w, a=after: hand_written_join(spark, bootstrap, w, window=a)["input"],
                 )
             )
-            if not after:  # bench/quix_run.py has no window after its join
-                report(quix_run(bootstrap, join, [ORDERS_TOPIC, PAYMENTS_TOPIC], args.quix_limit))
+            report(quix_run(bootstrap, join, [ORDERS_TOPIC, PAYMENTS_TOPIC], args.quix_limit))
         spark.stop()
 
     ceiling = results[0].rate

@@ -11,7 +11,9 @@ One argument, a JSON object::
 (60 s, step 10 s), session (gap 2 s), sliding (60 s), each with a 5 s grace, or count
 (tumbling, 100 records), with the bench's aggregates
 by message key (the user), or join (orders x payments on the message key, the order id:
-payments from 10 s before to 60 s after the order, 10 s grace). It reads each topic
+payments from 10 s before to 60 s after the order, 10 s grace), or join_window (that
+join, then per customer, after Quix's ``group_by`` through a topic, a 60 s tumbling
+window: count and two sums). It reads each topic
 from the earliest offset, at most ``limit`` records per partition, stops once every
 partition is read that far, and prints one JSON line: ``{"events": n, "seconds": s,
 "outputs": m}``, timed from the first message processed to the last (the process
@@ -93,11 +95,18 @@ def main(args: dict[str, Any]) -> None:
         return sdf.update(count_and_stop)
 
     shape = args["shape"]
-    if shape == "join":
+    if shape in ("join", "join_window"):
         orders, payments = (read(t) for t in args["topics"])
         out = orders.join_interval(
             payments, grace_ms=10_000, backward_ms=10_000, forward_ms=60_000, on_merge="keep-left"
         )
+        if shape == "join_window":  # per customer: a repartition through a topic
+            out = (
+                out.group_by("customer")
+                .tumbling_window(60_000, grace_ms=10_000)
+                .agg(payments=Count(), ordered=Sum("amount"), paid=Sum("paid"))
+                .final()
+            )
     else:
         sdf = read(args["topics"][0])
         if shape == "filter":  # bench.compare.FILTER
