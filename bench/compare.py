@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 
 from bench.pipeline import clicks_spec
 from bench.run import (
@@ -57,6 +57,7 @@ from bench.run import (
     bare_read,
     hand_written_events,
     hand_written_join,
+    hand_written_sink,
     produce_join,
     spark_run,
 )
@@ -139,7 +140,6 @@ def hand_written_window(
     spark: SparkSession, bootstrap: str, workdir: Path, shape: str, topic: str = TOPIC
 ) -> int:
     """The windowed job as a Spark user writes it by hand; returns the rows read."""
-    from deltalake import write_deltalake
     from pyspark.sql import functions as F
 
     if shape in ("sliding", "count"):
@@ -170,25 +170,7 @@ def hand_written_window(
         .select(F.col("w.start").alias("window_start"), F.col("w.end").alias("window_end"), "*")
         .drop("w")
     )
-    target = str(workdir / "hand_written")
-    seen = 0
-
-    def write(batch: DataFrame, _batch_id: int) -> None:
-        out = batch.toArrow()
-        if out.num_rows:
-            write_deltalake(target, out, mode="append")
-
-    query = (
-        aggregated.writeStream.outputMode("append")
-        .foreachBatch(write)
-        .option("checkpointLocation", str(workdir / "hand_checkpoint"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    for progress in query.recentProgress:
-        seen += int(progress.numInputRows)
-    return seen
+    return sum(int(p.numInputRows) for p in hand_written_sink(aggregated, workdir))
 
 
 def quix_run(bootstrap: str, shape: str, topics: list[str], limit: int) -> Result | str:

@@ -1,12 +1,11 @@
-"""The hand-written PySpark jobs for the windows Spark has no operator for, as a Spark
-user writes them: a sliding window (one window per row: [t - 60 s, t] for each distinct
-event time t of a user, emitted once the watermark reaches t) and a count window (each
-user's records in event-time order, 100 to a window, emitted once the watermark has
-passed all of them). Each is a ``transformWithStateInPandas`` processor (on the RocksDB
-state store provider, which it requires) keeping the user's records in a list state,
-with event-time timers; the bench's aggregates (count,
-sum, min, max, avg, first and last page); each micro-batch appended to Delta, as
-``bench.compare.hand_written_window``.
+"""The hand-written PySpark jobs for the windows Spark has no operator for, as a Spark user
+writes them: a sliding window (one window per row: [t - 60 s, t] for each distinct event
+time t of a user, emitted once the watermark reaches t) and a count window (each user's
+records in event-time order, 100 to a window, emitted once the watermark has passed all
+of them). Each is a ``transformWithStateInPandas`` processor (on the RocksDB state store
+provider, which it requires) keeping the user's records in a list state, with event-time
+timers; the bench's aggregates (count, sum, min, max, avg, first and last page); each
+micro-batch appended to Delta, as ``bench.compare.hand_written_window``.
 
 What a careful user writes, not what flow-jobs runs (``flow_jobs.windows``): ties of
 equal event time are left in the order the state returns them, and a timer's handler
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 
 _EVENTS = "ts LONG, amount DOUBLE, page STRING"
@@ -158,10 +157,8 @@ def hand_written_stateful(
     spark: SparkSession, bootstrap: str, workdir: Path, shape: str, topic: str
 ) -> int:
     """The sliding or count window job; returns the rows read."""
-    from deltalake import write_deltalake
-
     from bench.compare import LATENESS_MS
-    from bench.run import SCHEMA, hand_written_events
+    from bench.run import SCHEMA, hand_written_events, hand_written_sink
 
     processor = SlidingWindows(60_000) if shape == "sliding" else CountWindows(100)
     # transformWithState runs only on the RocksDB provider (Spark says so otherwise)
@@ -175,19 +172,4 @@ def hand_written_stateful(
         .groupBy("user_id")
         .transformWithStateInPandas(processor, _OUT, "Append", "EventTime")
     )
-    target = str(workdir / "hand_written")
-
-    def write(batch: DataFrame, _batch_id: int) -> None:
-        out = batch.toArrow()
-        if out.num_rows:
-            write_deltalake(target, out, mode="append")
-
-    query = (
-        windows.writeStream.outputMode("append")
-        .foreachBatch(write)
-        .option("checkpointLocation", str(workdir / "hand_checkpoint"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    return sum(int(p.numInputRows) for p in query.recentProgress)
+    return sum(int(p.numInputRows) for p in hand_written_sink(windows, workdir))

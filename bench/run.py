@@ -358,7 +358,6 @@ def hand_written_join(
     """The same join as a Spark user writes it by hand: read, decode, watermark, join
     (with ``window``, then ``JOIN_WINDOW``'s tumbling window on the order's time), append
     each micro-batch to Delta."""
-    from deltalake import write_deltalake
     from pyspark.sql import functions as F
 
     def side(topic: str, schema: str, alias: str) -> DataFrame:
@@ -403,6 +402,15 @@ def hand_written_join(
         )
     else:
         joined = joined.drop("et")
+    return _join_figures(hand_written_sink(joined, workdir))
+
+
+def hand_written_sink(frame: DataFrame, workdir: Path) -> list:
+    """How the hand-written jobs write: each micro-batch appended to Delta with
+    ``deltalake`` in ``foreachBatch`` (append mode), the topic read once
+    (``availableNow``); returns the query's progress reports."""
+    from deltalake import write_deltalake
+
     target = str(workdir / "hand_written")
 
     def write(batch: DataFrame, _batch_id: int) -> None:
@@ -411,13 +419,14 @@ def hand_written_join(
             write_deltalake(target, rows, mode="append")
 
     query = (
-        joined.writeStream.foreachBatch(write)
+        frame.writeStream.outputMode("append")
+        .foreachBatch(write)
         .option("checkpointLocation", str(workdir / "hand_checkpoint"))
         .trigger(availableNow=True)
         .start()
     )
     query.awaitTermination()
-    return _join_figures(query.recentProgress)
+    return list(query.recentProgress)
 
 
 def _join_figures(progress: list) -> dict[str, int]:
