@@ -47,7 +47,8 @@ def _aggregate(user: str, start_ms: int, end_ms: int, events: pd.DataFrame) -> d
 
 
 class _Buffered(StatefulProcessor):
-    """A user's records in a list state, and timers (``register``)."""
+    """A user's records in a list state; each window kind sets its timers as records
+    arrive (``arrived``)."""
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
@@ -56,17 +57,25 @@ class _Buffered(StatefulProcessor):
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
     ) -> Iterator[pd.DataFrame]:
-        for frame in rows:
-            self.events.appendList(list(frame[["ts", "amount", "page"]].itertuples(index=False)))
-            self.register(frame["ts"])
+        new = [frame[["ts", "amount", "page"]] for frame in rows]
+        for frame in new:
+            self.events.appendList(list(frame.itertuples(index=False)))
+        if new:
+            self.arrived(pd.concat(new)["ts"])
         return iter(())
 
-    def register(self, ts: pd.Series) -> None:
+    def arrived(self, ts: pd.Series) -> None:
         raise NotImplementedError
 
     def buffered(self) -> pd.DataFrame:
         frame = pd.DataFrame(list(self.events.get()), columns=["ts", "amount", "page"])
         return frame.sort_values("ts", kind="stable").reset_index(drop=True)
+
+    def keep(self, events: pd.DataFrame) -> None:
+        """The list state holds ``events`` from now on."""
+        self.events.clear()
+        if len(events):
+            self.events.appendList(list(events.itertuples(index=False)))
 
     def close(self) -> None:
         return None
@@ -84,7 +93,7 @@ class SlidingWindows(_Buffered):
         super().init(handle)
         self.emitted = handle.getValueState("emitted", "t LONG")
 
-    def register(self, ts: pd.Series) -> None:
+    def arrived(self, ts: pd.Series) -> None:
         self.handle.registerTimer(int(ts.min()))
 
     def handleExpiredTimer(
@@ -102,11 +111,9 @@ class SlidingWindows(_Buffered):
         if ready:
             self.emitted.update((ready[-1],))
         # no later window reaches below the watermark - duration
-        keep = events[ts > watermark - self.duration_ms]
-        self.events.clear()
-        if len(keep):
-            self.events.appendList(list(keep.itertuples(index=False)))
-        ahead = keep["ts"][keep["ts"] > watermark]
+        kept = events[ts > watermark - self.duration_ms]
+        self.keep(kept)
+        ahead = kept["ts"][kept["ts"] > watermark]
         if len(ahead):
             self.handle.registerTimer(int(ahead.min()))
         if windows:
@@ -119,13 +126,8 @@ class CountWindows(_Buffered):
     def __init__(self, count: int) -> None:
         self.count = count
 
-    def handleInputRows(
-        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
-    ) -> Iterator[pd.DataFrame]:
-        for frame in rows:
-            self.events.appendList(list(frame[["ts", "amount", "page"]].itertuples(index=False)))
+    def arrived(self, ts: pd.Series) -> None:
         self.register(self.buffered()["ts"])
-        return iter(())
 
     def register(self, ts: pd.Series) -> None:
         """A timer at the last record of each full window (in time order)."""
@@ -139,11 +141,9 @@ class CountWindows(_Buffered):
         ready = int((events["ts"] <= timerValues.getCurrentWatermarkInMs()).sum())
         full = ready // self.count * self.count
         windows = [events.iloc[i : i + self.count] for i in range(0, full, self.count)]
-        self.events.clear()
-        if full < len(events):
-            rest = events.iloc[full:]
-            self.events.appendList(list(rest.itertuples(index=False)))
-            self.register(rest["ts"])
+        rest = events.iloc[full:]
+        self.keep(rest)
+        self.register(rest["ts"])
         if windows:
             yield pd.DataFrame(
                 [
