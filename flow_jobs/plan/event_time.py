@@ -123,16 +123,15 @@ def with_event_time(
         ),
     ).otherwise(event_time)
     if watermark and source_watermarks:
-        marked = guarded.alias(EVENT_TIME, metadata={_DELAY_KEY: window.watermark_delay_ms})
-        return frame.withColumn(EVENT_TIME, marked)
+        return replace_event_time(frame, window, guarded)
     timed = frame.withColumn(EVENT_TIME, guarded)
     delay = f"{window.watermark_delay_ms} milliseconds"
     return timed.withWatermark(EVENT_TIME, delay) if watermark else timed
 
 
 def replace_event_time(frame: DataFrame, window: WindowSpec, time: Column) -> DataFrame:
-    """The window's event-time column replaced by ``time``, with the watermark's mark
-    (after ``with_event_time``: the watermark itself is taken upstream, on the old
-    values)."""
+    """The window's event-time column set to ``time`` with the watermark's mark, the
+    delay in its metadata; the watermark itself is taken upstream (a source's node, or
+    ``with_event_time``'s on the values before)."""
     marked = time.alias(EVENT_TIME, metadata={_DELAY_KEY: window.watermark_delay_ms})
     return frame.withColumn(EVENT_TIME, marked)
