@@ -3,6 +3,8 @@
 It shares no code with flow_jobs. Windows are enumerated from their definitions:
 
 * tumbling / hopping: every epoch-aligned [start, end) containing the event;
+* cumulate: per cumulation [c, c + max_duration) aligned to the epoch, the windows
+  [c, c + k * step) for k = 1 .. max_duration / step; an event is in those containing it;
 * session: a group's events sorted by time; an event joins the running session when it
   falls at or before the session's end (last event + gap); the session is [first, last + gap);
 * sliding: one window [max(0, t - duration), t] per distinct event time t of a group;
@@ -108,6 +110,8 @@ def reference_windows(
     gap_ms: int | None = None,
     count: int | None = None,
     step: int | None = None,
+    step_ms: int | None = None,
+    max_duration_ms: int | None = None,
     group_by: Sequence[str],
     aggregations: Sequence[Agg | tuple[str, str | None, str]],
     watermark_ms: int | None = None,
@@ -135,13 +139,26 @@ def reference_windows(
     for group, rows in by_group.items():
         if kind in ("tumbling", "hopping"):
             assert duration_ms is not None and watermark_ms is not None
-            spans: dict[int, list[Row]] = defaultdict(list)
+            spans: dict[Any, list[Row]] = defaultdict(list)
             for r in rows:
                 for s in window_starts(r[time_key], duration_ms, hop_ms):
                     spans[s].append(r)
             for s, members in spans.items():
                 if s + duration_ms <= watermark_ms:
                     windows.append(((_ts(s), _ts(s + duration_ms), *group), members))
+        elif kind == "cumulate":
+            assert step_ms is not None and max_duration_ms is not None
+            assert current or watermark_ms is not None
+            spans = defaultdict(list)
+            for r in rows:
+                t = r[time_key]
+                c = t - t % max_duration_ms  # floor, also for negative t
+                for k in range(1, max_duration_ms // step_ms + 1):
+                    if t < c + k * step_ms:
+                        spans[(c, c + k * step_ms)].append(r)
+            for (s, e), members in spans.items():
+                if current or e <= watermark_ms:
+                    windows.append(((_ts(s), _ts(e), *group), members))
         elif kind == "session":
             assert gap_ms is not None and (current or watermark_ms is not None)
             ordered = sorted(rows, key=lambda r: r[time_key])

@@ -573,6 +573,7 @@ def _filtered(window: dict) -> dict:
         ("hopping", 60, None),
         ("tumbling", None, FILTER_SQL),
         ("hopping", 60, FILTER_SQL),
+        ("cumulate", 60, None),
         ("session", 60, None),
         ("session", None, FILTER_SQL),
     ],
@@ -598,6 +599,8 @@ def test_windows_are_the_same_with_and_without_pre_aggregation(
         ]  # fmt: skip
     send(broker.bootstrap_servers, topic, records)
     sizes = {"duration_ms": 20_000, **({"hop_ms": 5_000} if shape == "hopping" else {})}
+    if shape == "cumulate":
+        sizes = {"step_ms": 5_000, "max_duration_ms": 20_000}
     if shape == "session":  # a user's records are ~1 s apart on average: some gaps break
         sizes = {"gap_ms": 1_200}
     window = {

@@ -31,6 +31,8 @@ AGGREGATIONS = [
 CASES = {
     "tumbling": {"kind": "tumbling", "duration_ms": 20_000},
     "hopping": {"kind": "hopping", "duration_ms": 20_000, "hop_ms": 5_000},
+    # the running total of each cumulation, one row per step so far
+    "cumulate": {"kind": "cumulate", "step_ms": 5_000, "max_duration_ms": 20_000},
     "sliding": {"kind": "sliding", "duration_ms": 4_000},
     # bounds that move; merges are in tests/test_session_current.py
     "session": {"kind": "session", "gap_ms": 1_200},
@@ -71,6 +73,8 @@ def test_current_windows_track_every_update(
             gap_ms=CASES[case].get("gap_ms"),
             count=CASES[case].get("count"),
             step=CASES[case].get("step"),
+            step_ms=CASES[case].get("step_ms"),
+            max_duration_ms=CASES[case].get("max_duration_ms"),
             aggregations=AGGREGATIONS,
             watermark_ms=2**62,
             current=True,

@@ -141,6 +141,33 @@ def test_open_tumbling_windows_and_partials_equal_the_reference(
     assert "\x1b[" not in table, "plain text when stdout is not a terminal"
 
 
+def test_open_cumulate_windows_and_partials_equal_the_reference(
+    spark: SparkSession, broker: EmbeddedBroker, workdir: Path
+) -> None:
+    """Cumulating windows on Spark's aggregation: every step's window of the
+    cumulations still open, with its running partials (docs/spec-reference.md, Windows)."""
+    step, most = 5_000, 20_000
+    window = {"kind": "cumulate", "step_ms": step, "max_duration_ms": most}
+    path, events = _run(broker, spark, workdir, window)
+    watermark = max(e["ts"] for e in events) - LATENESS
+    windows: dict[tuple, list] = defaultdict(list)
+    for e in events:
+        start = e["ts"] - e["ts"] % most
+        for end in range(start + step, start + most + 1, step):
+            if e["ts"] < end and end > watermark:  # holds the row, still open
+                windows[(start, end, e["user_id"])].append(e)
+    expected = {k: _partials(rows) for k, rows in windows.items()}
+    assert len({k[1] for k in expected}) >= 3, "want several open steps per group"
+
+    spec = load_spec(path)
+    report = inspect_state(spark, spec, store=StateStore.for_spec(spec), limit=100)
+
+    assert _ms(report.watermark) == watermark
+    assert report.open_windows == len(expected)
+    actual = {(_ms(w.start), _ms(w.end), w.group["user_id"]): w.aggregates for w in report.windows}
+    _assert_same(actual, expected)
+
+
 def test_open_sliding_windows_are_decoded_from_the_state_api(
     spark: SparkSession, broker: EmbeddedBroker, workdir: Path
 ) -> None:

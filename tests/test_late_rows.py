@@ -42,6 +42,8 @@ KINDS: dict[str, dict[str, Any]] = {
     # duration = 3 x hop: a late row falls in 3 closed windows and still counts once
     "hopping": {"kind": "hopping", "duration_ms": 15_000, "hop_ms": 5_000},
     "session": {"kind": "session", "gap_ms": 4_000},
+    # a row is in up to 3 windows of its cumulation, each with its own end
+    "cumulate": {"kind": "cumulate", "step_ms": 5_000, "max_duration_ms": 15_000},
     "sliding": {"kind": "sliding", "duration_ms": 10_000},
 }
 
@@ -115,6 +117,8 @@ def _expected(kind: str, on_time: list[dict]) -> dict:
         duration_ms=window.get("duration_ms"),
         hop_ms=window.get("hop_ms"),
         gap_ms=window.get("gap_ms"),
+        step_ms=window.get("step_ms"),
+        max_duration_ms=window.get("max_duration_ms"),
         group_by=["user_id"],
         aggregations=AGGREGATIONS,
         watermark_ms=max(e["ts"] for e in on_time) - LATENESS,
@@ -131,7 +135,8 @@ def _ledger_late(spec: PipelineSpec) -> Counter[str]:
 
 
 #: "drop" in one micro-batch, "dlq" in 50-record micro-batches: both for the native
-#: (tumbling) and the state-API (sliding) engines, one each for hopping and session.
+#: (tumbling) and the state-API (sliding) engines, one each for hopping, cumulate and
+#: session.
 MODES = {"drop-one-batch": ("drop", None), "dlq-50-per-batch": ("dlq", 50)}
 CASES = [
     ("tumbling", "drop-one-batch"),
@@ -139,6 +144,7 @@ CASES = [
     ("sliding", "drop-one-batch"),
     ("sliding", "dlq-50-per-batch"),
     ("hopping", "dlq-50-per-batch"),
+    ("cumulate", "dlq-50-per-batch"),
     ("session", "drop-one-batch"),
 ]
 

@@ -266,6 +266,76 @@ def test_a_session_takes_a_row_at_its_end_and_a_gap_per_row(
     assert sorted(out) == [("a", 0, 30, 3), ("b", 1, 36, 3)]
 
 
+def test_an_exploded_window_struct_marked_as_event_time_closes_and_drops_by_its_end(
+    spark: SparkSession, tmp_path: Path, no_data_batches_off: None
+) -> None:
+    """A row exploded into several (start, end) structs, the struct column carrying the
+    watermark-delay mark, groups in append mode like ``window()``'s struct: a window
+    closes in the batch whose watermark is at or above its end (exactly at it too), and
+    a batch's row is dropped from each of its windows that ended at or before the
+    previous batch's watermark, and kept in the others.
+
+    Depends on it: cumulating windows on Spark's aggregation
+    (``flow_jobs.windows.cumulate``, ``flow_jobs.plan.windows._exploded``)."""
+    files, checkpoint = Files(tmp_path / "in"), tmp_path / "ckpt"
+    out: list[tuple[int, int, int]] = []
+    t = F.unix_seconds(F.col("t"))
+    start = t - F.pmod(t, F.lit(20))
+    first = start + (F.floor((t - start) / 5) + 1) * 5
+    ends = F.sequence(first, start + 20, F.lit(5).cast("bigint"))
+    windows = F.transform(
+        ends,
+        lambda e: F.struct(
+            F.timestamp_seconds(start).alias("start"), F.timestamp_seconds(e).alias("end")
+        ),
+    )
+    mark = {"spark.watermarkDelayMs": 0}
+    frame = (
+        files.stream(spark)
+        .withWatermark("t", "0 seconds")
+        .withColumn("w", F.explode(windows))
+        .withColumn("w", F.col("w").alias("w", metadata=mark))
+        .groupBy("w")
+        .count()
+    )
+
+    def collect(batch: DataFrame, batch_id: int) -> None:
+        out.extend(
+            (int(r["w"]["start"].timestamp()), int(r["w"]["end"].timestamp()), r["count"])
+            for r in batch.collect()
+        )
+
+    query = (
+        frame.writeStream.outputMode("append")
+        .foreachBatch(collect)
+        .option("checkpointLocation", str(checkpoint))
+        .start()
+    )
+    try:
+        files.add(3)  # batch 0 (watermark 0): in [0, 5), [0, 10), [0, 15), [0, 20)
+        query.processAllAvailable()
+        files.add(10)  # batch 1 (3 s): [0, 15), [0, 20)
+        query.processAllAvailable()
+        files.add(7)  # batch 2 (10 s, drops by 3 s): closes [0, 5) and, at its end, [0, 10)
+        query.processAllAvailable()
+        files.add(8)  # batch 3 (10 s, drops by 10 s): [0, 10) ended, [0, 15) and [0, 20) not
+        query.processAllAvailable()
+        files.add(40)
+        query.processAllAvailable()
+        files.add(40)  # batch 5 (40 s): [0, 15) and [0, 20) close
+        query.processAllAvailable()
+    finally:
+        _stop(query)
+    marks = [_offsets(checkpoint, n)[1]["batchWatermarkMs"] for n in range(6)]
+    progress = {p["batchId"]: p for p in query.recentProgress}
+    dropped = [progress[n]["stateOperators"][0]["numRowsDroppedByWatermark"] for n in range(6)]
+    assert marks == [0, 3_000, 10_000, 10_000, 10_000, 40_000]
+    assert dropped == [0, 0, 0, 1, 0, 0]
+    assert sorted(out) == [(0, 5, 1), (0, 10, 2), (0, 15, 4), (0, 20, 4)]
+    state = spark.read.format("statestore").load(str(checkpoint))
+    assert state.schema["key"].dataType.fieldNames() == ["w"]
+
+
 def test_the_commit_log_holds_the_next_batch_s_watermark(
     spark: SparkSession, tmp_path: Path
 ) -> None:

@@ -28,7 +28,7 @@ from flow_jobs.windows import KINDS, sliding
 from flow_jobs.windows.family import CloseRule, Shape, StateFamily
 from flow_jobs.windows.processor import FAMILIES, load_blob
 
-SHAPE = Shape(duration_ms=10, hop_ms=5, gap_ms=3, count=3, stride=1)
+SHAPE = Shape(duration_ms=10, hop_ms=5, gap_ms=3, count=3, stride=1, step_ms=5, max_duration_ms=15)
 
 
 def _frame(times: list[int]) -> EventFrame:
@@ -48,6 +48,7 @@ class _Clock:
 
 def _window(kind: str, **keys: object) -> WindowSpec:
     sizes = {"duration_ms": 10, "hop_ms": 5, "gap_ms": 3, "count": 3, "step": 2}
+    sizes |= {"step_ms": 5, "max_duration_ms": 15}
     own = {k: sizes[k] for k in KINDS[kind].SIZE_KEYS[kind]}
     aggregations = [{"agg": "count", "as": "n"}]
     return WindowSpec.model_validate({"kind": kind, **own, "aggregations": aggregations, **keys})

@@ -62,12 +62,25 @@ AGGREGATIONS: list[tuple[str, str | None, str, dict[str, Any]]] = [
     ),
 ]
 
-#: An exact count_distinct puts tumbling, hopping and session windows on the state API
-#: (its cap is checked while a window is open): hopping and session_exact run there.
+#: An exact count_distinct puts tumbling, hopping, cumulate and session windows on the
+#: state API (its cap is checked while a window is open): hopping and the ``_exact``
+#: cases run there; the others on Spark's aggregation.
 EXACT = ("count_distinct", "qty", "qtys", {"mode": "exact", "max_distinct_values_per_group": 1000})
 CASES: dict[str, dict[str, Any]] = {
     "tumbling": {"kind": "tumbling", "duration_ms": 30_000, "lateness_ms": 6_000},
     "hopping": {"kind": "hopping", "duration_ms": 40_000, "hop_ms": 15_000, "lateness_ms": 6_000},
+    "cumulate": {
+        "kind": "cumulate",
+        "step_ms": 10_000,
+        "max_duration_ms": 40_000,
+        "lateness_ms": 6_000,
+    },
+    "cumulate_exact": {
+        "kind": "cumulate",
+        "step_ms": 15_000,
+        "max_duration_ms": 45_000,
+        "lateness_ms": 6_000,
+    },
     "session": {"kind": "session", "gap_ms": 4_000, "lateness_ms": 6_000},
     "session_exact": {"kind": "session", "gap_ms": 4_000, "lateness_ms": 6_000},
     "sliding": {"kind": "sliding", "duration_ms": 5_000, "lateness_ms": 3_000},
@@ -75,6 +88,7 @@ CASES: dict[str, dict[str, Any]] = {
     "count_hopping": {"kind": "count_hopping", "count": 6, "step": 2, "lateness_ms": 3_000},
     "count_sliding": {"kind": "count_sliding", "count": 4, "lateness_ms": 3_000},
 }
+NATIVE = ("tumbling", "session", "cumulate")
 PARTITIONS = 3
 
 
@@ -119,7 +133,7 @@ def test_every_aggregator_equals_reference(
 ) -> None:
     window = dict(CASES[case])
     lateness = window["lateness_ms"]
-    aggregations = AGGREGATIONS if case in ("tumbling", "session") else [*AGGREGATIONS, EXACT]
+    aggregations = AGGREGATIONS if case in NATIVE else [*AGGREGATIONS, EXACT]
     rng = random.Random(f"kinds-{case}")
     events = _events(rng, lateness)
     records = _records(events, rng)
@@ -136,7 +150,7 @@ def test_every_aggregator_equals_reference(
     tiny = make_spec(
         workdir, broker.bootstrap_servers, topic, window, source={"max_offsets_per_trigger": 120}
     )
-    assert tiny.window.engine == ("native" if case in ("tumbling", "session") else "state")
+    assert tiny.window.engine == ("native" if case in NATIVE else "state")
     # Tiny micro-batches, with a restart (a new runner on the same checkpoint) halfway.
     half = len(records) // 2
     send(broker.bootstrap_servers, topic, records[:half])
@@ -161,6 +175,8 @@ def test_every_aggregator_equals_reference(
         gap_ms=window.get("gap_ms"),
         count=window.get("count"),
         step=window.get("step"),
+        step_ms=window.get("step_ms"),
+        max_duration_ms=window.get("max_duration_ms"),
         group_by=["user_id"],
         aggregations=aggregations,
         watermark_ms=max_ts - lateness,

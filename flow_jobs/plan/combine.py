@@ -47,7 +47,8 @@ from flow_jobs.io.combine import CombinePlan
 from flow_jobs.io.json_decode import arrow_schema
 from flow_jobs.plan.prestage import SPARK_TYPES, PreStage
 from flow_jobs.spec.models import EVENT_TS, KAFKA_COLUMN, PipelineSpec
-from flow_jobs.windows import FixedWindow, SessionWindow
+from flow_jobs.windows import SessionWindow
+from flow_jobs.windows.fixed import PaneWindow
 
 #: A checkpoint whose windows merge partials carries this file.
 MARKER = "flow_pre_aggregate"
@@ -67,8 +68,8 @@ def shape_folds(spec: PipelineSpec, payload: StructType | None) -> str | None:
         return "the source has no payload schema or the window's engine is not native"
     if not (source.registry_format or source.decoder == "auto"):
         return "the source is decoded by from_json alone (decoder)"
-    if not isinstance(w, FixedWindow | SessionWindow) or w.time_mode != "event":
-        return "only tumbling, hopping and session windows in event time fold"
+    if not isinstance(w, PaneWindow | SessionWindow) or w.time_mode != "event":
+        return "only tumbling, hopping, cumulate and session windows in event time fold"
     if source.format == "json" and arrow_schema(payload.json()) is None:
         return "Arrow does not decode the source's schema"
     return None
@@ -86,7 +87,7 @@ def foldable(
     if isinstance(prestage, str):
         return f"[transform].sql: {prestage}"
     w = spec.window
-    assert payload is not None and isinstance(w, FixedWindow | SessionWindow)
+    assert payload is not None and isinstance(w, PaneWindow | SessionWindow)
     types: dict[str, DataType] = {f.name: f.dataType for f in payload.fields}
 
     def origin(name: str) -> str | None:  # the payload field an output column reads as is
@@ -125,7 +126,7 @@ def foldable(
             return f"[transform].sql computes {sorted(clash)[0]}, also a group key's field"
     return CombinePlan(
         time,
-        w.pane_ms if isinstance(w, FixedWindow) else 0,
+        w.pane_ms if isinstance(w, PaneWindow) else 0,
         w.max_event_time_skew_ms,
         tuple(k for k in keys if k is not None),
         tuple((f, tuple(sorted(ps))) for f, ps in fields.items()),

@@ -129,9 +129,11 @@ def with_event_time(
     return timed.withWatermark(EVENT_TIME, delay) if watermark else timed
 
 
-def replace_event_time(frame: DataFrame, window: WindowSpec, time: Column) -> DataFrame:
-    """The window's event-time column set to ``time`` with the watermark's mark, the
-    delay in its metadata; the watermark itself is taken upstream (a source's node, or
-    ``with_event_time``'s on the values before)."""
-    marked = time.alias(EVENT_TIME, metadata={_DELAY_KEY: window.watermark_delay_ms})
-    return frame.withColumn(EVENT_TIME, marked)
+def replace_event_time(
+    frame: DataFrame, window: WindowSpec, time: Column, name: str = EVENT_TIME
+) -> DataFrame:
+    """The window's event-time column (or ``name``) set to ``time`` with the watermark's
+    mark, the delay in its metadata; the watermark itself is taken upstream (a source's
+    node, or ``with_event_time``'s on the values before)."""
+    marked = time.alias(name, metadata={_DELAY_KEY: window.watermark_delay_ms})
+    return frame.withColumn(name, marked)

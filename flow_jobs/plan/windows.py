@@ -44,6 +44,12 @@ class CompiledWindow:
     output_mode: str  # "append" | "update"
 
 
+def state_window_key(state: DataFrame) -> str:
+    """The window struct's field in the key of a native window's state (Spark's state
+    reader): ``window()``'s own, or the exploded windows' (``_exploded``)."""
+    return _WINDOW if _WINDOW in state.schema["key"].dataType.fieldNames() else "window"
+
+
 def check_group_by(frame: DataFrame, window: WindowSpec) -> None:
     for i, column in enumerate(window.group_by):
         if column not in frame.columns:
@@ -83,6 +89,8 @@ def compile_window(
     else:
         window_column = window.native_window(event_time)
     assert window_column is not None  # engine "native": the family has a native form
+    if window.EXPLODES:
+        timed, window_column = _exploded(timed, window, window_column)
     bounds = (F.col(f"{_WINDOW}.start"), F.col(f"{_WINDOW}.end"))
     aggregates = [
         native_aggregate(
@@ -101,6 +109,14 @@ def compile_window(
         *(c for a in aggregates for c in a.outputs),
     )
     return CompiledWindow(output, mode)
+
+
+def _exploded(timed: DataFrame, window: WindowSpec, windows: Column) -> tuple[DataFrame, Column]:
+    """One row per window of the row's list (cumulating windows), the (start, end)
+    struct marked as the watermarked event time, as ``window()`` marks its own: Spark's
+    aggregation then closes each window, and drops a late row of it, by its end."""
+    timed = timed.withColumn(_WINDOW, F.explode(windows))
+    return replace_event_time(timed, window, F.col(_WINDOW), _WINDOW), F.col(_WINDOW)
 
 
 def _merged_sessions(

@@ -23,9 +23,10 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from flow_jobs.plan.windows import state_window_key
 from flow_jobs.runtime.reports import JOIN_OPERATOR, Progress, window_state_rows
 from flow_jobs.spec.models import PipelineSpec
-from flow_jobs.windows import FixedWindow
+from flow_jobs.windows.fixed import PaneWindow
 from flow_jobs.windows.processor import STATE_VARIABLE
 
 
@@ -84,10 +85,10 @@ class GroupCap:
             .option("operatorId", self._window_operator())
         )
         window = self.spec.window
-        if window.engine == "native" and isinstance(window, FixedWindow):
+        if window.engine == "native" and isinstance(window, PaneWindow):
             state = reader.load(self.checkpoint)
             rows = (
-                state.groupBy(F.col("key.window").alias("w"))
+                state.groupBy(F.col(f"key.{state_window_key(state)}").alias("w"))
                 .count()
                 .where(F.col("count") > self.cap)
                 .orderBy("w.start")

@@ -85,6 +85,9 @@ ADDED_KEYS: dict[str, Any] = {
     "transform.join.dead_letter_topic": None,
     "transform.window.revision_column": "revision",
     "transform.window.state_api": None,
+    # cumulating windows' size keys (every other kind has them None)
+    "transform.window.step_ms": None,
+    "transform.window.max_duration_ms": None,
 }
 #: Fields added after checkpoints existed that have no default to compare with: each
 #: spec has them. A fingerprint stored without them is accepted once and replaced.
@@ -126,12 +129,12 @@ def fingerprint_fields(spec: PipelineSpec) -> dict[str, Any]:
         # kind's (None where the kind has none), as it had them when one model held all.
         for key in WindowSpec.size_keys():
             fields.setdefault(f"transform.window.{key}", None)
-    # Not a spec key: where the window's state lives. A tumbling, hopping or session
-    # window with an exact count_distinct moved from Spark's aggregation to the state
+    # Not a spec key: where the window's state lives. A tumbling, hopping, cumulate or
+    # session window with an exact count_distinct moved from Spark's aggregation to the state
     # API (its cap is checked while open); a checkpoint of the former cannot resume there.
     moved = (
         window is not None
-        and window.kind in ("tumbling", "hopping", "session")
+        and window.kind in ("tumbling", "hopping", "session", "cumulate")
         and window.engine == "state"
         and not window.reopens
     )

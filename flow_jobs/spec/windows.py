@@ -2,9 +2,10 @@
 
 Each window family is one module of ``flow_jobs.windows`` holding its spec model (a
 subclass of ``WindowSpec`` with its size keys and rules: ``fixed`` for tumbling and
-hopping, ``session``, ``sliding``, ``count``), its engine choice, its native compile, its
-descriptions, its state-size bound and its state-API logic. ``flow_jobs.windows`` joins
-the models into the union ``[transform.window]`` is read with, discriminated on ``kind``.
+hopping, ``cumulate``, ``session``, ``sliding``, ``count``), its engine choice, its native
+compile, its descriptions, its state-size bound and its state-API logic.
+``flow_jobs.windows`` joins the models into the union ``[transform.window]`` is read with,
+discriminated on ``kind``.
 """
 
 from __future__ import annotations
@@ -91,6 +92,9 @@ class WindowSpec(SpecModel):
     REOPEN_REFUSED: ClassVar[str | None] = ""
     #: Count windows: numbered by event, keyed by their index.
     COUNTS_EVENTS: ClassVar[bool] = False
+    #: ``native_window`` is a list of windows (of different lengths) per row, which the
+    #: aggregation groups on one by one (cumulating windows).
+    EXPLODES: ClassVar[bool] = False
     #: The family's state-API logic (``flow_jobs.windows.family``).
     STATE_FAMILY: ClassVar[type[StateFamily]]
 

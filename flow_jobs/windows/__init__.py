@@ -1,5 +1,5 @@
-"""Window families, one module per family: ``fixed`` (tumbling and hopping), ``session``,
-``sliding`` and ``count`` (count_tumbling, count_hopping, count_sliding).
+"""Window families, one module per family: ``fixed`` (tumbling and hopping), ``cumulate``,
+``session``, ``sliding`` and ``count`` (count_tumbling, count_hopping, count_sliding).
 
 Each family's module holds all of it:
 
@@ -27,13 +27,15 @@ from pydantic import Field, TypeAdapter
 
 from flow_jobs.spec.windows import KINDS, WindowSpec
 from flow_jobs.windows.count import CountWindow
+from flow_jobs.windows.cumulate import CumulateWindow
 from flow_jobs.windows.fixed import FixedWindow
 from flow_jobs.windows.session import SessionWindow
 from flow_jobs.windows.sliding import SlidingWindow
 
 #: ``[transform.window]``: the model of its ``kind``.
 AnyWindow = Annotated[
-    FixedWindow | SessionWindow | SlidingWindow | CountWindow, Field(discriminator="kind")
+    FixedWindow | CumulateWindow | SessionWindow | SlidingWindow | CountWindow,
+    Field(discriminator="kind"),
 ]
 
 #: Every window kind (``KINDS`` holds each one's model, in the order above).
@@ -62,6 +64,7 @@ __all__ = [
     "TIME_KINDS",
     "AnyWindow",
     "CountWindow",
+    "CumulateWindow",
     "FixedWindow",
     "SessionWindow",
     "SlidingWindow",

@@ -37,6 +37,9 @@ class Shape:
 
     duration_ms: int | None = None
     hop_ms: int | None = None
+    #: cumulating windows
+    step_ms: int | None = None
+    max_duration_ms: int | None = None
     gap_ms: int | None = None
     count: int | None = None
     stride: int | None = None

@@ -36,8 +36,9 @@ and the events inside them, in (event time, arrival) order.
 from __future__ import annotations
 
 import math
+from abc import abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Protocol
 
 import numpy as np
 from pydantic import Field
@@ -61,15 +62,44 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Bounds:
+    """Tumbling and hopping windows: each is keyed by its start."""
+
     duration_ms: int
     hop_ms: int
     allowed_lateness_ms: int
+
+    def keys(self, t: np.ndarray) -> np.ndarray:
+        """The distinct keys (sorted) of every window holding one of the times ``t``."""
+        return window_starts(t, self)
+
+    def starts(self, keys: np.ndarray) -> np.ndarray:
+        return keys
+
+    def ends(self, keys: np.ndarray) -> np.ndarray:
+        return keys + self.duration_ms
+
+
+class WindowBounds(Protocol):
+    """A family of fixed-bounds windows, each keyed by one int64 (ascending with its
+    start and its end alike): ``Bounds`` (tumbling, hopping) keys windows by their start,
+    ``flow_jobs.windows.cumulate`` by their end (its windows share starts)."""
+
+    @property
+    def allowed_lateness_ms(self) -> int: ...
+
+    def keys(self, t: np.ndarray) -> np.ndarray: ...
+
+    def starts(self, keys: np.ndarray) -> np.ndarray: ...
+
+    def ends(self, keys: np.ndarray) -> np.ndarray: ...
 
 
 @dataclass
 class ReopenState:
     frame: EventFrame  # time-ordered events of the held windows
-    starts: np.ndarray  # int64, sorted: the held windows
+    #: int64, sorted: the held windows' keys (``WindowBounds``; the name is what
+    #: checkpoints' pickles hold: tumbling and hopping windows are keyed by their start)
+    starts: np.ndarray
     revisions: np.ndarray  # int64: the revision each window last emitted, 0 = none yet
 
 
@@ -88,11 +118,11 @@ def window_starts(t: np.ndarray, b: Bounds) -> np.ndarray:
     return np.unique(candidates[inside])
 
 
-def add(state: ReopenState, new: EventFrame, b: Bounds) -> tuple[ReopenState, np.ndarray]:
+def add(state: ReopenState, new: EventFrame, b: WindowBounds) -> tuple[ReopenState, np.ndarray]:
     """Buffer new events; returns the state and the indices (into its windows) of the
     emitted windows they changed, whose revision this call bumps: they re-emit now."""
     frame = state.frame.concat(new).time_ordered()
-    touched = window_starts(new.t, b)
+    touched = b.keys(new.t)
     starts = np.union1d(state.starts, touched)
     revisions = np.zeros(len(starts), np.int64)
     revisions[np.searchsorted(starts, state.starts)] = state.revisions
@@ -102,44 +132,46 @@ def add(state: ReopenState, new: EventFrame, b: Bounds) -> tuple[ReopenState, np
     return ReopenState(frame, starts, revisions), reopened
 
 
-def close(state: ReopenState, watermark_ms: int, b: Bounds) -> tuple[ReopenState, np.ndarray]:
+def close(state: ReopenState, watermark_ms: int, b: WindowBounds) -> tuple[ReopenState, np.ndarray]:
     """At Spark's watermark ``watermark_ms``: the indices of the windows that emit for
     the first time (their revision set to 1), and the state without the windows
     (and events) past their allowed lateness. The indices are into ``state``'s
     windows, which keeps its events: compute the emitted rows from it."""
-    ends = state.starts + b.duration_ms
+    ends = b.ends(state.starts)
     first = np.flatnonzero((state.revisions == 0) & (ends <= watermark_ms + b.allowed_lateness_ms))
     state.revisions[first] = 1
     held = ends > watermark_ms
-    starts, revisions = state.starts[held], state.revisions[held]
-    keep = np.flatnonzero(state.frame.t >= starts[0]) if len(starts) else np.empty(0, np.int64)
-    return ReopenState(state.frame.take(keep), starts, revisions), first
+    keys, revisions = state.starts[held], state.revisions[held]
+    earliest = b.starts(keys[:1])  # keys ascend with their starts
+    keep = np.flatnonzero(state.frame.t >= earliest[0]) if len(keys) else np.empty(0, np.int64)
+    return ReopenState(state.frame.take(keep), keys, revisions), first
 
 
-def ranges(frame: EventFrame, starts: np.ndarray, b: Bounds) -> Ranges:
-    """Index ranges of windows ``[start, start + duration)`` in a time-ordered frame."""
+def ranges(frame: EventFrame, keys: np.ndarray, b: WindowBounds) -> Ranges:
+    """Index ranges of the windows ``keys`` (``[start, end)``) in a time-ordered frame."""
     return Ranges(
-        np.searchsorted(frame.t, starts, side="left").astype(np.int64),
-        (np.searchsorted(frame.t, starts + b.duration_ms, side="left") - 1).astype(np.int64),
+        np.searchsorted(frame.t, b.starts(keys), side="left").astype(np.int64),
+        (np.searchsorted(frame.t, b.ends(keys), side="left") - 1).astype(np.int64),
     )
 
 
-def due(state: ReopenState, b: Bounds) -> int | None:
+def due(state: ReopenState, b: WindowBounds) -> int | None:
     """The lowest watermark at which ``close`` has work for this group: a window not
     emitted yet is due at ``W = end - allowed_lateness_ms``, every window leaves at
     ``W = end`` (the group's timer is at it: ``flow_jobs.windows.timers``)."""
     if not len(state.starts):
         return None
-    ends = state.starts + b.duration_ms
+    ends = b.ends(state.starts)
     return int(np.where(state.revisions == 0, ends - b.allowed_lateness_ms, ends).min())
 
 
 @dataclass(frozen=True)
 class Fixed(StateFamily):
-    """Tumbling and hopping windows on the state API; with ``revision``, each emitted
-    row carries the revision it is (``late_data = "reopen"``)."""
+    """Tumbling and hopping windows on the state API (and cumulating windows, with their
+    bounds); with ``revision``, each emitted row carries the revision it is
+    (``late_data = "reopen"``)."""
 
-    bounds: Bounds
+    bounds: WindowBounds
     revision: bool = False
 
     def empty(self, frame: EventFrame) -> ReopenState:
@@ -150,7 +182,7 @@ class Fixed(StateFamily):
     ) -> tuple[ReopenState, Emission | None]:
         state, reopened = add(state, new, self.bounds)
         if emit_current:  # every window holding a new row, as it stands
-            touched = np.searchsorted(state.starts, window_starts(new.t, self.bounds))
+            touched = np.searchsorted(state.starts, self.bounds.keys(new.t))
             return state, self._windows(state, touched) if len(touched) else None
         # late rows corrected emitted windows: they emit again
         return state, self._windows(state, reopened) if len(reopened) else None
@@ -169,19 +201,19 @@ class Fixed(StateFamily):
         return bool(len(state.starts))
 
     def span(self, state: ReopenState) -> tuple[int | None, int | None]:
-        starts = state.starts  # sorted
-        if not len(starts):
+        keys = state.starts  # sorted, ascending with their starts and ends alike
+        if not len(keys):
             return None, None
-        return int(starts[0]), int(starts[-1]) + self.bounds.duration_ms
+        return int(self.bounds.starts(keys[:1])[0]), int(self.bounds.ends(keys[-1:])[0])
 
     def _windows(self, state: ReopenState, index: np.ndarray) -> Emission:
-        starts = state.starts[index]
+        keys = state.starts[index]
         revisions = state.revisions[index].astype(np.int32) if self.revision else None
         return Emission(
             state.frame,
-            ranges(state.frame, starts, self.bounds),
-            starts,
-            starts + self.bounds.duration_ms,
+            ranges(state.frame, keys, self.bounds),
+            self.bounds.starts(keys),
+            self.bounds.ends(keys),
             revisions=revisions,
         )
 
@@ -200,7 +232,19 @@ class Fixed(StateFamily):
         return cls(bounds, plan.revision)
 
 
-class FixedWindow(WindowSpec):
+class PaneWindow(WindowSpec):
+    """Windows with fixed bounds, each a whole number of panes of one length, aligned to
+    the epoch (tumbling, hopping, cumulating): the Kafka reader can fold rows into the
+    panes (``flow_jobs.plan.combine``), and Spark's aggregation keys its state by the
+    window (``flow_jobs.runtime.caps`` counts a window's groups there)."""
+
+    @property
+    @abstractmethod
+    def pane_ms(self) -> int:
+        """The windows' common pane: every window is a whole number of panes."""
+
+
+class FixedWindow(PaneWindow):
     """``kind = "tumbling"`` or ``"hopping"``: windows ``[start, start + duration_ms)``
     aligned to the epoch, one every ``hop_ms`` (tumbling: every ``duration_ms``)."""
 
@@ -232,8 +276,6 @@ class FixedWindow(WindowSpec):
 
     @property
     def pane_ms(self) -> int:
-        """The windows' common pane: every window is a whole number of panes
-        (``flow_jobs.plan.combine`` folds rows into them)."""
         return math.gcd(self.duration, self.hop)
 
     @property

@@ -13,6 +13,7 @@ from pyspark.sql import functions as F
 from flow_jobs.aggregations import AGGREGATORS, NOT_DECODED, AggregationInput
 from flow_jobs.operators.frame import EventFrame, Values
 from flow_jobs.operators.ranges import Context, Ranges
+from flow_jobs.plan.windows import state_window_key
 from flow_jobs.runtime.inspect.report import (
     DECODE_ALL_GROUPS,
     OpenWindow,
@@ -34,7 +35,7 @@ def native_windows(reader: Any, c: Reading) -> tuple[list[OpenWindow], int | Non
     state = reader.load(c.report.checkpoint)
     w = c.window
     session_kind = "session_window" in state.schema["value"].dataType.fieldNames()
-    bounds = "value.session_window" if session_kind else "key.window"
+    bounds = "value.session_window" if session_kind else f"key.{state_window_key(state)}"
     group_cols = {g: F.col(f"key.{g}") for g in w.group_by}
     state = filter_state(state, group_cols, c.window_groups)
     total = state.count()
