@@ -12,7 +12,8 @@ checkpoint):
 
 * ``bare read``: confluent-kafka consumers, one process per partition (the ceiling);
 * ``flow-jobs``: the pipeline from a spec (Arrow decode in the reader, MERGE into Delta),
-  for tumbling 60 s, filter-then-tumbling (``FILTER``), hopping 60 s / 10 s, session
+  for tumbling 60 s, filter-then-tumbling (``FILTER``), hopping 60 s / 10 s, cumulate
+  (every 10 s up to 60 s), session
   (gap 2 s), sliding 60 s (one window per row), count (tumbling, 100 records), each with
   count, sum, min, max, avg, first and last by user, the orders x payments join, and a
   60 s tumbling window per customer after that join (``JOIN_WINDOW``);
@@ -21,11 +22,14 @@ checkpoint):
   ``withWatermark``, ``window`` / ``session_window`` / the join, append mode, each
   micro-batch appended to Delta with ``deltalake`` in ``foreachBatch`` (sliding and
   count windows, which Spark has no operator for: a ``transformWithStateInPandas``
-  processor of the user's own, ``bench/hand_stateful.py``);
+  processor of the user's own, ``bench/hand_stateful.py``; cumulating windows: each row
+  exploded into the step ends after it, grouped by the minute's ``window()`` and the
+  end, ``hand_written_window``);
 * ``Quix Streams``: the same windows, join and window after it
   (``bench/quix_run.py`` in ``.venv-quix``),
   on the first ``--quix-limit`` records per partition of the same topics (at Quix's rate
-  the whole topic would take minutes per shape); its rate is per event either way.
+  the whole topic would take minutes per shape); its rate is per event either way. Quix
+  Streams has no cumulating window: that shape has no Quix run.
 
 The acceptance figure of issue 12 is the tumbling run's ``N / (T(N) - T(empty))``: the
 flow-jobs run on the full topic less the same run on an empty topic, in the same JVM.
@@ -88,6 +92,8 @@ SHAPES: dict[str, dict[str, Any]] = {
     "tumbling": {"kind": "tumbling", "duration_ms": 60_000},
     "filter": {"kind": "tumbling", "duration_ms": 60_000},  # after FILTER
     "hopping": {"kind": "hopping", "duration_ms": 60_000, "hop_ms": 10_000},
+    # a minute's running total every 10 s: the windows [m, m + 10 s), ..., [m, m + 60 s)
+    "cumulate": {"kind": "cumulate", "step_ms": 10_000, "max_duration_ms": 60_000},
     "session": {"kind": "session", "gap_ms": 2_000},
     "sliding": {"kind": "sliding", "duration_ms": 60_000},
     "count": {"kind": "count_tumbling", "count": 100},
@@ -95,10 +101,10 @@ SHAPES: dict[str, dict[str, Any]] = {
 #: Shapes over the orders and payments topics (the join; the join, then a window).
 JOINS = ("join", "join_window")
 #: Every shape, in the tables' order (``--shapes``' default).
-ALL_SHAPES = "tumbling,filter,hopping,session,sliding,count,join,join_window"
+ALL_SHAPES = "tumbling,filter,hopping,cumulate,session,sliding,count,join,join_window"
 #: Shapes the reader pre-aggregates: the fresh-process table runs each with
 #: ``pre_aggregate = false`` too.
-FOLDING = ("tumbling", "filter", "hopping", "session")
+FOLDING = ("tumbling", "filter", "hopping", "cumulate", "session")
 
 
 #: filter-then-tumbling: the condition (~8% of the sample clicks fail it), as flow-jobs'
@@ -150,14 +156,25 @@ def hand_written_window(
     timed = hand_written_events(spark, bootstrap, topic, SCHEMA, LATENESS_MS)
     if shape == "filter":
         timed = timed.where(FILTER)
+    keys: list[Any] = ["user_id"]
     if shape in ("tumbling", "filter"):
         window = F.window("et", "60 seconds")
+    elif shape == "cumulate":
+        # Spark has no cumulating window: each row goes to every 10 s step end of its
+        # minute after it, grouped by the minute (window(), which carries the watermark)
+        # and the end; the steps of a minute then emit when the minute closes.
+        second = F.unix_seconds("et")
+        minute = second - F.pmod(second, F.lit(60))
+        first = minute + (F.floor((second - minute) / 10) + 1) * 10
+        ends = F.sequence(first, minute + 60, F.lit(10).cast("bigint"))
+        timed = timed.withColumn("step_end", F.explode(ends))
+        window, keys = F.window("et", "60 seconds"), ["step_end", "user_id"]
     elif shape == "hopping":
         window = F.window("et", "60 seconds", "10 seconds")
     else:
         window = F.session_window("et", "2 seconds")
     aggregated = (
-        timed.groupBy(window.alias("w"), "user_id")
+        timed.groupBy(window.alias("w"), *keys)
         .agg(
             F.count(F.lit(1)).alias("clicks"),
             F.sum("amount").alias("amount_sum"),
@@ -170,10 +187,16 @@ def hand_written_window(
         .select(F.col("w.start").alias("window_start"), F.col("w.end").alias("window_end"), "*")
         .drop("w")
     )
+    if shape == "cumulate":
+        aggregated = aggregated.withColumn("window_end", F.timestamp_seconds("step_end")).drop(
+            "step_end"
+        )
     return sum(int(p.numInputRows) for p in hand_written_sink(aggregated, workdir))
 
 
 def quix_run(bootstrap: str, shape: str, topics: list[str], limit: int) -> Result | str:
+    if shape == "cumulate":
+        return "cumulate: Quix Streams has no cumulating window (no Quix run)"
     if not QUIX_PYTHON.exists():
         return f"{QUIX_PYTHON} is missing: `make .venv-quix/.stamp` installs Quix Streams"
     with tempfile.TemporaryDirectory(prefix="quix-bench-") as state:
