@@ -13,7 +13,7 @@ checkpoint):
 * ``bare read``: confluent-kafka consumers, one process per partition (the ceiling);
 * ``flow-jobs``: the pipeline from a spec (Arrow decode in the reader, MERGE into Delta),
   for tumbling 60 s, filter-then-tumbling (``FILTER``), hopping 60 s / 10 s, cumulate
-  (every 10 s up to 60 s), session
+  (every 10 s up to 60 s), dedup-then-tumbling (``DEDUP``), session
   (gap 2 s), sliding 60 s (one window per row), count (tumbling, 100 records), each with
   count, sum, min, max, avg, first and last by user, the orders x payments join, and a
   60 s tumbling window per customer after that join (``JOIN_WINDOW``);
@@ -24,12 +24,12 @@ checkpoint):
   count windows, which Spark has no operator for: a ``transformWithStateInPandas``
   processor of the user's own, ``bench/hand_stateful.py``; cumulating windows: each row
   exploded into the step ends after it, grouped by the minute's ``window()`` and the
-  end, ``hand_written_window``);
+  end, ``hand_written_window``; deduplication: ``dropDuplicatesWithinWatermark``);
 * ``Quix Streams``: the same windows, join and window after it
   (``bench/quix_run.py`` in ``.venv-quix``),
   on the first ``--quix-limit`` records per partition of the same topics (at Quix's rate
   the whole topic would take minutes per shape); its rate is per event either way. Quix
-  Streams has no cumulating window: that shape has no Quix run.
+  Streams has no cumulating window and no deduplication: those shapes have no Quix run.
 
 The acceptance figure of issue 12 is the tumbling run's ``N / (T(N) - T(empty))``: the
 flow-jobs run on the full topic less the same run on an empty topic, in the same JVM.
@@ -94,6 +94,7 @@ SHAPES: dict[str, dict[str, Any]] = {
     "hopping": {"kind": "hopping", "duration_ms": 60_000, "hop_ms": 10_000},
     # a minute's running total every 10 s: the windows [m, m + 10 s), ..., [m, m + 60 s)
     "cumulate": {"kind": "cumulate", "step_ms": 10_000, "max_duration_ms": 60_000},
+    "dedup": {"kind": "tumbling", "duration_ms": 60_000},  # after DEDUP
     "session": {"kind": "session", "gap_ms": 2_000},
     "sliding": {"kind": "sliding", "duration_ms": 60_000},
     "count": {"kind": "count_tumbling", "count": 100},
@@ -101,7 +102,7 @@ SHAPES: dict[str, dict[str, Any]] = {
 #: Shapes over the orders and payments topics (the join; the join, then a window).
 JOINS = ("join", "join_window")
 #: Every shape, in the tables' order (``--shapes``' default).
-ALL_SHAPES = "tumbling,filter,hopping,cumulate,session,sliding,count,join,join_window"
+ALL_SHAPES = "tumbling,filter,hopping,cumulate,dedup,session,sliding,count,join,join_window"
 #: Shapes the reader pre-aggregates: the fresh-process table runs each with
 #: ``pre_aggregate = false`` too.
 FOLDING = ("tumbling", "filter", "hopping", "cumulate", "session")
@@ -112,6 +113,11 @@ FOLDING = ("tumbling", "filter", "hopping", "cumulate", "session")
 #: the hand-written job's where().
 FILTER = "user_id IS NOT NULL AND amount >= 10"
 FILTER_SQL = f"SELECT user_id, page, amount, ts, _kafka FROM clicks WHERE {FILTER}"
+#: dedup-then-tumbling: a user's clicks on one page within a second count once, as
+#: flow-jobs' [[transform.dedup]] and as the hand-written job's
+#: dropDuplicatesWithinWatermark (which keeps whichever a micro-batch sees first, and
+#: drops later ones while the first's time is within the watermark's delay).
+DEDUP = {"keys": ["user_id", "page"], "within_ms": 1_000}
 
 
 def window_spec(
@@ -119,7 +125,10 @@ def window_spec(
 ) -> PipelineSpec:
     window = {"lateness_ms": LATENESS_MS, "pre_aggregate": pre_aggregate, **SHAPES[shape]}
     sql = FILTER_SQL if shape == "filter" else None
-    return clicks_spec(bootstrap, workdir, window, topic=topic, aggregations=AGGREGATIONS, sql=sql)
+    dedup = [DEDUP] if shape == "dedup" else None
+    return clicks_spec(
+        bootstrap, workdir, window, topic=topic, aggregations=AGGREGATIONS, sql=sql, dedup=dedup
+    )
 
 
 #: A join's topics by its orders topic: (payments topic, empty orders, empty payments);
@@ -156,8 +165,10 @@ def hand_written_window(
     timed = hand_written_events(spark, bootstrap, topic, SCHEMA, LATENESS_MS)
     if shape == "filter":
         timed = timed.where(FILTER)
+    if shape == "dedup":
+        timed = timed.dropDuplicatesWithinWatermark(DEDUP["keys"])
     keys: list[Any] = ["user_id"]
-    if shape in ("tumbling", "filter"):
+    if shape in ("tumbling", "filter", "dedup"):
         window = F.window("et", "60 seconds")
     elif shape == "cumulate":
         # Spark has no cumulating window: each row goes to every 10 s step end of its
@@ -197,6 +208,8 @@ def hand_written_window(
 def quix_run(bootstrap: str, shape: str, topics: list[str], limit: int) -> Result | str:
     if shape == "cumulate":
         return "cumulate: Quix Streams has no cumulating window (no Quix run)"
+    if shape == "dedup":
+        return "dedup: Quix Streams has no deduplication operator (no Quix run)"
     if not QUIX_PYTHON.exists():
         return f"{QUIX_PYTHON} is missing: `make .venv-quix/.stamp` installs Quix Streams"
     with tempfile.TemporaryDirectory(prefix="quix-bench-") as state:

@@ -43,9 +43,10 @@ def clicks_spec(
     topic: str = TOPIC,
     aggregations: list[dict] | None = None,
     sql: str | None = None,
+    dedup: list[dict] | None = None,
 ) -> PipelineSpec:
     """The clicks pipeline: ``window`` (default TUMBLING) by user over ``topic``, after
-    ``sql`` (``[transform].sql``) if given."""
+    ``sql`` (``[transform].sql``) and ``dedup`` (``[[transform.dedup]]``) if given."""
     return PipelineSpec.model_validate(
         {
             # Each run is its own pipeline in the ledger (its spec differs: one name
@@ -62,6 +63,7 @@ def clicks_spec(
                     **(window or TUMBLING),
                 },
                 **({"sql": sql} if sql else {}),
+                **({"dedup": dedup} if dedup else {}),
             },
             "target": {"kind": "delta", "path": str(workdir / "target")},
             "checkpoint": {"location": str(workdir / "checkpoint")},

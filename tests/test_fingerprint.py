@@ -72,6 +72,21 @@ def test_state_changes_alter_the_fingerprint_and_are_named(old: str, new: str, k
     assert any(change.startswith(f"{key}: ") for change in changes), changes
 
 
+_DEDUP = '[[transform.dedup]]\nkeys = ["user_id"]\nwithin_ms = 1000\n\n[transform.window]'
+
+
+def test_deduplication_is_fingerprinted_but_what_happens_to_a_duplicate_is_not() -> None:
+    """A dedup is a stateful operator keyed by its keys, holding records by
+    within_ms; on_duplicate only routes what it decided."""
+    deduplicated, fields = _fingerprint(edit("[transform.window]", _DEDUP))
+    assert deduplicated != BASE
+    assert fields["transform.dedup.events.keys"] == ["user_id"]
+    routed = edit("[transform.window]", _DEDUP.replace("1000", '1000\non_duplicate = "dlq"'))
+    assert _fingerprint(routed)[0] == deduplicated
+    wider = edit("[transform.window]", _DEDUP.replace("1000", "2000"))
+    assert _fingerprint(wider)[0] not in (deduplicated, BASE)
+
+
 def test_no_secret_in_the_fingerprinted_fields() -> None:
     text = edit(
         'format = "json"', 'format = "json"\nclient_config = { "sasl.password" = "s3cr3t" }'

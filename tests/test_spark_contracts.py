@@ -20,7 +20,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle, StreamingQuery
 
@@ -334,6 +334,84 @@ def test_an_exploded_window_struct_marked_as_event_time_closes_and_drops_by_its_
     assert sorted(out) == [(0, 5, 1), (0, 10, 2), (0, 15, 4), (0, 20, 4)]
     state = spark.read.format("statestore").load(str(checkpoint))
     assert state.schema["key"].dataType.fieldNames() == ["w"]
+
+
+class _HoldUntilWatermark(StatefulProcessor):
+    """Holds each row until the watermark reaches its time (``transformWithState``,
+    rows as ``Row``), then emits it: the shape of flow_jobs.operators.dedup."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.held = handle.getListState("held", "ms BIGINT")
+
+    def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
+        for r in rows:
+            ms = int(r["t"].timestamp() * 1000)
+            self.held.appendValue((ms,))
+            self.handle.registerTimer(ms)
+        return iter(())
+
+    def handleExpiredTimer(
+        self, key: Any, timerValues: Any, expiredTimerInfo: Any
+    ) -> Iterator[Any]:
+        watermark = timerValues.getCurrentWatermarkInMs()
+        held = [r[0] for r in self.held.get()] if self.held.exists() else []
+        self.held.clear()
+        later = [(ms,) for ms in held if ms > watermark]
+        if later:
+            self.held.put(later)
+        for ms in sorted(ms for ms in held if ms <= watermark):
+            yield _Released(key[0], pd.Timestamp(ms, unit="ms", tz="UTC").to_pydatetime())
+
+    def close(self) -> None:
+        pass
+
+
+_Released = Row("k", "t")
+
+
+def test_rows_released_at_the_watermark_by_a_state_operator_reach_a_window_that_closes_then(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """``transformWithState`` in event time with ``eventTimeColumnName`` chains into a
+    window aggregation: a row the operator emits when the watermark W reaches its time
+    is aggregated in that batch, even in a window that W closes in the same batch (its
+    end at W exactly, too): the window drops a batch's rows only by the previous batch's
+    watermark. Timers fire in Spark's no-data batches, which advance the watermark.
+
+    Depends on it: ``flow_jobs.operators.dedup`` releases each record once the watermark
+    reaches it, into the window (``flow_jobs.plan.dedup``)."""
+    files, out = Files(tmp_path / "in"), []
+    held = (
+        files.stream(spark)
+        .withWatermark("t", "0 seconds")
+        .groupBy("k")
+        .transformWithState(
+            _HoldUntilWatermark(), "k STRING, t TIMESTAMP", "Append", "EventTime",
+            eventTimeColumnName="t",
+        )
+    )  # fmt: skip
+
+    def collect(batch: DataFrame, batch_id: int) -> None:
+        out.extend((int(r["w"]["start"].timestamp()), r["count"]) for r in batch.collect())
+
+    query = (
+        held.groupBy(F.window("t", "10 seconds").alias("w"))
+        .count()
+        .writeStream.outputMode("append")
+        .foreachBatch(collect)
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .start()
+    )
+    try:
+        for seconds in [(3, 4), (12,), (19, 20), (35,)]:
+            files.add(*seconds)
+            query.processAllAvailable()
+        # 19 and 20 are held until the watermark is 20 s: [10, 20) closes in that same
+        # batch with 12 and 19 in it
+        assert sorted(out) == [(0, 2), (10, 2), (20, 1)]
+    finally:
+        _stop(query)
 
 
 def test_the_commit_log_holds_the_next_batch_s_watermark(

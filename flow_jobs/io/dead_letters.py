@@ -100,10 +100,13 @@ class DeadLetterTap:
     #: name its source by its topic.
     topic_sources: tuple[tuple[str, str], ...] = ()
     late: bool = False  # late rows: kept apart, for a dead_letter_topic
+    #: a second tap of the source further on (its duplicates: ``flow_jobs.plan.dedup``)
+    part: str = ""
 
     @property
     def observation(self) -> str:
-        return f"{OBSERVATION_PREFIX}{self.source}{_LATE if self.late else ''}"
+        part = f":{self.part}" if self.part else ""
+        return f"{OBSERVATION_PREFIX}{self.source}{part}{_LATE if self.late else ''}"
 
     def late_rows(self) -> DeadLetterTap:
         return replace(self, late=True)
@@ -171,9 +174,12 @@ class DeadLetterTable:
     def description(self) -> str:
         return f"{self.store.schema}.dead_letters" if self.store else self.path
 
-    def tap(self, source: str, topic_sources: tuple[tuple[str, str], ...] = ()) -> DeadLetterTap:
-        """The tap of one source (its late rows: ``tap.late_rows()``)."""
-        tap = DeadLetterTap(self.pipeline, source, topic_sources)
+    def tap(
+        self, source: str, topic_sources: tuple[tuple[str, str], ...] = (), part: str = ""
+    ) -> DeadLetterTap:
+        """The tap of one source (its late rows: ``tap.late_rows()``; ``part``: another
+        tap of the same source's rows further on)."""
+        tap = DeadLetterTap(self.pipeline, source, topic_sources, part=part)
         self._taps[tap.observation] = tap
         return tap
 

@@ -109,14 +109,15 @@ class BatchLedger:
         input_rows: int,
         late_rows: dict[str, int],
         batch_ms: float | None,
+        duplicates: dict[str, int] | None = None,
         write_ms: float | None,
         max_event_times: dict[str, int | None],
         lateness_ms: dict[str, int],
     ) -> None:
-        """Add what Spark reports once a batch is done (input rows, late rows per source,
-        per-source event times) to its row. Per-source watermark = the source's highest
-        event time so far minus its lateness: carried from the previous batch of the
-        same query."""
+        """Add what Spark reports once a batch is done (input rows, late rows and
+        duplicates per source, per-source event times) to its row. Per-source watermark =
+        the source's highest event time so far minus its lateness: carried from the
+        previous batch of the same query."""
         with self.store.connect() as conn:
             previous = conn.execute(
                 self.store.q(
@@ -138,13 +139,15 @@ class BatchLedger:
             conn.execute(
                 self.store.q(
                     "UPDATE {s}.batches SET input_rows = %s, late_rows = %s, "
-                    "source_late_rows = %s, batch_ms = %s, write_ms = %s, max_event_times = %s, "
+                    "source_late_rows = %s, source_duplicates = %s, batch_ms = %s, write_ms = %s, "
+                    "max_event_times = %s, "
                     "source_watermarks = %s WHERE pipeline = %s AND query_id = %s AND batch_id = %s"
                 ),
                 (
                     input_rows,
                     sum(late_rows.values()),
                     Jsonb(late_rows),
+                    Jsonb(duplicates) if duplicates else None,
                     batch_ms,
                     write_ms,
                     Jsonb({k: v if v is None else _iso(v) for k, v in max_event_times.items()}),

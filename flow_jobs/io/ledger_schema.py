@@ -86,4 +86,9 @@ MIGRATIONS: list[tuple[int, str]] = [
         # --from): its fresh checkpoint starts every source there. NULL: starting_offsets.
         "ALTER TABLE {s}.pipelines ADD COLUMN replay_from timestamptz",
     ),
+    (
+        6,
+        # Records [[transform.dedup]] took out per source (NULL: no deduplication).
+        "ALTER TABLE {s}.batches ADD COLUMN source_duplicates jsonb",
+    ),
 ]

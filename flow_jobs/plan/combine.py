@@ -63,6 +63,8 @@ def shape_folds(spec: PipelineSpec, payload: StructType | None) -> str | None:
         return "only a window over a source folds (not a join)"
     if t.lookups:
         return "[transform].sql joins a lookup"
+    if t.dedup:
+        return "[[transform.dedup]] takes the records out one by one before the window"
     source = spec.sources[0]
     if payload is None or w.engine != "native":
         return "the source has no payload schema or the window's engine is not native"

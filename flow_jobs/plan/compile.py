@@ -19,7 +19,9 @@ from flow_jobs.errors import PlanError
 from flow_jobs.io.checkpoint_files import LOCATION_KEY, checkpoint_files, idle_file
 from flow_jobs.io.combine import CombinePlan
 from flow_jobs.io.dead_letters import DeadLetterTable
+from flow_jobs.operators.dedup import BUCKETS
 from flow_jobs.plan.combine import checkpoint_merges, describe, foldable, shape_folds
+from flow_jobs.plan.dedup import deduplicate
 from flow_jobs.plan.diversions import divert_after_sql
 from flow_jobs.plan.event_time import EventTime
 from flow_jobs.plan.joins import compile_join
@@ -31,9 +33,10 @@ from flow_jobs.plan.sources import (
     compile_source,
     payload_schema,
     source_carries,
+    source_event_time,
 )
 from flow_jobs.plan.windows import CompiledWindow, compile_window
-from flow_jobs.spec.models import KAFKA_COLUMN, PipelineSpec
+from flow_jobs.spec.models import KAFKA_COLUMN, DedupSpec, PipelineSpec
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,11 @@ def compile_pipeline(
             watermark,
             combine if i == 0 else None,
         )
+        dedup = spec.dedup_of(source.name)
+        if dedup is not None:
+            view = views[source.name] = _deduplicated(
+                spec, dedup, view, event_time, watermark, dead_letters
+            )
         view.createOrReplaceTempView(source.name)
     if late_data == "dlq":
         _check_late_rows_reach_the_dead_letters(spec, views)
@@ -179,6 +187,30 @@ def _source_watermark(
         return None
     idle = idle_file(checkpoint) if checkpoint and len(spec.sources) > 1 else None
     return SourceWatermark(spec.window.watermark_delay_ms, idle)
+
+
+def _deduplicated(
+    spec: PipelineSpec,
+    dedup: DedupSpec,
+    view: DataFrame,
+    event_time: EventTime,
+    watermark: SourceWatermark | None,
+    dead_letters: DeadLetterTable,
+) -> DataFrame:
+    """A source's view without its duplicates (``flow_jobs.plan.dedup``), on the
+    source's own watermark."""
+    i = spec.transform.dedup.index(dedup)
+    key = f"transform.dedup[{i}]"
+    source = dedup.source or spec.sources[0].name
+    time = source_event_time(view, event_time)
+    if watermark is None or time is None:
+        raise PlanError(
+            key,
+            f"deduplication orders {source!r}'s records by their event time, which must be "
+            f"a column of every source ({event_time.column!r} is computed in [transform].sql)",
+        )
+    tap = dead_letters.tap(source, part="duplicates")
+    return deduplicate(view, dedup, key, source, time, _topics(spec), tap)
 
 
 def _check_late_rows_reach_the_dead_letters(
@@ -323,6 +355,7 @@ def _operators(spec: PipelineSpec, folding: str | None = None) -> tuple[Operator
         )
     else:
         pre_stage = (
+            *(_dedup_operator(spec, d) for d in spec.transform.dedup),
             OperatorChoice(
                 "[transform].sql",
                 "Spark SQL over the source views" if spec.transform.sql else "(none)",
@@ -344,6 +377,18 @@ def _operators(spec: PipelineSpec, folding: str | None = None) -> tuple[Operator
         )
         return (*_SOURCE_CHOICES, *pre_stage, target)
     return (*_SOURCE_CHOICES, *pre_stage, *_window_operators(spec, folding))
+
+
+def _dedup_operator(spec: PipelineSpec, dedup: DedupSpec) -> OperatorChoice:
+    source = dedup.source or spec.sources[0].name
+    fate = "dead-lettered with their bytes" if dedup.on_duplicate == "dlq" else "dropped"
+    return OperatorChoice(
+        f"dedup {source} on ({', '.join(dedup.keys)}) within {dedup.within_ms} ms",
+        f"transformWithState (event-time timers) over {BUCKETS} hash buckets of the keys: "
+        "each record held until the watermark reaches it, then, in (event time, Kafka "
+        "position) order, the first of its keys passes and a later one within "
+        f"within_ms of the last that passed is a duplicate, counted (observe), then {fate}",
+    )
 
 
 def _window_operators(spec: PipelineSpec, folding: str | None) -> tuple[OperatorChoice, ...]:

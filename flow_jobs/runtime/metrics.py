@@ -9,6 +9,8 @@ Five metrics, labelled by pipeline (README.md lists them):
 * ``flow_late_rows_total{source=…}``: rows behind the watermark, counted row by row at
   each source (``flow_jobs.plan.late_rows``), dropped or dead-lettered; ``source=
   "_operator"`` holds what Spark's operators dropped themselves (a join's late rows);
+* ``flow_duplicates_total{source=…}``: records ``[[transform.dedup]]`` took out of a
+  source (``flow_jobs.plan.dedup``), dropped or dead-lettered;
 * ``flow_state_groups``: state rows over every stateful operator (a join's buffered
   rows included); a gauge, so no ``_total`` suffix (that is for counters): the name
   ``flow_state_groups_total`` it had until 0.1 is removed, not kept as an alias;
@@ -32,6 +34,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, start
 
 from flow_jobs.io.ledger import source_watermark_ms
 from flow_jobs.runtime.reports import (
+    duplicates_by_source,
     late_rows_by_source,
     max_event_times,
     state_rows,
@@ -60,6 +63,12 @@ class FlowMetrics:
             Counter,
             "flow_late_rows",
             "rows behind the watermark, per source (dropped or dead-lettered)",
+            "source",
+        )
+        self.duplicates = per_pipeline(
+            Counter,
+            "flow_duplicates",
+            "records [[transform.dedup]] took out, per source (dropped or dead-lettered)",
             "source",
         )
         self.state_groups = per_pipeline(
@@ -114,6 +123,8 @@ class MetricsFeed:
         m.state_groups.labels(pipeline).set(state_rows(p))
         for source, late in late_rows_by_source(p).items():
             m.late_rows.labels(pipeline, source).inc(late)
+        for source, duplicates in duplicates_by_source(p).items():
+            m.duplicates.labels(pipeline, source).inc(duplicates)
         mark = watermark(p)
         if mark:
             seconds = datetime.fromisoformat(mark.replace("Z", "+00:00")).timestamp()

@@ -15,6 +15,7 @@ from flow_jobs.runtime.metrics import MetricsFeed
 from flow_jobs.runtime.reports import (
     Progress,
     batches_after,
+    duplicates_by_source,
     executed,
     input_rows,
     late_rows,
@@ -44,6 +45,8 @@ class RunSummary:
     ended_by: str
     #: rows a session row emitted "current" replaced (its earlier bounds)
     windows_superseded: int = 0
+    #: records taken out by [[transform.dedup]] (dropped, or dead-lettered)
+    duplicates: int = 0
 
     def describe(self) -> str:
         return (
@@ -52,6 +55,7 @@ class RunSummary:
             f"({self.windows_inserted} new, {self.windows_updated} updated"
             f"{_superseded(self.windows_superseded)}), "
             f"{self.dead_lettered} dead-lettered, {self.late_rows} late rows, "
+            f"{_duplicates(self.duplicates)}"
             f"watermark {self.watermark or '-'}, target version "
             f"{self.target_version if self.target_version is not None else '-'} "
             f"({self.ended_by})"
@@ -134,6 +138,7 @@ class ProgressTracker:
             int(p["batchId"]),
             input_rows=input_rows(p),
             late_rows=late_rows_by_source(p),
+            duplicates=duplicates_by_source(p),
             batch_ms=(p.get("durationMs") or {}).get("triggerExecution"),
             write_ms=outcome.write_seconds * 1000 if outcome else None,
             max_event_times=max_event_times(p),
@@ -226,6 +231,7 @@ class ProgressTracker:
             target_version=target_version,
             ended_by=ended_by,
             windows_superseded=totals.windows_superseded,
+            duplicates=totals.duplicates,
         )
 
 
@@ -237,6 +243,7 @@ class _Totals:
     batches: int = 0
     input_rows: int = 0
     late_rows: int = 0
+    duplicates: int = 0
     windows_inserted: int = 0
     windows_updated: int = 0
     windows_superseded: int = 0
@@ -247,6 +254,7 @@ class _Totals:
         self.batches += 1
         self.input_rows += input_rows(progress)
         self.late_rows += late_rows(progress)
+        self.duplicates += sum(duplicates_by_source(progress).values())
         if outcome is not None:
             self.add_outcome(outcome)
 
@@ -261,6 +269,10 @@ class _Totals:
 
     def copy(self) -> _Totals:
         return replace(self)
+
+
+def _duplicates(n: int) -> str:
+    return f"{n} duplicates, " if n else ""
 
 
 def _superseded(n: int) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from flow_jobs.plan.dedup import OBSERVED_PREFIX as DEDUP_PREFIX
 from flow_jobs.plan.sources import OBSERVED_PREFIX
 
 Progress = dict[str, Any]
@@ -68,6 +69,16 @@ def late_rows_by_source(progress: Progress) -> dict[str, int]:
     if dropped:
         late[OPERATOR_LATE] = dropped
     return late
+
+
+def duplicates_by_source(progress: Progress) -> dict[str, int]:
+    """Records of the batch taken out as duplicates, per deduplicated source
+    (``flow_jobs.plan.dedup``: dropped, or dead-lettered)."""
+    return {
+        name.removeprefix(DEDUP_PREFIX): int((metrics or {}).get("duplicates") or 0)
+        for name, metrics in (progress.get("observedMetrics") or {}).items()
+        if name.startswith(DEDUP_PREFIX)
+    }
 
 
 def input_rows(progress: Progress) -> int:

@@ -23,7 +23,10 @@ resumed under:
   ``max_groups_per_window``, ``on_state_cap``, ``max_event_time_skew_ms``;
 * ``pre_aggregate``: the checkpoint keeps the aggregation it started with
   (``flow_jobs.plan.combine``), and either way the windows are the same;
-* ``[[transform.lookups]]``: static tables are refreshable by design.
+* ``[[transform.lookups]]``: static tables are refreshable by design;
+* ``[[transform.dedup]]``'s ``on_duplicate``: a duplicate is dropped or dead-lettered
+  after the operator decided it, the same state either way (its ``keys`` and
+  ``within_ms`` are fingerprinted, as ``transform.dedup.<source>.…``).
 
 A key added to the spec after checkpoints exist, whose default keeps what those
 checkpoints ran (``ADDED_KEYS``), is fingerprinted only when set to something else:
@@ -123,6 +126,10 @@ def fingerprint_fields(spec: PipelineSpec) -> dict[str, Any]:
                 fields["transform.window.aggregations.order"] = [agg["as"] for agg in value]
             else:
                 fields[f"transform.{part}.{key}"] = value
+    for dedup in transform.dedup:  # a new stateful operator, keyed by these
+        name = dedup.source or spec.sources[0].name
+        fields[f"transform.dedup.{name}.keys"] = dedup.keys
+        fields[f"transform.dedup.{name}.within_ms"] = dedup.within_ms
     window = transform.window
     if window is not None:
         # Each family's model holds its own size keys; the fingerprint keeps every

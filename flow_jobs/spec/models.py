@@ -57,6 +57,7 @@ from flow_jobs.spec.running import (
 from flow_jobs.spec.sources import KafkaSource, StartingOffsets, StartingTimestamp
 from flow_jobs.spec.targets import DeadLetterSpec, DeltaTarget, KafkaTarget, PostgresTarget, Target
 from flow_jobs.spec.transform import (
+    DedupSpec,
     JoinHow,
     JoinSpec,
     LookupKind,
@@ -84,6 +85,7 @@ __all__ = [
     "CheckpointSpec",
     "ChecksSpec",
     "DeadLetterSpec",
+    "DedupSpec",
     "DeltaTarget",
     "ImportPath",
     "JoinHow",
@@ -190,6 +192,7 @@ class PipelineSpec(SpecModel):
                 f"{len(self.sources)} sources are declared but [transform].sql is empty; "
                 "a SQL pre-stage must combine them (e.g. a UNION ALL of the source views)"
             )
+        self._dedup_rules(seen)
         self._check_columns()
         if self.supersedes_sessions and self.target.kind == "kafka":
             raise key_error(
@@ -200,6 +203,48 @@ class PipelineSpec(SpecModel):
                 'postgres target, or emit = "final"',
             )
         return self
+
+    def _dedup_rules(self, names: dict[str, str]) -> None:
+        """Each ``[[transform.dedup]]`` names a source (or the only one), once; it runs
+        on the source's own event-time watermark, before a window."""
+        sources = [s.name for s in self.sources]
+        deduplicated: dict[str, int] = {}
+        for i, dedup in enumerate(self.transform.dedup):
+            key = f"transform.dedup[{i}]"
+            if self.transform.join is not None:
+                raise key_error(
+                    key, "deduplication before a join is not supported yet: only before a window"
+                )
+            if dedup.source is None and len(sources) > 1:
+                raise key_error(
+                    f"{key}.source",
+                    f"source is required with {len(sources)} sources ({', '.join(sources)})",
+                )
+            name = dedup.source or sources[0]
+            if name not in sources:
+                raise key_error(
+                    f"{key}.source",
+                    f"{name!r} is not a declared source (sources: {', '.join(sources)})",
+                )
+            if name in deduplicated:
+                raise key_error(
+                    f"{key}.source",
+                    f"{name!r} is deduplicated by transform.dedup[{deduplicated[name]}] already",
+                )
+            deduplicated[name] = i
+            window = self.transform.window
+            if window is not None and window.time_mode != "event":
+                raise key_error(
+                    key,
+                    'deduplication orders records by event time: it needs time_mode = "event"',
+                )
+
+    def dedup_of(self, source: str) -> DedupSpec | None:
+        """The ``[[transform.dedup]]`` of a source, if any."""
+        return next(
+            (d for d in self.transform.dedup if (d.source or self.sources[0].name) == source),
+            None,
+        )
 
     def _check_columns(self) -> None:
         """Columns a window or join reads straight from a source's declared schema must

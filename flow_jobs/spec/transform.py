@@ -1,4 +1,4 @@
-"""``[transform]``: the SQL, the stream-stream join and the lookups."""
+"""``[transform]``: the SQL, the stream-stream join, the lookups and the deduplication."""
 
 from __future__ import annotations
 
@@ -175,12 +175,34 @@ class LookupSpec(SpecModel):
         return self
 
 
+class DedupSpec(SpecModel):
+    """``[[transform.dedup]]``: one source's records deduplicated before the window
+    (docs/spec-reference.md, "Deduplication"): per ``keys``, the first record in the
+    order of events passes, and a later one at most ``within_ms`` after the last record
+    that passed is a duplicate, dropped and counted, or dead-lettered."""
+
+    #: the source view deduplicated; may be left out when the pipeline has one source
+    source: str | None = None
+    keys: list[str] = Field(min_length=1)
+    within_ms: Annotated[int, Field(ge=0)]
+    on_duplicate: Literal["drop", "dlq"] = "drop"
+
+    @model_validator(mode="after")
+    def _keys(self) -> DedupSpec:
+        for i, key in enumerate(self.keys):
+            _identifier(f"keys[{i}]", key)
+            if key in self.keys[:i]:
+                raise key_error("keys", f"keys[{i}] = {key!r} is listed twice")
+        return self
+
+
 class TransformSpec(SpecModel):
     """``[transform]``: a SQL pre-stage with lookups then a window, or a join (then,
     with ``chain = ["join", "window"]``, a window over the joined stream)."""
 
     sql: str | None = None
     lookups: list[LookupSpec] = Field(default_factory=list)
+    dedup: list[DedupSpec] = Field(default_factory=list)
     window: AnyWindow | None = None
     join: JoinSpec | None = None
     chain: list[Literal["join", "window"]] | None = None

@@ -1,0 +1,167 @@
+"""Deduplication of a source's records (``[[transform.dedup]]``), on Spark's state API.
+
+The rule (docs/spec-reference.md, "Deduplication"): per key (the values of ``keys``,
+NULL and NaN each a value of their own, as in SQL ``GROUP BY``), records are taken in
+the order of events (event time, then Kafka position: ``flow_jobs.plan.ordering``);
+the first passes, and a later one is a duplicate when its event time is at most
+``within_ms`` after the last record of its key that passed; otherwise it passes.
+
+Spark's ``dropDuplicatesWithinWatermark`` keeps whichever duplicate a micro-batch
+happens to see first, so its answer changes with the cut and the disorder; this
+operator decides a record only once no earlier one can still come: a record is held
+until the watermark reaches its event time (a record at or below the previous batch's
+watermark is late, taken out at the source before this operator), then released, in
+the order of events, as passing or as a duplicate. So every record is decided the same
+way whatever the micro-batches, and its rows reach the window in the batch whose
+watermark reaches them (Spark's aggregation drops a batch's rows only by the previous
+batch's watermark: ``tests/test_spark_contracts.py``).
+
+Keys are spread over ``BUCKETS`` groups (a hash of the keys): each group's state is one
+pickled ``DedupState`` (the held records and, per key, the last that passed while a
+duplicate of it can still come), so a micro-batch costs a few state calls per bucket,
+not per key. A key leaves the state once the watermark is ``within_ms`` past its last
+passing record: any record still to come is later than that.
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+from collections.abc import Hashable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pyspark.sql import Row
+from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
+from pyspark.sql.types import BinaryType, LongType, StructField, StructType
+
+from flow_jobs.windows.timers import Firing, settle
+
+#: Groups the keys are hashed into (part of the state's layout: a checkpoint keeps it).
+BUCKETS = 64
+#: The hidden input columns the operator reads: the bucket, the event time (epoch ms),
+#: the tie-break of equal times (``flow_jobs.plan.ordering``) and the keys.
+BUCKET = "__flow_dedup_bucket"
+TIME = "__flow_dedup_t"
+LANE = "__flow_dedup_lane"
+POSITION = "__flow_dedup_position"
+KEY = "__flow_dedup_key"
+#: Output: NULL for a record that passes; for a duplicate, the record it repeats.
+DUPLICATE_OF = "__flow_duplicate_of"
+#: Output: the event time as a TIMESTAMP, Spark's event-time column after the operator.
+RELEASED_TIME = "__flow_dedup_time"
+
+_STATE = StructType(
+    [StructField("blob", BinaryType()), StructField("timer", LongType())]
+)  # fmt: skip
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+#: NaN is a key value of its own (SQL GROUP BY), though NaN != NaN in Python.
+_NAN = ("NaN",)
+
+
+def key_of(values: tuple[Any, ...]) -> Hashable:
+    return tuple(_NAN if isinstance(v, float) and math.isnan(v) else v for v in values)
+
+
+@dataclass
+class DedupState:
+    #: records not yet released: (event time ms, lane, position, key, row values)
+    held: list[tuple[int, int, int, Hashable, tuple[Any, ...]]] = field(default_factory=list)
+    #: per key, the last record that passed: (event time ms, lane, position)
+    passed: dict[Hashable, tuple[int, int, int]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Released:
+    values: tuple[Any, ...]
+    time_ms: int
+    #: the record this one repeats (event time ms, lane, position); None: it passes
+    duplicate_of: tuple[int, int, int] | None
+
+
+def release(state: DedupState, watermark_ms: int, within_ms: int) -> list[Released]:
+    """The held records at or below the watermark, decided in the order of events; the
+    state keeps the rest, and the keys a later record can still repeat."""
+    ready = sorted((h for h in state.held if h[0] <= watermark_ms), key=lambda h: h[:3])
+    state.held = [h for h in state.held if h[0] > watermark_ms]
+    out = []
+    for t, lane, position, key, values in ready:
+        first = state.passed.get(key)
+        if first is not None and t - first[0] <= within_ms:
+            out.append(Released(values, t, first))
+        else:
+            state.passed[key] = (t, lane, position)
+            out.append(Released(values, t, None))
+    # Every record still to come is later than the watermark (the earlier ones are late).
+    state.passed = {k: p for k, p in state.passed.items() if p[0] + within_ms > watermark_ms}
+    return out
+
+
+def due(state: DedupState, within_ms: int) -> int | None:
+    """The lowest watermark at which ``release`` has work: a held record's time, or the
+    time a key's last passing record stops catching duplicates."""
+    times = [h[0] for h in state.held] + [p[0] + within_ms for p in state.passed.values()]
+    return min(times) if times else None
+
+
+def describe(duplicate_of: tuple[int, int, int], time_ms: int, within_ms: int) -> str:
+    """A duplicate's dead-letter reason."""
+    t, lane, position = duplicate_of
+    return (
+        f"duplicate: {time_ms - t} ms after the record of its keys that passed (partition "
+        f"{lane % (1 << 31)}, offset {position}), within_ms = {within_ms}"
+    )
+
+
+class DedupProcessor(StatefulProcessor):
+    """One bucket of keys (``transformWithState``, rows as ``Row``): holds each record
+    until the watermark reaches it, then releases it passing or as a duplicate."""
+
+    def __init__(self, within_ms: int, columns: tuple[str, ...]) -> None:
+        self.within_ms = within_ms
+        self.columns = columns  # the row values carried, in the output's order
+        self.output = Row(*columns, DUPLICATE_OF, RELEASED_TIME)  # a Row of named fields
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.state = handle.getValueState("dedup", _STATE)
+
+    def _load(self) -> tuple[DedupState, int | None]:
+        if not self.state.exists():
+            return DedupState(), None
+        blob, timer = self.state.get()
+        return pickle.loads(blob), timer
+
+    def _save(self, state: DedupState, held: int | None, firing: Firing | None) -> None:
+        timer = settle(self.handle, held, due(state, self.within_ms), firing)
+        if state.held or state.passed:
+            self.state.update((pickle.dumps(state, protocol=5), timer))
+        else:
+            self.state.clear()
+
+    def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: Any) -> Iterator[Row]:
+        state, timer = self._load()
+        for r in rows:
+            values = tuple(r[c] for c in self.columns)
+            state.held.append((r[TIME], r[LANE], r[POSITION], key_of(tuple(r[KEY])), values))
+        self._save(state, timer, None)
+        return iter(())
+
+    def handleExpiredTimer(
+        self, key: Any, timerValues: Any, expiredTimerInfo: Any
+    ) -> Iterator[Row]:
+        watermark = timerValues.getCurrentWatermarkInMs()
+        state, timer = self._load()
+        released = release(state, watermark, self.within_ms)
+        self._save(state, timer, Firing(expiredTimerInfo.getExpiryTimeInMs(), watermark))
+        for r in released:
+            reason = (
+                None
+                if r.duplicate_of is None
+                else describe(r.duplicate_of, r.time_ms, self.within_ms)
+            )
+            yield self.output(*r.values, reason, _EPOCH + timedelta(milliseconds=r.time_ms))
+
+    def close(self) -> None:
+        pass
