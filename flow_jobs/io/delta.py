@@ -148,12 +148,14 @@ class DeltaMergeTable:
         update_if: str | None = None,
         supersede: Supersede | None = None,
         delete_if: str | None = None,
+        deletes: pa.Table | None = None,
     ) -> MergeResult:
         """MERGE ``rows``; with ``txn = (app_id, batch_id)``, at most once per batch;
         ``update_if``: a predicate on the source row (alias ``s``) a matched row must
         meet to be updated (the others stay as they are). ``supersede``: the same MERGE
         (one commit) also deletes the rows each row supersedes, those meeting
-        ``delete_if`` (a predicate on the target row, alias ``t``)."""
+        ``delete_if`` (a predicate on the target row, alias ``t``). ``deletes``: target
+        rows (their natural keys) the same MERGE deletes (top_n rows that left the top)."""
         table = self.open()
         commit = None
         if txn is not None:
@@ -167,6 +169,9 @@ class DeltaMergeTable:
         source = rows.select(self.schema.names).cast(self.schema)
         if supersede is not None:
             return self._supersede(table, source, supersede, commit, update_if, delete_if)
+        if deletes is not None and deletes.num_rows:
+            gone = deletes.select(self.schema.names).cast(self.schema)
+            return self._upsert_and_delete(table, source, gone, commit, update_if, delete_if)
         merger = table.merge(
             source,
             _all(self._predicate, self._bounds(source)),
@@ -200,6 +205,45 @@ class DeltaMergeTable:
                 continue
             bounds.append(f"t.{quoted(name)} >= '{low}' AND t.{quoted(name)} <= '{high}'")
         return _all(*bounds) if bounds else None
+
+    def _upsert_and_delete(
+        self,
+        table: DeltaTable,
+        source: pa.Table,
+        gone: pa.Table,
+        commit: CommitProperties | None,
+        update_if: str | None,
+        delete_if: str | None,
+    ) -> MergeResult:
+        """One MERGE: ``source`` upserted, the rows keyed as ``gone``'s deleted."""
+        flagged = pa.concat_tables(
+            [
+                source.append_column(_UPSERT, pa.array([True] * source.num_rows)),
+                gone.append_column(_UPSERT, pa.array([False] * gone.num_rows)),
+            ]
+        )
+        columns = {quoted(c): f"s.{quoted(c)}" for c in self.schema.names}
+        metrics = (
+            table.merge(
+                flagged,
+                _all(self._predicate, self._bounds(flagged)),
+                source_alias="s",
+                target_alias="t",
+                commit_properties=commit,
+            )
+            .when_matched_update(columns, predicate=_all(f"s.{_UPSERT}", update_if))
+            .when_matched_delete(predicate=_all(f"NOT s.{_UPSERT}", delete_if))
+            .when_not_matched_insert(columns, predicate=f"s.{_UPSERT}")
+            .execute()
+        )
+        return MergeResult(
+            False,
+            int(metrics["num_target_rows_inserted"]),
+            int(metrics["num_target_rows_updated"]),
+            self.open().version(),
+            int(metrics["num_target_rows_deleted"]),
+            **_files(metrics),
+        )
 
     def _supersede(
         self,

@@ -91,4 +91,20 @@ MIGRATIONS: list[tuple[int, str]] = [
         # Records [[transform.dedup]] took out per source (NULL: no deduplication).
         "ALTER TABLE {s}.batches ADD COLUMN source_duplicates jsonb",
     ),
+    (
+        7,
+        # top_n with emit = "current": every group's current row of each open window
+        # (flow_jobs.io.top_n.Standings), per checkpoint generation.
+        """
+        CREATE TABLE {s}.window_standings (
+            pipeline text NOT NULL,
+            state_version integer NOT NULL,
+            window_start timestamptz NOT NULL,
+            window_end timestamptz NOT NULL,
+            group_key text NOT NULL,
+            row bytea NOT NULL,
+            PRIMARY KEY (pipeline, state_version, window_start, window_end, group_key)
+        )
+        """,
+    ),
 ]

@@ -105,6 +105,9 @@ class BatchTarget(ABC):
         self.closed: ClosedWindows | None = None
         #: session windows emitted "current": what a row supersedes
         self.supersede: Supersede | None = None
+        #: top_n emitted "current": a batch holds the whole top N of each partition it
+        #: touches, and the target's other rows of those partitions are deleted
+        self.ranked: tuple[str, ...] | None = None  # the partition columns
 
     def protect_closed_windows(self, closed: ClosedWindows) -> None:
         self.closed = closed
@@ -156,6 +159,7 @@ class DeltaBatchTarget(BatchTarget):
                 update_if=update_if,
                 supersede=self.supersede,
                 delete_if=delete_if,
+                deletes=self._left_the_top(rows) if self.ranked is not None else None,
             )
             return WriteResult(
                 merged.skipped,
@@ -165,6 +169,33 @@ class DeltaBatchTarget(BatchTarget):
                 merged.deleted,
             )
         return WriteResult(False, 0, 0, self.version())
+
+    def _left_the_top(self, rows: pa.Table) -> pa.Table:
+        """The target's rows in the partitions ``rows`` hold, which ``rows`` (their whole
+        top N) no longer hold."""
+        assert self.ranked is not None
+        start = self.ranked[0]  # the window's start, then its end and partition_by
+        dataset = self.table.open().to_pyarrow_dataset()
+        starts = rows.column(start).cast(dataset.schema.field(start).type)
+        held = dataset.to_table(filter=pc.field(start).isin(pc.unique(starts)))
+        if held.num_rows == 0:
+            return held
+        partitions = {_row_key(r, self.ranked) for r in rows.select(self.ranked).to_pylist()}
+        kept = {_row_key(r, self.table.natural_key) for r in rows.to_pylist()}
+        gone = [
+            i
+            for i, r in enumerate(held.to_pylist())
+            if _row_key(r, self.ranked) in partitions
+            and _row_key(r, self.table.natural_key) not in kept
+        ]
+        return held.take(pa.array(gone, pa.int64()))
+
+
+def _row_key(row: dict[str, Any], columns: Sequence[str]) -> tuple[Any, ...]:
+    """A row's values of ``columns``, comparable (NaN equals NaN)."""
+    return tuple(
+        ("NaN",) if isinstance(row[c], float) and row[c] != row[c] else row[c] for c in columns
+    )
 
 
 # Arrow -> Postgres column types for the tables we create. Lists become arrays, structs
@@ -264,6 +295,8 @@ class PostgresBatchTarget(BatchTarget):
             self._stage(conn, rows.select(names))
             if self.supersede is not None:
                 superseded = self._delete_superseded(conn, self.supersede)
+            if self.ranked is not None:
+                superseded = self._delete_left_the_top(conn, self.ranked)
             inserted, updated = self._upsert(conn, names)
         xid = conn.execute("SELECT pg_current_xact_id()::text").fetchone()
         return WriteResult(False, inserted, updated, xid[0] if xid else None, superseded)
@@ -304,6 +337,34 @@ class PostgresBatchTarget(BatchTarget):
             conditions.append(self.closed.postgres_open("t"))
         deleted = conn.execute(
             sql.SQL("DELETE FROM {} AS t USING flow_batch AS s WHERE {}").format(
+                self._table, sql.SQL(" AND ").join(conditions)
+            )
+        )
+        return deleted.rowcount
+
+    def _delete_left_the_top(self, conn: Any, partition: Sequence[str]) -> int:
+        """Delete the rows of the partitions the batch holds whose key it does not hold
+        (the batch is the whole top N of each partition it touches)."""
+        t, s = sql.Identifier("t"), sql.Identifier("s")
+
+        def same(columns: Sequence[str]) -> sql.Composable:
+            return sql.SQL(" AND ").join(
+                sql.SQL("{}.{} IS NOT DISTINCT FROM {}.{}").format(
+                    t, sql.Identifier(c), s, sql.Identifier(c)
+                )
+                for c in columns
+            )
+
+        conditions = [
+            sql.SQL("EXISTS (SELECT 1 FROM flow_batch AS s WHERE {})").format(same(partition)),
+            sql.SQL("NOT EXISTS (SELECT 1 FROM flow_batch AS s WHERE {})").format(
+                same(self.natural_key)
+            ),
+        ]
+        if self.closed is not None:  # an earlier lineage's closed windows stay
+            conditions.append(self.closed.postgres_open("t"))
+        deleted = conn.execute(
+            sql.SQL("DELETE FROM {} AS t WHERE {}").format(
                 self._table, sql.SQL(" AND ").join(conditions)
             )
         )

@@ -423,6 +423,22 @@ def _window_operators(spec: PipelineSpec, folding: str | None) -> tuple[Operator
             f"passes its end, then again ({w.revision_column} + 1) in each batch that "
             "corrects it, until the watermark passes its end; the MERGE keeps the last"
         )
+    ranked: tuple[OperatorChoice, ...] = ()
+    if w.top_n is not None:
+        top = w.top_n
+        within = ", ".join(["window", *top.partition_by])
+        how = (
+            "foreachBatch: a batch's rows ranked with Arrow within (" + within + ") by "
+            f"{', '.join(top.order_by)}, then the group keys (NULL last, NaN above every "
+            f"number); the first {top.n} written"
+        )
+        if w.emit == "current":
+            how += (
+                "; every group's current row of each open window kept in the state store "
+                "(window_standings), each touched partition ranked from it, and its rows "
+                "that left the top deleted in the same commit"
+            )
+        ranked = (OperatorChoice(f"top_n = {top.n}", how),)
     return (
         OperatorChoice(f"window kind = {w.kind}", kind),
         *((OperatorChoice("pre-aggregation", folding),) if folding else ()),
@@ -435,6 +451,7 @@ def _window_operators(spec: PipelineSpec, folding: str | None) -> tuple[Operator
             )
             for a in w.aggregations
         ),
+        *ranked,
         OperatorChoice("state", "Spark state store (RocksDB provider) in the checkpoint"),
         OperatorChoice(
             f"target {spec.target.kind}",

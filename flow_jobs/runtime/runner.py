@@ -30,6 +30,7 @@ from flow_jobs.io.targets import (
     KafkaBatchTarget,
     PostgresBatchTarget,
 )
+from flow_jobs.io.top_n import Ranking
 from flow_jobs.locations import local_path
 from flow_jobs.plan.combine import mark_checkpoint
 from flow_jobs.plan.compile import CompiledPipeline, compile_pipeline
@@ -102,6 +103,8 @@ class PipelineRunner:
             target.supersede = Supersede(
                 tuple(w.group_by), w.window_start_column, w.window_end_column
             )
+        if self.spec.ranks_current:
+            target.ranked = Ranking.of(self.spec.window).partition_columns
         return target
 
     def _open_target(self, ledger: StateStore) -> BatchTarget:

@@ -17,6 +17,7 @@ from flow_jobs.io.batch import BatchEntry, WriteResult
 from flow_jobs.io.dead_letters import OBSERVATION_PREFIX, DeadLetterTable
 from flow_jobs.io.ledger import BatchLedger
 from flow_jobs.io.targets import BatchTarget, ClosedWindows
+from flow_jobs.io.top_n import Ranking, Standings, rank
 from flow_jobs.runtime.checkpoint import read_offset_log
 from flow_jobs.runtime.metrics import metrics
 from flow_jobs.runtime.observations import Observations
@@ -67,6 +68,13 @@ class WindowBatchSink:
         #: the generation replays from this time (``flow-jobs reset --from``)
         self.replay_from = replay_from
         self.outcomes: dict[int, BatchOutcome] = {}
+        #: [transform.window.top_n]: ranks each batch (flow_jobs.io.top_n)
+        self.ranking = Ranking.of(spec.window) if spec.has_window and spec.window.top_n else None
+        self.standings = (
+            Standings(ledger.store, spec.name, state_version, self.ranking)
+            if self.ranking is not None and spec.window.emit == "current"
+            else None
+        )
         self._taps = Observations(OBSERVATION_PREFIX)  # the dead-letter taps' rows
         self._query_id: str | None = None
         self._query: Any = None
@@ -174,6 +182,10 @@ class WindowBatchSink:
                         )
             if start is not None:
                 entry.start_offsets = start.offsets
+            if self.standings is not None:  # the whole top N of each partition touched
+                rows = self.standings.update(rows, start.watermark if start else None)
+            elif self.ranking is not None:  # the batch holds every window it closes whole
+                rows = rank(rows, self.ranking)
             # Dead letters first: their count goes into the ledger row.
             dead = self.dead_letters.commit(batch_id, tapped)
             entry.output_rows, entry.dead_lettered_rows = rows.num_rows, dead

@@ -88,6 +88,7 @@ ADDED_KEYS: dict[str, Any] = {
     "transform.join.dead_letter_topic": None,
     "transform.window.revision_column": "revision",
     "transform.window.state_api": None,
+    "transform.window.top_n": None,
     # cumulating windows' size keys (every other kind has them None)
     "transform.window.step_ms": None,
     "transform.window.max_duration_ms": None,

@@ -194,6 +194,13 @@ class PipelineSpec(SpecModel):
             )
         self._dedup_rules(seen)
         self._check_columns()
+        if self.ranks_current and self.target.kind == "kafka":
+            raise key_error(
+                "target.kind",
+                'kind = "kafka" cannot take top_n with emit = "current": a row that '
+                "leaves the top N is deleted, which an append-only topic cannot do; use "
+                'a delta or postgres target, or emit = "final"',
+            )
         if self.supersedes_sessions and self.target.kind == "kafka":
             raise key_error(
                 "target.kind",
@@ -296,6 +303,12 @@ class PipelineSpec(SpecModel):
         """Session windows emitted "current": a row replaces the group's rows it overlaps."""
         w = self.transform.window
         return w is not None and w.kind == "session" and w.emit == "current"
+
+    @property
+    def ranks_current(self) -> bool:
+        """top_n with emit = "current": a row that leaves the top N is deleted."""
+        w = self.transform.window
+        return w is not None and w.top_n is not None and w.emit == "current"
 
     @property
     def window(self) -> WindowSpec:

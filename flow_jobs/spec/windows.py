@@ -34,6 +34,30 @@ if TYPE_CHECKING:
     from flow_jobs.windows.family import Shape, StateFamily
 
 
+class TopNSpec(SpecModel):
+    """``[transform.window.top_n]``: only the top ``n`` rows of each window (and
+    ``partition_by`` values), ranked by ``order_by`` (docs/spec-reference.md, "Top N")."""
+
+    n: Annotated[int, Field(gt=0)]
+    #: aggregation aliases, each with its direction: "clicks DESC", "amount_sum ASC"
+    order_by: list[str] = Field(min_length=1)
+    partition_by: list[str] = Field(default_factory=list)
+
+    def ordering(self) -> list[tuple[str, Literal["ascending", "descending"]]]:
+        """``order_by`` as (alias, direction) pairs (checked by ``WindowSpec``)."""
+        out: list[tuple[str, Literal["ascending", "descending"]]] = []
+        for item in self.order_by:
+            alias, _, direction = item.strip().rpartition(" ")
+            out.append(
+                (alias.strip(), "descending" if direction.upper() == "DESC" else "ascending")
+            )
+        return out
+
+
+#: Kinds whose windows share their bounds across groups (each window closes for every
+#: group at once), which top_n ranks within.
+TOP_N_KINDS = ("tumbling", "hopping", "cumulate")
+
 #: Every window kind, in the order its family's model registered it (``flow_jobs.windows``
 #: imports the families: fixed, session, sliding, count).
 KINDS: dict[str, type[WindowSpec]] = {}
@@ -84,6 +108,8 @@ class WindowSpec(SpecModel):
     #: into partial aggregates before Spark (flow_jobs.plan.combine). A throughput knob.
     pre_aggregate: bool = True
     aggregations: list[Aggregation] = Field(min_length=1)
+    #: only the top N rows of each window (and partition)
+    top_n: TopNSpec | None = None
 
     #: Each kind of the family, with its size keys (all required for that kind, and
     #: valid for no other).
@@ -185,7 +211,50 @@ class WindowSpec(SpecModel):
         if self.on_state_cap != "fail":
             raise not_supported("on_state_cap", self.on_state_cap, ("fail",))
         self._output_rules()
+        self._top_n_rules()
         return self
+
+    def _top_n_rules(self) -> None:
+        top = self.top_n
+        if top is None:
+            return
+        if self.kind not in TOP_N_KINDS:
+            raise key_error(
+                "top_n",
+                f'top_n ranks the groups of one window; kind = "{self.kind}" gives each group '
+                f"windows of its own bounds: use one of {', '.join(TOP_N_KINDS)}",
+            )
+        if self.reopens:
+            raise key_error("top_n", 'top_n with late_data = "reopen" is not supported')
+        ranked = {
+            name: a.agg
+            for a in self.aggregations
+            for name in a.output_names()
+            if not name.endswith("_sketch")
+        }
+        for i, item in enumerate(top.order_by):
+            words = item.split()
+            if len(words) != 2 or words[1].upper() not in ("ASC", "DESC"):
+                raise key_error(
+                    f"top_n.order_by[{i}]",
+                    f"{item!r}: give an aggregation alias and its direction, e.g. "
+                    f"'{words[0] if words else 'clicks'} DESC'",
+                )
+            if words[0] not in ranked:
+                raise key_error(
+                    f"top_n.order_by[{i}]",
+                    f"{words[0]!r} is not an aggregation alias ({', '.join(ranked)})",
+                )
+            if ranked[words[0]] in ("collect", "reduce"):
+                raise key_error(
+                    f"top_n.order_by[{i}]", f"{words[0]!r} is a {ranked[words[0]]}: not ordered"
+                )
+        for i, column in enumerate(top.partition_by):
+            if column not in self.group_by:
+                raise key_error(
+                    f"top_n.partition_by[{i}]",
+                    f"{column!r} is not a group_by column ({', '.join(self.group_by) or 'none'})",
+                )
 
     def _family_rules(self) -> None:
         """A family's rules between its size keys (e.g. ``hop_ms <= duration_ms``)."""

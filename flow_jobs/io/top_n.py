@@ -1,0 +1,192 @@
+"""``[transform.window.top_n]``: the top N rows of each window, ranked on the driver.
+
+The rule (docs/spec-reference.md, "Top N"): within each window (its start and end) and
+``partition_by`` values, rows are ranked by ``order_by`` in its directions, then by the
+group keys ascending, so no two rows tie; NULL ranks after every value in either
+direction and NaN above every number (Arrow's sort with nulls at the end). The first
+``n`` are written.
+
+``emit = "final"``: a window of these kinds closes for every group in the same
+micro-batch (its end is the same for all), so the batch holds the whole window and is
+ranked as it is (``rank``).
+
+``emit = "current"``: a batch holds only the groups it changed. The state store keeps
+every group's current row of each open window (``Standings``, a table beside the
+ledger, per checkpoint generation); each batch's rows update it, and every partition
+they touch is ranked again from it. The batch then writes that partition's whole top N,
+and the target deletes, in the same Delta commit or Postgres transaction, the rows of
+those partitions that left it (``flow_jobs.io.targets``, ``Ranked``). A window's rows
+leave the standings one batch after the watermark passed its end (no row can change
+them then, nor a replay of the batch that closed it).
+
+Written here rather than in Spark: Spark's streaming queries take no window function
+(``row_number``) over a stream, and an update-mode batch never holds a window's other
+groups.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pickle
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from flow_jobs.io.state_store import StateStore
+from flow_jobs.spec.windows import TopNSpec, WindowSpec
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """What ranks a window's rows: from the spec's window."""
+
+    n: int
+    start: str
+    end: str
+    partition: tuple[str, ...]  # partition_by
+    order: tuple[tuple[str, str], ...]  # (column, "ascending" | "descending")
+    groups: tuple[str, ...]  # group_by: the last tie-break
+
+    @staticmethod
+    def of(window: WindowSpec) -> Ranking:
+        top: TopNSpec | None = window.top_n
+        assert top is not None
+        return Ranking(
+            top.n,
+            window.window_start_column,
+            window.window_end_column,
+            tuple(top.partition_by),
+            tuple(top.ordering()),
+            tuple(window.group_by),
+        )
+
+    @property
+    def partition_columns(self) -> tuple[str, ...]:
+        """The columns a rank is counted within: the window's bounds and partition_by."""
+        return (self.start, self.end, *self.partition)
+
+
+def _comparable(value: Any) -> Any:
+    return ("NaN",) if isinstance(value, float) and math.isnan(value) else value
+
+
+def rank(rows: pa.Table, ranking: Ranking) -> pa.Table:
+    """The first ``n`` rows of each partition of ``rows``, in rank order."""
+    if rows.num_rows == 0:
+        return rows
+    keys = [(c, "ascending") for c in ranking.partition_columns]
+    sortable = rows
+    for i, (column, direction) in enumerate(ranking.order):
+        if pa.types.is_floating(rows.schema.field(column).type):
+            # Arrow puts NaN with the NULLs; the rule has it above every number: sort on
+            # "is NaN" first (NULL stays NULL, so last), in the same direction.
+            flag = f"__flow_nan_{i}"
+            sortable = sortable.append_column(flag, pc.is_nan(rows.column(column)))
+            keys.append((flag, direction))
+        keys.append((column, direction))
+    keys += [(c, "ascending") for c in ranking.groups]
+    # NULL after every value, in either direction
+    order = pc.sort_indices(sortable, sort_keys=[(c, d, "at_end") for c, d in keys])
+    ranked = rows.take(order)
+    partitions = zip(
+        *(ranked.column(c).to_pylist() for c in ranking.partition_columns), strict=True
+    )
+    keep, previous, seen = [], None, 0
+    for i, partition in enumerate(partitions):
+        current = tuple(_comparable(v) for v in partition)
+        seen = seen + 1 if current == previous else 1
+        previous = current
+        if seen <= ranking.n:
+            keep.append(i)
+    return ranked.take(pa.array(keep, pa.int64()))
+
+
+class Standings:
+    """Every group's current row of each open window (``emit = "current"``), in the
+    state store's ``window_standings`` table, per pipeline and checkpoint generation
+    (an earlier generation's rows go with the first batch of a new one)."""
+
+    def __init__(self, store: StateStore, pipeline: str, state_version: int, ranking: Ranking):
+        self.store = store
+        self.pipeline = pipeline
+        self.state_version = state_version
+        self.ranking = ranking
+        self._pruned = False  # earlier generations' standings (a reset) not yet dropped
+
+    def update(self, rows: pa.Table, closed_before: datetime | None) -> pa.Table:
+        """Take a batch's rows; returns the whole top N of every partition they touch.
+        ``closed_before``: the previous batch's watermark (its closed windows leave)."""
+        r, schema = self.ranking, rows.schema
+        records = rows.to_pylist()
+        with self.store.connect() as conn:
+            if not self._pruned:
+                conn.execute(
+                    self.store.q(
+                        "DELETE FROM {s}.window_standings WHERE pipeline = %s AND "
+                        "state_version <> %s"
+                    ),
+                    (self.pipeline, self.state_version),
+                )
+                self._pruned = True
+            if closed_before is not None:
+                conn.execute(
+                    self.store.q(
+                        "DELETE FROM {s}.window_standings WHERE pipeline = %s AND "
+                        "state_version = %s AND window_end <= %s"
+                    ),
+                    (self.pipeline, self.state_version, closed_before),
+                )
+            if not records:
+                return rows
+            with conn.cursor() as cur:
+                cur.executemany(
+                    self.store.q(
+                        "INSERT INTO {s}.window_standings (pipeline, state_version, "
+                        "window_start, window_end, group_key, row) VALUES (%s, %s, %s, %s, %s, "
+                        "%s) ON CONFLICT (pipeline, state_version, window_start, window_end, "
+                        "group_key) DO UPDATE SET row = EXCLUDED.row"
+                    ),
+                    [
+                        (
+                            self.pipeline,
+                            self.state_version,
+                            rec[r.start],
+                            rec[r.end],
+                            _group_key(rec, r.groups),
+                            pickle.dumps(rec, protocol=5),
+                        )
+                        for rec in records
+                    ],
+                )
+            windows = sorted({(rec[r.start], rec[r.end]) for rec in records})
+            held = conn.execute(
+                self.store.q(
+                    "SELECT row FROM {s}.window_standings WHERE pipeline = %s AND "
+                    "state_version = %s AND (window_start, window_end) IN "
+                    "(SELECT * FROM unnest(%s::timestamptz[], %s::timestamptz[]))"
+                ),
+                (
+                    self.pipeline,
+                    self.state_version,
+                    [w[0] for w in windows],
+                    [w[1] for w in windows],
+                ),
+            ).fetchall()
+        touched = {_partition(rec, r) for rec in records}
+        standing = [
+            rec for rec in (pickle.loads(h[0]) for h in held) if _partition(rec, r) in touched
+        ]
+        return rank(pa.Table.from_pylist(standing, schema=schema), r)
+
+
+def _group_key(record: dict[str, Any], groups: Sequence[str]) -> str:
+    return json.dumps([record[g] for g in groups], default=str)
+
+
+def _partition(record: dict[str, Any], r: Ranking) -> tuple[Any, ...]:
+    return tuple(_comparable(record[c]) for c in r.partition_columns)
