@@ -13,7 +13,8 @@ checkpoint):
 * ``bare read``: confluent-kafka consumers, one process per partition (the ceiling);
 * ``flow-jobs``: the pipeline from a spec (Arrow decode in the reader, MERGE into Delta),
   for tumbling 60 s, filter-then-tumbling (``FILTER``), hopping 60 s / 10 s, cumulate
-  (every 10 s up to 60 s), dedup-then-tumbling (``DEDUP``), session
+  (every 10 s up to 60 s), dedup-then-tumbling (``DEDUP``), the top 10 users of each
+  60 s window (``top_n``), session
   (gap 2 s), sliding 60 s (one window per row), count (tumbling, 100 records), each with
   count, sum, min, max, avg, first and last by user, the orders x payments join, and a
   60 s tumbling window per customer after that join (``JOIN_WINDOW``);
@@ -24,12 +25,14 @@ checkpoint):
   count windows, which Spark has no operator for: a ``transformWithStateInPandas``
   processor of the user's own, ``bench/hand_stateful.py``; cumulating windows: each row
   exploded into the step ends after it, grouped by the minute's ``window()`` and the
-  end, ``hand_written_window``; deduplication: ``dropDuplicatesWithinWatermark``);
+  end, ``hand_written_window``; deduplication: ``dropDuplicatesWithinWatermark``; top N:
+  ``row_number`` over each micro-batch in ``foreachBatch``);
 * ``Quix Streams``: the same windows, join and window after it
   (``bench/quix_run.py`` in ``.venv-quix``),
   on the first ``--quix-limit`` records per partition of the same topics (at Quix's rate
   the whole topic would take minutes per shape); its rate is per event either way. Quix
-  Streams has no cumulating window and no deduplication: those shapes have no Quix run.
+  Streams has no cumulating window, no deduplication and no top N: those shapes have
+  no Quix run.
 
 The acceptance figure of issue 12 is the tumbling run's ``N / (T(N) - T(empty))``: the
 flow-jobs run on the full topic less the same run on an empty topic, in the same JVM.
@@ -95,6 +98,12 @@ SHAPES: dict[str, dict[str, Any]] = {
     # a minute's running total every 10 s: the windows [m, m + 10 s), ..., [m, m + 60 s)
     "cumulate": {"kind": "cumulate", "step_ms": 10_000, "max_duration_ms": 60_000},
     "dedup": {"kind": "tumbling", "duration_ms": 60_000},  # after DEDUP
+    # the 10 users of each minute with the most clicks (then the highest spend)
+    "top_n": {
+        "kind": "tumbling",
+        "duration_ms": 60_000,
+        "top_n": {"n": 10, "order_by": ["clicks DESC", "amount_sum DESC"]},
+    },
     "session": {"kind": "session", "gap_ms": 2_000},
     "sliding": {"kind": "sliding", "duration_ms": 60_000},
     "count": {"kind": "count_tumbling", "count": 100},
@@ -102,10 +111,10 @@ SHAPES: dict[str, dict[str, Any]] = {
 #: Shapes over the orders and payments topics (the join; the join, then a window).
 JOINS = ("join", "join_window")
 #: Every shape, in the tables' order (``--shapes``' default).
-ALL_SHAPES = "tumbling,filter,hopping,cumulate,dedup,session,sliding,count,join,join_window"
+ALL_SHAPES = "tumbling,filter,hopping,cumulate,dedup,top_n,session,sliding,count,join,join_window"
 #: Shapes the reader pre-aggregates: the fresh-process table runs each with
 #: ``pre_aggregate = false`` too.
-FOLDING = ("tumbling", "filter", "hopping", "cumulate", "session")
+FOLDING = ("tumbling", "filter", "hopping", "cumulate", "top_n", "session")
 
 
 #: filter-then-tumbling: the condition (~8% of the sample clicks fail it), as flow-jobs'
@@ -168,7 +177,7 @@ def hand_written_window(
     if shape == "dedup":
         timed = timed.dropDuplicatesWithinWatermark(DEDUP["keys"])
     keys: list[Any] = ["user_id"]
-    if shape in ("tumbling", "filter", "dedup"):
+    if shape in ("tumbling", "filter", "dedup", "top_n"):
         window = F.window("et", "60 seconds")
     elif shape == "cumulate":
         # Spark has no cumulating window: each row goes to every 10 s step end of its
@@ -202,7 +211,22 @@ def hand_written_window(
         aggregated = aggregated.withColumn("window_end", F.timestamp_seconds("step_end")).drop(
             "step_end"
         )
-    return sum(int(p.numInputRows) for p in hand_written_sink(aggregated, workdir))
+    each_batch = _top_ten if shape == "top_n" else None
+    return sum(int(p.numInputRows) for p in hand_written_sink(aggregated, workdir, each_batch))
+
+
+def _top_ten(batch: Any) -> Any:
+    """The hand-written top 10 of each window: a batch holds its windows whole (append
+    mode), so row_number over the batch (Spark's streaming plan takes no window
+    function)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    order = Window.partitionBy("window_start", "window_end").orderBy(
+        F.desc_nulls_last("clicks"), F.desc_nulls_last("amount_sum"), "user_id"
+    )
+    ranked = batch.withColumn("rank", F.row_number().over(order))
+    return ranked.where(F.col("rank") <= 10).drop("rank")
 
 
 def quix_run(bootstrap: str, shape: str, topics: list[str], limit: int) -> Result | str:
@@ -210,6 +234,8 @@ def quix_run(bootstrap: str, shape: str, topics: list[str], limit: int) -> Resul
         return "cumulate: Quix Streams has no cumulating window (no Quix run)"
     if shape == "dedup":
         return "dedup: Quix Streams has no deduplication operator (no Quix run)"
+    if shape == "top_n":
+        return "top_n: Quix Streams has no top N per window (no Quix run)"
     if not QUIX_PYTHON.exists():
         return f"{QUIX_PYTHON} is missing: `make .venv-quix/.stamp` installs Quix Streams"
     with tempfile.TemporaryDirectory(prefix="quix-bench-") as state:

@@ -405,16 +405,18 @@ def hand_written_join(
     return _join_figures(hand_written_sink(joined, workdir))
 
 
-def hand_written_sink(frame: DataFrame, workdir: Path) -> list:
-    """How the hand-written jobs write: each micro-batch appended to Delta with
-    ``deltalake`` in ``foreachBatch`` (append mode), the topic read once
-    (``availableNow``); returns the query's progress reports."""
+def hand_written_sink(
+    frame: DataFrame, workdir: Path, each_batch: Callable[[DataFrame], DataFrame] | None = None
+) -> list:
+    """How the hand-written jobs write: each micro-batch (through ``each_batch`` if
+    given) appended to Delta with ``deltalake`` in ``foreachBatch`` (append mode), the
+    topic read once (``availableNow``); returns the query's progress reports."""
     from deltalake import write_deltalake
 
     target = str(workdir / "hand_written")
 
     def write(batch: DataFrame, _batch_id: int) -> None:
-        rows = batch.toArrow()
+        rows = (each_batch(batch) if each_batch else batch).toArrow()
         if rows.num_rows:
             write_deltalake(target, rows, mode="append")
 
