@@ -106,6 +106,49 @@ def check_natural_key_unique(spec: PipelineSpec, ledger: StateStore) -> AssetChe
     )
 
 
+def check_top_n_bounded(spec: PipelineSpec, ledger: StateStore) -> AssetCheckResult:
+    """[transform.window.top_n]: no window (and partition_by values) holds more than n
+    rows in the target."""
+    w = spec.window
+    assert w.top_n is not None
+    n, within = w.top_n.n, [w.window_start_column, w.window_end_column, *w.top_n.partition_by]
+    if spec.target.kind == "postgres":
+        from psycopg import sql
+
+        with ledger.connect() as conn:
+            row = conn.execute(
+                sql.SQL(
+                    "SELECT count(*), coalesce(max(k), 0) FROM (SELECT count(*) AS k FROM {} "
+                    "GROUP BY {} HAVING count(*) > %s) d"
+                ).format(
+                    sql.Identifier(spec.target.schema_name, spec.target.table),
+                    sql.SQL(", ").join(map(sql.Identifier, within)),
+                ),
+                (n,),
+            ).fetchone()
+        over, most = (int(row[0]), int(row[1])) if row else (0, 0)
+    elif spec.target.kind == "delta":
+        from flow_jobs.io.delta import query_delta, quoted
+
+        query = (
+            "SELECT count(*) AS over, coalesce(max(k), 0) AS most FROM (SELECT count(*) AS k "
+            f"FROM t GROUP BY {', '.join(map(quoted, within))} HAVING count(*) > {n}) d"
+        )
+        try:
+            found = query_delta(spec.target.path, query, revealed(spec.target.storage_options))
+        except Exception as e:
+            return AssetCheckResult(passed=False, description=f"cannot read the target: {e}")
+        over, most = int(found["over"][0].as_py()), int(found["most"][0].as_py())
+    else:
+        return AssetCheckResult(passed=True, description="kafka target: append-only, n/a")
+    return AssetCheckResult(
+        passed=over == 0,
+        description=f"{over} windows ({', '.join(within)}) hold more than top_n = {n} rows"
+        + (f" (up to {most})" if over else ""),
+        metadata={"windows_over": over, "most_rows": most, "n": n},
+    )
+
+
 def check_target_fresh(spec: PipelineSpec, ledger: StateStore) -> AssetCheckResult:
     totals = ledger.totals(spec.name, 1)
     last = totals.get("last_commit")
@@ -118,6 +161,13 @@ def check_target_fresh(spec: PipelineSpec, ledger: StateStore) -> AssetCheckResu
         description=f"last batch committed {age:,.0f} s ago (limit {limit:,.0f} s)",
         metadata={"age_s": age, "limit_s": limit, "last_commit": last.isoformat()},
     )
+
+
+def applies(name: str, spec: PipelineSpec) -> bool:
+    """Whether a ledger check is one of the pipeline's (top_n_bounded: with top_n)."""
+    if name == "top_n_bounded":
+        return spec.has_window and spec.window.top_n is not None
+    return True
 
 
 #: The checks that read the ledger (and target): name -> (description, function).
@@ -137,6 +187,10 @@ LEDGER_CHECKS: dict[str, tuple[str, Callable[[PipelineSpec, StateStore], AssetCh
     "target_fresh": (
         "the last batch committed within [checks] target_fresh_max_s",
         check_target_fresh,
+    ),
+    "top_n_bounded": (
+        "no window (and partition) holds more than [transform.window.top_n] n rows",
+        check_top_n_bounded,
     ),
 }
 

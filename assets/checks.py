@@ -16,7 +16,7 @@ from dagster import (
     multi_asset_check,
 )
 
-from assets.check_rules import LEDGER_CHECKS, check_window_config
+from assets.check_rules import LEDGER_CHECKS, applies, check_window_config
 from assets.naming import target_key
 from assets.resources import SPEC_RESOURCES, resolve
 from flow_jobs.spec.models import PipelineSpec
@@ -39,6 +39,7 @@ def pipeline_checks(spec: PipelineSpec, spec_path: Path) -> list[AssetChecksDefi
         specs=[
             AssetCheckSpec(name, asset=key, description=description)
             for name, (description, _rule) in LEDGER_CHECKS.items()
+            if applies(name, spec)
         ],
         can_subset=True,
         required_resource_keys=set(SPEC_RESOURCES),

@@ -19,8 +19,12 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from psycopg import sql
+from psycopg.types.json import Jsonb
 from pyspark.sql import SparkSession
 
+from assets.check_rules import check_top_n_bounded
+from flow_jobs.io.state_store import StateStore
 from flow_jobs.io.top_n import Ranking, rank
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec.models import PipelineSpec
@@ -247,6 +251,23 @@ def test_the_target_holds_the_top_n_of_each_window_under_any_cut(
         )
         assert_same_windows(got, {k: {a: v[a] for _, _, a in AGGREGATIONS} for k, v in
                                   expected.items()})  # fmt: skip
+        # the Dagster check: no window over n rows; a row too many makes it fail
+        ledger = StateStore.for_spec(spec)
+        assert check_top_n_bounded(spec, ledger).passed
+    if kind == "postgres":
+        sizes: dict[tuple, int] = {}
+        for k in expected:
+            sizes[k[:3]] = sizes.get(k[:3], 0) + 1
+        full = next(k for k in expected if sizes[k[:3]] == N)  # a window at its n rows
+        extra = dict(expected[full], user_id="zz")
+        with ledger.connect() as conn:
+            conn.execute(
+                sql.SQL("INSERT INTO {} SELECT * FROM jsonb_populate_record(NULL::{}, %s)").format(
+                    sql.Identifier(targets["one"]["table"]), sql.Identifier(targets["one"]["table"])
+                ),
+                (Jsonb({k: str(v) if hasattr(v, "isoformat") else v for k, v in extra.items()}),),
+            )
+        assert not check_top_n_bounded(specs["one"], ledger).passed
     if current:
         assert deleted["tiny"] > 0, "rows must have left the top N"
 
