@@ -175,15 +175,17 @@ def _spec(workdir: Path, bootstrap: str, topic: str, emit: str, target: dict, ti
 
 def _events(seed: str) -> list[dict[str, Any]]:
     """NULL keys and values, equal counts (ties broken by the sum, then the keys),
-    disorder within the lateness."""
+    equal event times, disorder within the lateness."""
     rng = random.Random(seed)
     events = random_clicks(
         rng, 360, keys=("a", "b", "c", "d", None), step_ms=100, disorder_ms=1_500
     )
-    for e in events:
+    for i, e in enumerate(events):
         e["page"] = rng.choice(["/x", "/y", None])
         if rng.random() < 0.3:
             e["amount"] = 1.0  # equal sums too
+        if i % 7 == 6:
+            e["ts"] = events[i - 1]["ts"]  # an equal event time
     return events
 
 
@@ -199,7 +201,13 @@ def test_the_target_holds_the_top_n_of_each_window_under_any_cut(
     topic = f"top-n-{emit}-{kind}-{random.randrange(10**9)}"
     broker.create_topic(topic, partitions=3)
     events = _events(f"{emit}-{kind}")
-    records = to_records(events, partitions=3)
+    half = len(events) // 2
+    # late rows in the second half: far behind the first half's watermark, so late
+    # under either cut, counted and kept out of every window
+    late = [{**e, "amount": 1_000.0} for e in events[:30:5]]
+    second = list(events[half:])
+    for row in late:
+        second.insert(random.Random(len(second)).randrange(len(second) + 1), row)
     schema = os.environ["FLOW_STATE_STORE_SCHEMA"]
     targets = {
         tag: (
@@ -213,14 +221,15 @@ def test_the_target_holds_the_top_n_of_each_window_under_any_cut(
         tag: _spec(workdir / tag, broker.bootstrap_servers, topic, emit, t, tag == "tiny")
         for tag, t in targets.items()
     }
-    half = len(records) // 2
-    send(broker.bootstrap_servers, topic, records[:half])
+    send(broker.bootstrap_servers, topic, to_records(events[:half], partitions=3))
     for spec in specs.values():
         PipelineRunner(spec, spark).run(available_now=True)
-    send(broker.bootstrap_servers, topic, records[half:])
+    send(broker.bootstrap_servers, topic, to_records(second, partitions=3))
     deleted = {}
     for tag, spec in specs.items():  # a new runner on the same checkpoint: a restart
-        deleted[tag] = PipelineRunner(spec, spark).run(available_now=True).windows_superseded
+        summary = PipelineRunner(spec, spark).run(available_now=True)
+        assert summary.late_rows == len(late), tag
+        deleted[tag] = summary.windows_superseded
 
     current = emit == "current"
     windows = reference_windows(
