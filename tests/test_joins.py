@@ -235,6 +235,52 @@ def test_join_equals_reference(
     assert len(natural) == len(rows)
 
 
+def test_a_deduplicated_side_joins_as_its_records_without_the_resent_ones(
+    spark: SparkSession, broker: EmbeddedBroker, topics: tuple[str, str], workdir: Path
+) -> None:
+    """``[[transform.dedup]]`` on the payments (at-least-once: some sent twice, the copy
+    a little later in Kafka): the join equals the reference join of the orders with the
+    payments as if each was sent once, and each copy is counted as a duplicate."""
+    rng = random.Random("dedup-join")
+    orders, payments = _streams(rng)
+    resent = [dict(p) for p in rng.sample(payments, 25)]
+    sent = list(payments)
+    for copy in resent:  # a few positions after its first send
+        sent.insert(min(len(sent), sent.index(copy) + rng.randint(1, 3)), dict(copy))
+    close_l, close_r = _closing()
+    _send(broker, topics[0], [*orders, close_l])
+    _send(broker, topics[1], [*sent, close_r])
+    dedup = {"source": "payments", "keys": ["order_id", "paid"], "within_ms": 0}
+    doc = _spec(workdir, broker, topics, CASES["inner"]).to_document()
+    doc["transform"]["dedup"] = [dedup]
+    spec = PipelineSpec.model_validate(doc)
+    summary = PipelineRunner(spec, spark).run(available_now=True)
+
+    # within_ms = 0: a payment repeats one of the same order, amount and time
+    once = list({(p["order_id"], p["paid"], p["ts"]): p for p in sent}.values())
+    assert summary.duplicates == len(sent) - len(once) >= 25
+    assert summary.late_rows == 0
+    lower, upper = spec.transform.join.bounds if spec.transform.join else (0, 0)
+    expected = reference_join(
+        orders,
+        once,
+        left_keys=KEYS,
+        right_keys=KEYS,
+        left_time="ts",
+        right_time="ts",
+        lower=lower,
+        upper=upper,
+        how="inner",
+        left_columns=["order_id", "region", "amount", "ts"],
+        right_columns=["order_id", "region", "paid", "ts"],
+    )
+    actual = sorted(
+        (tuple(r[c] for c in COMPARED) for r in read_delta(spec.target.path).to_pylist()),
+        key=lambda t: tuple((v is None, v if v is not None else 0) for v in t),
+    )
+    assert expected and actual == expected
+
+
 def test_join_state_is_evicted_and_replays_do_not_duplicate(
     spark: SparkSession, broker: EmbeddedBroker, topics: tuple[str, str], workdir: Path
 ) -> None:

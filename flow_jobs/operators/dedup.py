@@ -118,10 +118,15 @@ class DedupProcessor(StatefulProcessor):
     """One bucket of keys (``transformWithState``, rows as ``Row``): holds each record
     until the watermark reaches it, then releases it passing or as a duplicate."""
 
-    def __init__(self, within_ms: int, columns: tuple[str, ...]) -> None:
+    def __init__(
+        self, within_ms: int, columns: tuple[str, ...], released_time: bool = True
+    ) -> None:
         self.within_ms = within_ms
         self.columns = columns  # the row values carried, in the output's order
-        self.output = Row(*columns, DUPLICATE_OF, RELEASED_TIME)  # a Row of named fields
+        #: False: the rows carry their watermarked time already (a join's side)
+        self.released_time = released_time
+        names = (*columns, DUPLICATE_OF, *((RELEASED_TIME,) if released_time else ()))
+        self.output = Row(*names)  # a Row of named fields
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
@@ -161,7 +166,10 @@ class DedupProcessor(StatefulProcessor):
                 if r.duplicate_of is None
                 else describe(r.duplicate_of, r.time_ms, self.within_ms)
             )
-            yield self.output(*r.values, reason, _EPOCH + timedelta(milliseconds=r.time_ms))
+            if self.released_time:
+                yield self.output(*r.values, reason, _EPOCH + timedelta(milliseconds=r.time_ms))
+            else:
+                yield self.output(*r.values, reason)
 
     def close(self) -> None:
         pass

@@ -343,6 +343,7 @@ def _operators(spec: PipelineSpec, folding: str | None = None) -> tuple[Operator
     if join is not None:
         lower, upper = join.bounds
         pre_stage = (
+            *(_dedup_operator(spec, d) for d in spec.transform.dedup),
             OperatorChoice(
                 f"{join.how} join on {', '.join(join.left_keys)} = {', '.join(join.right_keys)}",
                 f"Spark stream-stream join (symmetric hash join), right time - left time in "

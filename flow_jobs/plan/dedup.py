@@ -1,4 +1,4 @@
-"""``[[transform.dedup]]``: a source's duplicates taken out before the window.
+"""``[[transform.dedup]]``: a source's duplicates taken out before the window or the join.
 
 The source's view (late rows already out, its own watermark taken) goes through
 ``flow_jobs.operators.dedup``'s operator on ``transformWithState``, grouped by a hash
@@ -53,9 +53,12 @@ def deduplicate(
     time: Column,
     topics: Sequence[str],
     tap: DeadLetterTap,
+    watermarked: str | None = None,
 ) -> DataFrame:
     """``view`` without its duplicates, each record released once the watermark reaches
-    its event time ``time``; ``key``: the spec key of ``dedup``, for errors."""
+    its event time ``time``; ``key``: the spec key of ``dedup``, for errors.
+    ``watermarked``: the view's own watermarked TIMESTAMP column (a join side's), which
+    stays Spark's event time after the operator; without it the operator adds one."""
     for i, name in enumerate(dedup.keys):
         if name not in view.columns:
             raise PlanError(
@@ -74,19 +77,16 @@ def deduplicate(
         position.alias(POSITION),
         F.struct(*keys).alias(KEY),
     )
+    released_time = [] if watermarked else [StructField(RELEASED_TIME, TimestampType())]
     schema = StructType(
-        [
-            *view.schema.fields,
-            StructField(DUPLICATE_OF, StringType()),
-            StructField(RELEASED_TIME, TimestampType()),
-        ]
+        [*view.schema.fields, StructField(DUPLICATE_OF, StringType()), *released_time]
     )
     released = prepared.groupBy(BUCKET).transformWithState(
-        DedupProcessor(dedup.within_ms, columns),
+        DedupProcessor(dedup.within_ms, columns, released_time=not watermarked),
         schema,
         "Append",
         "EventTime",
-        eventTimeColumnName=RELEASED_TIME,
+        eventTimeColumnName=watermarked or RELEASED_TIME,
     )
     duplicate = F.col(DUPLICATE_OF).isNotNull()
     released = released.observe(
@@ -96,7 +96,7 @@ def deduplicate(
         released = divert(released, [(duplicate, F.col(DUPLICATE_OF))], tap, record_fields(view))
     else:
         released = released.where(~duplicate)
-    return released.drop(DUPLICATE_OF, RELEASED_TIME)
+    return released.drop(DUPLICATE_OF, *([] if watermarked else [RELEASED_TIME]))
 
 
 def _grouped(column: Column, data_type: object) -> Column:

@@ -28,6 +28,7 @@ from pyspark.sql import functions as F
 
 from flow_jobs.errors import PlanError
 from flow_jobs.io.dead_letters import DeadLetterTable
+from flow_jobs.plan.dedup import deduplicate
 from flow_jobs.plan.event_time import EventTime, event_time_of
 from flow_jobs.plan.sources import compile_source
 from flow_jobs.spec.models import KAFKA_COLUMN, JoinSpec, PipelineSpec
@@ -93,6 +94,23 @@ def _side(
     timed = view.withColumn(_SIDE_TIME[side], time).withWatermark(
         _SIDE_TIME[side], f"{join.lateness_ms} milliseconds"
     )
+    dedup = spec.dedup_of(name)
+    if dedup is not None:  # on the side's watermark, which its time keeps after it
+        if settings.mode != "event":
+            raise PlanError(
+                f"transform.dedup[{spec.transform.dedup.index(dedup)}]",
+                'deduplication orders records by event time: it needs time_mode = "event"',
+            )
+        timed = deduplicate(
+            timed,
+            dedup,
+            f"transform.dedup[{spec.transform.dedup.index(dedup)}]",
+            name,
+            F.col(_SIDE_TIME[side]),
+            [s.topic for s in spec.sources],
+            dead_letters.tap(name, part="duplicates"),
+            watermarked=_SIDE_TIME[side],
+        )
     return timed, index
 
 

@@ -213,15 +213,11 @@ class PipelineSpec(SpecModel):
 
     def _dedup_rules(self, names: dict[str, str]) -> None:
         """Each ``[[transform.dedup]]`` names a source (or the only one), once; it runs
-        on the source's own event-time watermark, before a window."""
+        on the source's own event-time watermark, before the window or the join."""
         sources = [s.name for s in self.sources]
         deduplicated: dict[str, int] = {}
         for i, dedup in enumerate(self.transform.dedup):
             key = f"transform.dedup[{i}]"
-            if self.transform.join is not None:
-                raise key_error(
-                    key, "deduplication before a join is not supported yet: only before a window"
-                )
             if dedup.source is None and len(sources) > 1:
                 raise key_error(
                     f"{key}.source",

@@ -176,8 +176,8 @@ class LookupSpec(SpecModel):
 
 
 class DedupSpec(SpecModel):
-    """``[[transform.dedup]]``: one source's records deduplicated before the window
-    (docs/spec-reference.md, "Deduplication"): per ``keys``, the first record in the
+    """``[[transform.dedup]]``: one source's records deduplicated before the window or
+    the join (docs/spec-reference.md, "Deduplication"): per ``keys``, the first record in the
     order of events passes, and a later one at most ``within_ms`` after the last record
     that passed is a duplicate, dropped and counted, or dead-lettered."""
 
