@@ -29,10 +29,9 @@ import math
 import pickle
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pyspark.sql import Row
+import pandas as pd
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
@@ -40,22 +39,25 @@ from flow_jobs.windows.timers import Firing, settle
 
 #: Groups the keys are hashed into (part of the state's layout: a checkpoint keeps it).
 BUCKETS = 64
-#: The hidden input columns the operator reads: the bucket, the event time (epoch ms),
+#: The input columns the operator reads (no leading underscore: the pandas form of the
+#: state API renames such columns): the bucket, the event time (epoch µs),
 #: the tie-break of equal times (``flow_jobs.plan.ordering``) and the keys.
-BUCKET = "__flow_dedup_bucket"
-TIME = "__flow_dedup_t"
-LANE = "__flow_dedup_lane"
-POSITION = "__flow_dedup_position"
-KEY = "__flow_dedup_key"
+BUCKET = "flowdedup_bucket"
+TIME = "flowdedup_t"
+LANE = "flowdedup_lane"
+POSITION = "flowdedup_position"
+KEY = "flowdedup_key"
+#: The whole row, as one JSON string (carried through the operator, parsed after it).
+ROW = "flowdedup_row"
 #: Output: NULL for a record that passes; for a duplicate, the record it repeats.
 DUPLICATE_OF = "__flow_duplicate_of"
-#: Output: the event time as a TIMESTAMP, Spark's event-time column after the operator.
+#: Output: the event time as a TIMESTAMP, Spark's event-time column after the operator
+#: (a join side's own time column, by its name).
 RELEASED_TIME = "__flow_dedup_time"
 
 _STATE = StructType(
     [StructField("blob", BinaryType()), StructField("timer", LongType())]
 )  # fmt: skip
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 #: NaN is a key value of its own (SQL GROUP BY), though NaN != NaN in Python.
 _NAN = ("NaN",)
 
@@ -75,58 +77,65 @@ class DedupState:
 @dataclass(frozen=True)
 class Released:
     values: tuple[Any, ...]
-    time_ms: int
+    time: int  # the event time, in the unit of ``release``'s (the operator's: µs)
     #: the record this one repeats (event time ms, lane, position); None: it passes
     duplicate_of: tuple[int, int, int] | None
 
 
-def release(state: DedupState, watermark_ms: int, within_ms: int) -> list[Released]:
+def release(state: DedupState, watermark: int, within: int) -> list[Released]:
     """The held records at or below the watermark, decided in the order of events; the
-    state keeps the rest, and the keys a later record can still repeat."""
-    ready = sorted((h for h in state.held if h[0] <= watermark_ms), key=lambda h: h[:3])
-    state.held = [h for h in state.held if h[0] > watermark_ms]
+    state keeps the rest, and the keys a later record can still repeat (times and
+    ``within`` in one unit: the operator's microseconds)."""
+    ready = sorted((h for h in state.held if h[0] <= watermark), key=lambda h: h[:3])
+    state.held = [h for h in state.held if h[0] > watermark]
     out = []
     for t, lane, position, key, values in ready:
         first = state.passed.get(key)
-        if first is not None and t - first[0] <= within_ms:
+        if first is not None and t - first[0] <= within:
             out.append(Released(values, t, first))
         else:
             state.passed[key] = (t, lane, position)
             out.append(Released(values, t, None))
     # Every record still to come is later than the watermark (the earlier ones are late).
-    state.passed = {k: p for k, p in state.passed.items() if p[0] + within_ms > watermark_ms}
+    state.passed = {k: p for k, p in state.passed.items() if p[0] + within > watermark}
     return out
 
 
-def due(state: DedupState, within_ms: int) -> int | None:
+def due(state: DedupState, within: int) -> int | None:
     """The lowest watermark at which ``release`` has work: a held record's time, or the
     time a key's last passing record stops catching duplicates."""
-    times = [h[0] for h in state.held] + [p[0] + within_ms for p in state.passed.values()]
+    times = [h[0] for h in state.held] + [p[0] + within for p in state.passed.values()]
     return min(times) if times else None
 
 
-def describe(duplicate_of: tuple[int, int, int], time_ms: int, within_ms: int) -> str:
-    """A duplicate's dead-letter reason."""
+def describe(duplicate_of: tuple[int, int, int], time_us: int, within_ms: int) -> str:
+    """A duplicate's dead-letter reason (times in microseconds)."""
     t, lane, position = duplicate_of
+    behind = (time_us - t) / 1000
     return (
-        f"duplicate: {time_ms - t} ms after the record of its keys that passed (partition "
+        f"duplicate: {behind:g} ms after the record of its keys that passed (partition "
         f"{lane % (1 << 31)}, offset {position}), within_ms = {within_ms}"
     )
 
 
-class DedupProcessor(StatefulProcessor):
-    """One bucket of keys (``transformWithState``, rows as ``Row``): holds each record
-    until the watermark reaches it, then releases it passing or as a duplicate."""
+def _ms_ceiling(us: int | None) -> int | None:
+    """The first watermark (ms) at or past a time in microseconds."""
+    return None if us is None else -(-us // 1000)
 
-    def __init__(
-        self, within_ms: int, columns: tuple[str, ...], released_time: bool = True
-    ) -> None:
+
+class DedupProcessor(StatefulProcessor):
+    """One bucket of keys (``transformWithStateInPandas``): holds each record until the
+    watermark reaches it, then releases it passing or as a duplicate.
+
+    A record comes in as its event time (µs), tie-break, keys and row, each key set and
+    each row one JSON string (``flow_jobs.plan.dedup``: Spark's ``to_json``, which gives
+    back every value exactly, NaN, binary and microseconds included): pandas then sees
+    only integers and strings, and a NULL DOUBLE never becomes a NaN."""
+
+    def __init__(self, within_ms: int, time_column: str = RELEASED_TIME) -> None:
         self.within_ms = within_ms
-        self.columns = columns  # the row values carried, in the output's order
-        #: False: the rows carry their watermarked time already (a join's side)
-        self.released_time = released_time
-        names = (*columns, DUPLICATE_OF, *((RELEASED_TIME,) if released_time else ()))
-        self.output = Row(*names)  # a Row of named fields
+        self.within_us = within_ms * 1000
+        self.time_column = time_column  # the output's event time (a join side's own)
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
@@ -139,37 +148,52 @@ class DedupProcessor(StatefulProcessor):
         return pickle.loads(blob), timer
 
     def _save(self, state: DedupState, held: int | None, firing: Firing | None) -> None:
-        timer = settle(self.handle, held, due(state, self.within_ms), firing)
+        timer = settle(self.handle, held, _ms_ceiling(due(state, self.within_us)), firing)
         if state.held or state.passed:
             self.state.update((pickle.dumps(state, protocol=5), timer))
         else:
             self.state.clear()
 
-    def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: Any) -> Iterator[Row]:
+    def handleInputRows(
+        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
+    ) -> Iterator[pd.DataFrame]:
         state, timer = self._load()
-        for r in rows:
-            values = tuple(r[c] for c in self.columns)
-            state.held.append((r[TIME], r[LANE], r[POSITION], key_of(tuple(r[KEY])), values))
+        for frame in rows:
+            state.held.extend(
+                zip(
+                    frame[TIME].tolist(),
+                    frame[LANE].tolist(),
+                    frame[POSITION].tolist(),
+                    frame[KEY].tolist(),
+                    frame[ROW].tolist(),
+                    strict=True,
+                )
+            )
         self._save(state, timer, None)
         return iter(())
 
     def handleExpiredTimer(
         self, key: Any, timerValues: Any, expiredTimerInfo: Any
-    ) -> Iterator[Row]:
+    ) -> Iterator[pd.DataFrame]:
         watermark = timerValues.getCurrentWatermarkInMs()
         state, timer = self._load()
-        released = release(state, watermark, self.within_ms)
+        released = release(state, watermark * 1000, self.within_us)
         self._save(state, timer, Firing(expiredTimerInfo.getExpiryTimeInMs(), watermark))
-        for r in released:
-            reason = (
-                None
-                if r.duplicate_of is None
-                else describe(r.duplicate_of, r.time_ms, self.within_ms)
+        if released:
+            yield pd.DataFrame(
+                {
+                    ROW: [r.values for r in released],
+                    DUPLICATE_OF: [
+                        None
+                        if r.duplicate_of is None
+                        else describe(r.duplicate_of, r.time, self.within_ms)
+                        for r in released
+                    ],
+                    self.time_column: pd.to_datetime(
+                        [r.time for r in released], unit="us", utc=True
+                    ),
+                }
             )
-            if self.released_time:
-                yield self.output(*r.values, reason, _EPOCH + timedelta(milliseconds=r.time_ms))
-            else:
-                yield self.output(*r.values, reason)
 
     def close(self) -> None:
         pass

@@ -385,8 +385,9 @@ def _dedup_operator(spec: PipelineSpec, dedup: DedupSpec) -> OperatorChoice:
     fate = "dead-lettered with their bytes" if dedup.on_duplicate == "dlq" else "dropped"
     return OperatorChoice(
         f"dedup {source} on ({', '.join(dedup.keys)}) within {dedup.within_ms} ms",
-        f"transformWithState (event-time timers) over {BUCKETS} hash buckets of the keys: "
-        "each record held until the watermark reaches it, then, in (event time, Kafka "
+        f"transformWithStateInPandas (event-time timers) over {BUCKETS} hash buckets of the "
+        "keys, each row carried as one JSON string: each record held until the watermark "
+        "reaches it, then, in (event time, Kafka "
         "position) order, the first of its keys passes and a later one within "
         f"within_ms of the last that passed is a duplicate, counted (observe), then {fate}",
     )

@@ -33,12 +33,17 @@ from flow_jobs.operators.dedup import (
     LANE,
     POSITION,
     RELEASED_TIME,
+    ROW,
     TIME,
     DedupProcessor,
 )
 from flow_jobs.plan.diversions import divert, record_fields
 from flow_jobs.plan.ordering import tie_break
 from flow_jobs.spec.models import DedupSpec
+
+#: to_json / from_json of the carried rows: every value back exactly (microseconds,
+#: NULL fields kept as NULL).
+_JSON = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX", "ignoreNullFields": "false"}
 
 #: Each deduplicated source's observation: ``duplicates``, its records dropped or
 #: dead-lettered as duplicates in the batch (``flow_jobs.runtime.reports``).
@@ -66,27 +71,41 @@ def deduplicate(
                 f"{name!r} is not a column of source {source!r} "
                 f"(columns: {', '.join(c for c in view.columns if not c.startswith('__'))})",
             )
-    columns = tuple(view.columns)
     lane, position = tie_break(view, topics)
     keys = [_grouped(F.col(k), view.schema[k].dataType) for k in dedup.keys]
+    # Each row as one JSON string through the operator (flow_jobs.operators.dedup); the
+    # watermarked time of a join side comes back as the operator's event-time column.
+    carried = [c for c in view.columns if c != watermarked]
     prepared = view.select(
-        *(F.col(c) for c in columns),
         F.pmod(F.xxhash64(*keys), F.lit(BUCKETS)).alias(BUCKET),
-        F.unix_millis(time).alias(TIME),
+        F.unix_micros(time).alias(TIME),
         lane.alias(LANE),
         position.alias(POSITION),
-        F.struct(*keys).alias(KEY),
+        F.to_json(F.struct(*keys), _JSON).alias(KEY),
+        F.to_json(F.struct(*(F.col(c) for c in carried)), _JSON).alias(ROW),
     )
-    released_time = [] if watermarked else [StructField(RELEASED_TIME, TimestampType())]
+    out_time = watermarked or RELEASED_TIME
     schema = StructType(
-        [*view.schema.fields, StructField(DUPLICATE_OF, StringType()), *released_time]
+        [
+            StructField(ROW, StringType()),
+            StructField(DUPLICATE_OF, StringType()),
+            StructField(out_time, TimestampType()),
+        ]
     )
-    released = prepared.groupBy(BUCKET).transformWithState(
-        DedupProcessor(dedup.within_ms, columns, released_time=not watermarked),
+    released = prepared.groupBy(BUCKET).transformWithStateInPandas(
+        DedupProcessor(dedup.within_ms, out_time),
         schema,
         "Append",
         "EventTime",
-        eventTimeColumnName=watermarked or RELEASED_TIME,
+        eventTimeColumnName=out_time,
+    )
+    row_schema = StructType([view.schema[c] for c in carried])
+    released = released.select(
+        F.from_json(F.col(ROW), row_schema, _JSON).alias(ROW), DUPLICATE_OF, out_time
+    ).select(
+        *(F.col(f"{ROW}.{c}").alias(c) if c != watermarked else F.col(c) for c in view.columns),
+        DUPLICATE_OF,
+        *([] if watermarked else [RELEASED_TIME]),
     )
     duplicate = F.col(DUPLICATE_OF).isNotNull()
     released = released.observe(
