@@ -216,34 +216,8 @@ class DeltaMergeTable:
         delete_if: str | None,
     ) -> MergeResult:
         """One MERGE: ``source`` upserted, the rows keyed as ``gone``'s deleted."""
-        flagged = pa.concat_tables(
-            [
-                source.append_column(_UPSERT, pa.array([True] * source.num_rows)),
-                gone.append_column(_UPSERT, pa.array([False] * gone.num_rows)),
-            ]
-        )
-        columns = {quoted(c): f"s.{quoted(c)}" for c in self.schema.names}
-        metrics = (
-            table.merge(
-                flagged,
-                _all(self._predicate, self._bounds(flagged)),
-                source_alias="s",
-                target_alias="t",
-                commit_properties=commit,
-            )
-            .when_matched_update(columns, predicate=_all(f"s.{_UPSERT}", update_if))
-            .when_matched_delete(predicate=_all(f"NOT s.{_UPSERT}", delete_if))
-            .when_not_matched_insert(columns, predicate=f"s.{_UPSERT}")
-            .execute()
-        )
-        return MergeResult(
-            False,
-            int(metrics["num_target_rows_inserted"]),
-            int(metrics["num_target_rows_updated"]),
-            self.open().version(),
-            int(metrics["num_target_rows_deleted"]),
-            **_files(metrics),
-        )
+        predicate = _all(self._predicate, self._bounds(pa.concat_tables([source, gone])))
+        return self._flagged_merge(table, source, gone, predicate, commit, update_if, delete_if)
 
     def _supersede(
         self,
@@ -267,17 +241,30 @@ class DeltaMergeTable:
         _, last_end = _timestamp_range(source.column(supersede.end))
         if first_start is not None and last_end is not None:
             predicate = _all(predicate, f"t.{start} <= '{last_end}'", f"t.{end} >= '{first_start}'")
-        n = source.num_rows
-        doubled = pa.concat_tables(
+        return self._flagged_merge(table, source, source, predicate, commit, update_if, delete_if)
+
+    def _flagged_merge(
+        self,
+        table: DeltaTable,
+        upserts: pa.Table,
+        deletes: pa.Table,
+        predicate: str,
+        commit: CommitProperties | None,
+        update_if: str | None,
+        delete_if: str | None,
+    ) -> MergeResult:
+        """One MERGE of ``upserts`` (flagged true: updated or inserted) and ``deletes``
+        (flagged false: the target rows ``predicate`` matches them to are deleted)."""
+        flagged = pa.concat_tables(
             [
-                source.append_column(_UPSERT, pa.array([True] * n)),
-                source.append_column(_UPSERT, pa.array([False] * n)),
+                upserts.append_column(_UPSERT, pa.array([True] * upserts.num_rows)),
+                deletes.append_column(_UPSERT, pa.array([False] * deletes.num_rows)),
             ]
         )
         columns = {quoted(c): f"s.{quoted(c)}" for c in self.schema.names}
         metrics = (
             table.merge(
-                doubled,
+                flagged,
                 predicate,
                 source_alias="s",
                 target_alias="t",
