@@ -24,7 +24,8 @@ from pyspark.sql import SparkSession
 
 from flow_jobs.io.delta import read_delta
 from flow_jobs.io.state_store import StateStore
-from flow_jobs.operators.dedup import DedupState, key_of, release
+from flow_jobs.operators.dedup import KEY, DedupState, release
+from flow_jobs.plan.dedup import key_json
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec.models import PipelineSpec
 from flow_jobs_dev.broker import EmbeddedBroker
@@ -79,7 +80,7 @@ def test_release_decides_every_record_as_the_rule_whatever_the_cut(
             if watermark is not None and e["ts"] <= watermark:
                 continue  # late
             on_time.append(e)
-            state.held.append((e["ts"], *e["_at"], key_of((e["k"],)), (e["_at"],)))
+            state.held.append((e["ts"], *e["_at"], e["k"], (e["_at"],)))
         top = max(e["ts"] for e in arrivals[:hi]) - lateness
         watermark = top if watermark is None else max(watermark, top)
         out += release(state, watermark, within)
@@ -89,12 +90,15 @@ def test_release_decides_every_record_as_the_rule_whatever_the_cut(
     assert got == reference_duplicates(on_time, ["k"], within)
 
 
-def test_nan_is_one_key_and_null_another() -> None:
-    state = DedupState()
-    for i, k in enumerate([float("nan"), float("nan"), None, None, 0.0, -0.0]):
-        state.held.append((10, 0, i, key_of((k,)), (i,)))
+def test_nan_is_one_key_null_another_and_minus_zero_is_zero(spark: SparkSession) -> None:
+    """The keys as the operator compares them (their JSON, ``key_json``): SQL
+    ``GROUP BY``'s equality, though NaN != NaN and -0.0 is not 0.0 in Spark's hash."""
+    values = [float("nan"), float("nan"), None, None, 0.0, -0.0, 1.5]
+    frame = spark.createDataFrame([(v, "a") for v in values], "d DOUBLE, s STRING")
+    keys = [r[KEY] for r in frame.select(key_json(frame, ["d", "s"]).alias(KEY)).collect()]
+    state = DedupState(held=[(10, 0, i, k, (i,)) for i, k in enumerate(keys)])
     released = release(state, 10, 5)
-    assert [r.values[0] for r in released if r.duplicate_of is None] == [0, 2, 4]
+    assert [r.values[0] for r in released if r.duplicate_of is None] == [0, 2, 4, 6]
 
 
 # -- end to end --------------------------------------------------------------------------

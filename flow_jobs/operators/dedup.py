@@ -1,7 +1,8 @@
 """Deduplication of a source's records (``[[transform.dedup]]``), on Spark's state API.
 
 The rule (docs/spec-reference.md, "Deduplication"): per key (the values of ``keys``,
-NULL and NaN each a value of their own, as in SQL ``GROUP BY``), records are taken in
+NULL and NaN each a value of their own, as in SQL ``GROUP BY``: the operator compares
+the keys' JSON, ``flow_jobs.plan.dedup``), records are taken in
 the order of events (event time, then Kafka position: ``flow_jobs.plan.ordering``);
 the first passes, and a later one is a duplicate when its event time is at most
 ``within_ms`` after the last record of its key that passed; otherwise it passes.
@@ -25,7 +26,6 @@ passing record: any record still to come is later than that.
 
 from __future__ import annotations
 
-import math
 import pickle
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
@@ -58,27 +58,22 @@ RELEASED_TIME = "__flow_dedup_time"
 _STATE = StructType(
     [StructField("blob", BinaryType()), StructField("timer", LongType())]
 )  # fmt: skip
-#: NaN is a key value of its own (SQL GROUP BY), though NaN != NaN in Python.
-_NAN = ("NaN",)
-
-
-def key_of(values: tuple[Any, ...]) -> Hashable:
-    return tuple(_NAN if isinstance(v, float) and math.isnan(v) else v for v in values)
 
 
 @dataclass
 class DedupState:
-    #: records not yet released: (event time ms, lane, position, key, row values)
-    held: list[tuple[int, int, int, Hashable, tuple[Any, ...]]] = field(default_factory=list)
-    #: per key, the last record that passed: (event time ms, lane, position)
+    #: records not yet released: (event time µs, lane, position, key, row); the
+    #: operator's key and row are JSON strings
+    held: list[tuple[int, int, int, Hashable, Any]] = field(default_factory=list)
+    #: per key, the last record that passed: (event time µs, lane, position)
     passed: dict[Hashable, tuple[int, int, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Released:
-    values: tuple[Any, ...]
+    values: Any  # the held row (the operator's: its JSON string)
     time: int  # the event time, in the unit of ``release``'s (the operator's: µs)
-    #: the record this one repeats (event time ms, lane, position); None: it passes
+    #: the record this one repeats (event time, lane, position); None: it passes
     duplicate_of: tuple[int, int, int] | None
 
 

@@ -81,7 +81,7 @@ def deduplicate(
         F.unix_micros(time).alias(TIME),
         lane.alias(LANE),
         position.alias(POSITION),
-        F.to_json(F.struct(*keys), _JSON).alias(KEY),
+        key_json(view, dedup.keys).alias(KEY),
         F.to_json(F.struct(*(F.col(c) for c in carried)), _JSON).alias(ROW),
     )
     out_time = watermarked or RELEASED_TIME
@@ -116,6 +116,13 @@ def deduplicate(
     else:
         released = released.where(~duplicate)
     return released.drop(DUPLICATE_OF, *([] if watermarked else [RELEASED_TIME]))
+
+
+def key_json(view: DataFrame, names: Sequence[str]) -> Column:
+    """A record's keys as one JSON string, equal where SQL ``GROUP BY`` groups: NaN is
+    one value ("NaN"), NULL another, -0.0 is 0.0."""
+    keys = [_grouped(F.col(k), view.schema[k].dataType) for k in names]
+    return F.to_json(F.struct(*keys), _JSON)
 
 
 def _grouped(column: Column, data_type: object) -> Column:

@@ -192,7 +192,7 @@ class PipelineSpec(SpecModel):
                 f"{len(self.sources)} sources are declared but [transform].sql is empty; "
                 "a SQL pre-stage must combine them (e.g. a UNION ALL of the source views)"
             )
-        self._dedup_rules(seen)
+        self._dedup_rules()
         self._check_columns()
         if self.ranks_current and self.target.kind == "kafka":
             raise key_error(
@@ -211,7 +211,7 @@ class PipelineSpec(SpecModel):
             )
         return self
 
-    def _dedup_rules(self, names: dict[str, str]) -> None:
+    def _dedup_rules(self) -> None:
         """Each ``[[transform.dedup]]`` names a source (or the only one), once; it runs
         on the source's own event-time watermark, before the window or the join."""
         sources = [s.name for s in self.sources]
