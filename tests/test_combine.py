@@ -569,9 +569,9 @@ def _filtered(window: dict) -> dict:
     "shape, per_trigger, sql",
     [
         ("tumbling", None, None),
-        ("tumbling", 60, None),
-        # cumulate windows fold into panes as hopping ones do, with windows of several
-        # lengths: the plain case of both (hopping's panes run behind the SQL below)
+        # cumulate windows fold into panes as tumbling and hopping ones do, with windows
+        # of several lengths: the plain tiny-batch case of all three (hopping's panes
+        # also run behind the SQL below)
         ("cumulate", 60, None),
         ("tumbling", None, FILTER_SQL),
         ("hopping", 60, FILTER_SQL),

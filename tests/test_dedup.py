@@ -167,7 +167,7 @@ def _spec(workdir: Path, bootstrap: str, topic: str, on_duplicate: str, tiny: bo
                     "bootstrap_servers": bootstrap,
                     "format": "json",
                     "schema": "user_id STRING, page STRING, amount DOUBLE, qty INT, ts BIGINT",
-                    **({"max_offsets_per_trigger": 45} if tiny else {}),
+                    **({"max_offsets_per_trigger": 60} if tiny else {}),
                 }
             ],
             "transform": {
