@@ -5,6 +5,7 @@ read with bounded queries only (an aggregate in delta-rs's engine or in Postgres
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -65,40 +66,59 @@ def check_late_row_rate(spec: PipelineSpec, ledger: StateStore) -> AssetCheckRes
     )
 
 
-def check_natural_key_unique(spec: PipelineSpec, ledger: StateStore) -> AssetCheckResult:
-    if spec.target.kind == "kafka":
-        return AssetCheckResult(passed=True, description="kafka target: append-only, n/a")
-    key = ledger.natural_key(spec.name)
-    if key is None:
-        return AssetCheckResult(passed=True, description="no run recorded yet: nothing written")
+@dataclass(frozen=True)
+class _Crowded:
+    """Groups of the target's rows (by some columns) holding more than a limit."""
+
+    groups: int  # how many
+    extra: int  # their rows beyond the limit, summed
+    most: int  # the largest group's rows (0: none over)
+
+
+def _crowded(
+    spec: PipelineSpec, ledger: StateStore, columns: list[str], limit: int
+) -> _Crowded | str:
+    """One aggregate in Postgres or in delta-rs's engine (no row of the target comes into
+    Python); a Delta target that cannot be read gives the error's text."""
     if spec.target.kind == "postgres":
         from psycopg import sql
 
         with ledger.connect() as conn:
             row = conn.execute(
                 sql.SQL(
-                    "SELECT count(*), coalesce(sum(n - 1), 0) FROM (SELECT count(*) AS n FROM "
-                    "{} GROUP BY {} HAVING count(*) > 1) d"
+                    "SELECT count(*), coalesce(sum(k - %s), 0), coalesce(max(k), 0) FROM "
+                    "(SELECT count(*) AS k FROM {} GROUP BY {} HAVING count(*) > %s) d"
                 ).format(
                     sql.Identifier(spec.target.schema_name, spec.target.table),
-                    sql.SQL(", ").join(map(sql.Identifier, key)),
-                )
+                    sql.SQL(", ").join(map(sql.Identifier, columns)),
+                ),
+                (limit, limit),
             ).fetchone()
-        keys, extra = (int(row[0]), int(row[1])) if row else (0, 0)
-    else:
-        from flow_jobs.io.delta import query_delta, quoted
+        return _Crowded(*(int(v) for v in row)) if row else _Crowded(0, 0, 0)
+    from flow_jobs.io.delta import query_delta, quoted
 
-        # One aggregate in delta-rs's engine: no row of the target comes into Python.
-        groups = ", ".join(map(quoted, key))
-        query = (
-            "SELECT count(*) AS keys, coalesce(sum(n - 1), 0) AS extra FROM "
-            f"(SELECT count(*) AS n FROM t GROUP BY {groups} HAVING count(*) > 1) d"
-        )
-        try:
-            found = query_delta(spec.target.path, query, revealed(spec.target.storage_options))
-        except Exception as e:
-            return AssetCheckResult(passed=False, description=f"cannot read the target: {e}")
-        keys, extra = int(found["keys"][0].as_py()), int(found["extra"][0].as_py())
+    query = (
+        f"SELECT count(*) AS groups, coalesce(sum(k - {limit}), 0) AS extra, "
+        "coalesce(max(k), 0) AS most FROM (SELECT count(*) AS k FROM t GROUP BY "
+        f"{', '.join(map(quoted, columns))} HAVING count(*) > {limit}) d"
+    )
+    try:
+        found = query_delta(spec.target.path, query, revealed(spec.target.storage_options))
+    except Exception as e:
+        return f"cannot read the target: {e}"
+    return _Crowded(*(int(found[c][0].as_py()) for c in ("groups", "extra", "most")))
+
+
+def check_natural_key_unique(spec: PipelineSpec, ledger: StateStore) -> AssetCheckResult:
+    if spec.target.kind == "kafka":
+        return AssetCheckResult(passed=True, description="kafka target: append-only, n/a")
+    key = ledger.natural_key(spec.name)
+    if key is None:
+        return AssetCheckResult(passed=True, description="no run recorded yet: nothing written")
+    repeated = _crowded(spec, ledger, key, 1)
+    if isinstance(repeated, str):
+        return AssetCheckResult(passed=False, description=repeated)
+    keys, extra = repeated.groups, repeated.extra
     return AssetCheckResult(
         passed=keys == 0,
         description=f"{keys} natural keys ({', '.join(key)}) repeated, {extra} extra rows",
@@ -111,36 +131,13 @@ def check_top_n_bounded(spec: PipelineSpec, ledger: StateStore) -> AssetCheckRes
     rows in the target."""
     w = spec.window
     assert w.top_n is not None
-    n, within = w.top_n.n, [w.window_start_column, w.window_end_column, *w.top_n.partition_by]
-    if spec.target.kind == "postgres":
-        from psycopg import sql
-
-        with ledger.connect() as conn:
-            row = conn.execute(
-                sql.SQL(
-                    "SELECT count(*), coalesce(max(k), 0) FROM (SELECT count(*) AS k FROM {} "
-                    "GROUP BY {} HAVING count(*) > %s) d"
-                ).format(
-                    sql.Identifier(spec.target.schema_name, spec.target.table),
-                    sql.SQL(", ").join(map(sql.Identifier, within)),
-                ),
-                (n,),
-            ).fetchone()
-        over, most = (int(row[0]), int(row[1])) if row else (0, 0)
-    elif spec.target.kind == "delta":
-        from flow_jobs.io.delta import query_delta, quoted
-
-        query = (
-            "SELECT count(*) AS over, coalesce(max(k), 0) AS most FROM (SELECT count(*) AS k "
-            f"FROM t GROUP BY {', '.join(map(quoted, within))} HAVING count(*) > {n}) d"
-        )
-        try:
-            found = query_delta(spec.target.path, query, revealed(spec.target.storage_options))
-        except Exception as e:
-            return AssetCheckResult(passed=False, description=f"cannot read the target: {e}")
-        over, most = int(found["over"][0].as_py()), int(found["most"][0].as_py())
-    else:
+    if spec.target.kind == "kafka":
         return AssetCheckResult(passed=True, description="kafka target: append-only, n/a")
+    n, within = w.top_n.n, [w.window_start_column, w.window_end_column, *w.top_n.partition_by]
+    crowded = _crowded(spec, ledger, within, n)
+    if isinstance(crowded, str):
+        return AssetCheckResult(passed=False, description=crowded)
+    over, most = crowded.groups, crowded.most
     return AssetCheckResult(
         passed=over == 0,
         description=f"{over} windows ({', '.join(within)}) hold more than top_n = {n} rows"
