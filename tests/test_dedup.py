@@ -310,3 +310,19 @@ def test_a_dedup_names_its_source_once(
     assert PipelineSpec.model_validate(_doc([{"keys": ["user_id"], "within_ms": 0}])).dedup_of(
         "clicks"
     )
+
+
+def test_a_dedup_needs_event_time_before_a_window_or_a_join() -> None:
+    window = _doc([{"keys": ["user_id"], "within_ms": 1}])
+    window["transform"]["window"]["time_mode"] = "processing"
+    del window["transform"]["window"]["event_time_column"]
+    joined = _doc([{"source": "a", "keys": ["user_id"], "within_ms": 1}], ("a", "b"))
+    del joined["transform"]["sql"], joined["transform"]["window"]
+    joined["transform"]["join"] = {
+        "kind": "stream_stream_join", "left_source": "a", "right_source": "b",
+        "left_keys": ["user_id"], "right_keys": ["user_id"], "time_window_ms": 10,
+        "time_mode": "processing",
+    }  # fmt: skip
+    for doc in (window, joined):
+        with pytest.raises(ValueError, match=r'transform.dedup\[0\].*time_mode = "event"'):
+            PipelineSpec.model_validate(doc)

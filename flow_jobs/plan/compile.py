@@ -199,9 +199,7 @@ def _deduplicated(
 ) -> DataFrame:
     """A source's view without its duplicates (``flow_jobs.plan.dedup``), on the
     source's own watermark."""
-    i = spec.transform.dedup.index(dedup)
-    key = f"transform.dedup[{i}]"
-    source = dedup.source or spec.sources[0].name
+    key, source = spec.dedup_key(dedup), spec.dedup_source(dedup)
     time = source_event_time(view, event_time)
     if watermark is None or time is None:
         raise PlanError(
@@ -381,7 +379,7 @@ def _operators(spec: PipelineSpec, folding: str | None = None) -> tuple[Operator
 
 
 def _dedup_operator(spec: PipelineSpec, dedup: DedupSpec) -> OperatorChoice:
-    source = dedup.source or spec.sources[0].name
+    source = spec.dedup_source(dedup)
     fate = "dead-lettered with their bytes" if dedup.on_duplicate == "dlq" else "dropped"
     return OperatorChoice(
         f"dedup {source} on ({', '.join(dedup.keys)}) within {dedup.within_ms} ms",

@@ -96,15 +96,10 @@ def _side(
     )
     dedup = spec.dedup_of(name)
     if dedup is not None:  # on the side's watermark, which its time keeps after it
-        if settings.mode != "event":
-            raise PlanError(
-                f"transform.dedup[{spec.transform.dedup.index(dedup)}]",
-                'deduplication orders records by event time: it needs time_mode = "event"',
-            )
         timed = deduplicate(
             timed,
             dedup,
-            f"transform.dedup[{spec.transform.dedup.index(dedup)}]",
+            spec.dedup_key(dedup),
             name,
             F.col(_SIDE_TIME[side]),
             [s.topic for s in spec.sources],

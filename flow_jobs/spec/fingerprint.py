@@ -128,7 +128,7 @@ def fingerprint_fields(spec: PipelineSpec) -> dict[str, Any]:
             else:
                 fields[f"transform.{part}.{key}"] = value
     for dedup in transform.dedup:  # a new stateful operator, keyed by these
-        name = dedup.source or spec.sources[0].name
+        name = spec.dedup_source(dedup)
         fields[f"transform.dedup.{name}.keys"] = dedup.keys
         fields[f"transform.dedup.{name}.within_ms"] = dedup.within_ms
     window = transform.window

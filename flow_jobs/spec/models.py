@@ -223,7 +223,7 @@ class PipelineSpec(SpecModel):
                     f"{key}.source",
                     f"source is required with {len(sources)} sources ({', '.join(sources)})",
                 )
-            name = dedup.source or sources[0]
+            name = self.dedup_source(dedup)
             if name not in sources:
                 raise key_error(
                     f"{key}.source",
@@ -235,8 +235,8 @@ class PipelineSpec(SpecModel):
                     f"{name!r} is deduplicated by transform.dedup[{deduplicated[name]}] already",
                 )
             deduplicated[name] = i
-            window = self.transform.window
-            if window is not None and window.time_mode != "event":
+            operators = (self.transform.window, self.transform.join)
+            if any(o is not None and o.time_mode != "event" for o in operators):
                 raise key_error(
                     key,
                     'deduplication orders records by event time: it needs time_mode = "event"',
@@ -244,10 +244,15 @@ class PipelineSpec(SpecModel):
 
     def dedup_of(self, source: str) -> DedupSpec | None:
         """The ``[[transform.dedup]]`` of a source, if any."""
-        return next(
-            (d for d in self.transform.dedup if (d.source or self.sources[0].name) == source),
-            None,
-        )
+        return next((d for d in self.transform.dedup if self.dedup_source(d) == source), None)
+
+    def dedup_source(self, dedup: DedupSpec) -> str:
+        """The source a ``[[transform.dedup]]`` deduplicates (the only one, if unnamed)."""
+        return dedup.source or self.sources[0].name
+
+    def dedup_key(self, dedup: DedupSpec) -> str:
+        """Its spec key, for errors: ``transform.dedup[i]``."""
+        return f"transform.dedup[{self.transform.dedup.index(dedup)}]"
 
     def _check_columns(self) -> None:
         """Columns a window or join reads straight from a source's declared schema must
