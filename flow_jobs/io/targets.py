@@ -191,6 +191,11 @@ class DeltaBatchTarget(BatchTarget):
         return held.take(pa.array(gone, pa.int64()))
 
 
+def _not_distinct(column: str) -> sql.Composable:
+    """``t.column`` equals ``s.column``, NULL equal to NULL (a NULL key is one key)."""
+    return sql.SQL("t.{0} IS NOT DISTINCT FROM s.{0}").format(sql.Identifier(column))
+
+
 def _row_key(row: dict[str, Any], columns: Sequence[str]) -> tuple[Any, ...]:
     """A row's values of ``columns``, comparable (NaN equals NaN)."""
     return tuple(
@@ -320,11 +325,7 @@ class PostgresBatchTarget(BatchTarget):
         """Delete the rows the batch's rows supersede (before their upsert)."""
         t, s = sql.Identifier("t"), sql.Identifier("s")
         start, end = sql.Identifier(supersede.start), sql.Identifier(supersede.end)
-        conditions = [
-            sql.SQL("{}.{} IS NOT DISTINCT FROM {}.{}").format(t, sql.Identifier(c), s,
-                                                               sql.Identifier(c))
-            for c in supersede.group
-        ]  # fmt: skip
+        conditions = [_not_distinct(c) for c in supersede.group]
         conditions += [
             sql.SQL("{t}.{start} < {s}.{end} AND {t}.{end} > {s}.{start}").format(
                 t=t, s=s, start=start, end=end
@@ -345,15 +346,9 @@ class PostgresBatchTarget(BatchTarget):
     def _delete_left_the_top(self, conn: Any, partition: Sequence[str]) -> int:
         """Delete the rows of the partitions the batch holds whose key it does not hold
         (the batch is the whole top N of each partition it touches)."""
-        t, s = sql.Identifier("t"), sql.Identifier("s")
 
         def same(columns: Sequence[str]) -> sql.Composable:
-            return sql.SQL(" AND ").join(
-                sql.SQL("{}.{} IS NOT DISTINCT FROM {}.{}").format(
-                    t, sql.Identifier(c), s, sql.Identifier(c)
-                )
-                for c in columns
-            )
+            return sql.SQL(" AND ").join(_not_distinct(c) for c in columns)
 
         conditions = [
             sql.SQL("EXISTS (SELECT 1 FROM flow_batch AS s WHERE {})").format(same(partition)),
