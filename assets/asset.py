@@ -45,7 +45,14 @@ def topic_spec(key: AssetKey, readers: list[str]) -> AssetSpec:
 
 def pipeline_asset(spec: PipelineSpec, spec_path: Path) -> AssetsDefinition:
     join = spec.transform.join
-    operator = f"{join.how} join" if join else f"{spec.window.kind} window"
+    temporal = spec.transform.temporal_join
+    operator = (
+        f"{join.how} join"
+        if join
+        else f"{temporal.how} temporal join"
+        if temporal
+        else f"{spec.window.kind} window"
+    )
     topics = [topic_key(s) for s in spec.sources]
     version = code_version(spec)
     meta = {"spec": str(spec_path), "pipeline": spec.name, "fingerprint": version}

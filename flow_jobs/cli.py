@@ -44,8 +44,14 @@ EXIT_BUSY = 3  # another run (or reset) of the pipeline is in progress: try agai
 
 
 def _describe(spec: PipelineSpec) -> str:
-    join = spec.transform.join
+    join, temporal = spec.transform.join, spec.transform.temporal_join
     target = f"{spec.target.kind} {spec.target.describe()}"
+    if temporal is not None:
+        return (
+            f"pipeline {spec.name!r}: {temporal.how} temporal join of {temporal.stream_source} "
+            f"with the versions of {temporal.versions_source} on "
+            f"{', '.join(temporal.stream_keys)} -> {target}"
+        )
     if join is not None:
         lower, upper = join.bounds
         then = f", then a {spec.window.kind} window" if spec.has_window else ""

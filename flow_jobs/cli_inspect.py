@@ -118,6 +118,10 @@ def parse_groups(items: list[str], spec: PipelineSpec) -> dict[str, str]:
     if spec.transform.join is not None:
         join = spec.transform.join
         allowed += [k for k in (*join.left_keys, *join.right_keys) if k not in allowed]
+    if spec.transform.temporal_join is not None:
+        temporal = spec.transform.temporal_join
+        keys = (*temporal.stream_keys, *temporal.version_keys)
+        allowed += [k for k in keys if k not in allowed]
     groups = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -144,7 +148,7 @@ def render(report: StateReport, spec: PipelineSpec, console: Console) -> None:
     console.print(_watermarks(report))
     if spec.has_window:
         _window_table(report, spec, console)
-    if spec.transform.join is not None:
+    if spec.transform.join is not None or spec.transform.temporal_join is not None:
         _join_table(report, console)
     if report.note:
         console.print(f"note: {report.note}")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from flow_jobs.spec import parse_spec
+from flow_jobs.spec import load_spec, parse_spec
 from flow_jobs.spec.fingerprint import (
     changed_fields,
     comparable,
@@ -12,6 +14,7 @@ from flow_jobs.spec.fingerprint import (
     fingerprint_fields,
     fingerprint_of,
 )
+from flow_jobs.spec.models import PipelineSpec
 from tests.test_spec_rules import JOIN, PAYMENTS, VALID, edit
 
 
@@ -85,6 +88,21 @@ def test_deduplication_is_fingerprinted_but_what_happens_to_a_duplicate_is_not()
     assert _fingerprint(routed)[0] == deduplicated
     wider = edit("[transform.window]", _DEDUP.replace("1000", "2000"))
     assert _fingerprint(wider)[0] not in (deduplicated, BASE)
+
+
+def test_a_temporal_join_is_fingerprinted_but_its_retention_is_not() -> None:
+    """Its keys and sides lay out the state; retention_ms only says when a version
+    leaves it. A checkpoint from before the key has no temporal join field."""
+    assert "transform.temporal_join" not in BASE_FIELDS
+    spec = load_spec(Path(__file__).parent.parent / "pipelines/orders_with_rates.toml")
+    fields = fingerprint_fields(spec)
+    assert fields["transform.temporal_join.stream_keys"] == ["currency"]
+    doc = spec.to_document()
+    doc["transform"]["temporal_join"]["retention_ms"] = 3_600_000
+    assert fingerprint_fields(PipelineSpec.model_validate(doc)) == fields
+    doc["transform"]["temporal_join"]["version_keys"] = ["rate"]
+    changed = changed_fields(fields, fingerprint_fields(PipelineSpec.model_validate(doc)))
+    assert changed == ['transform.temporal_join.version_keys: ["currency"] -> ["rate"]']
 
 
 def test_no_secret_in_the_fingerprinted_fields() -> None:

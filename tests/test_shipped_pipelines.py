@@ -15,10 +15,10 @@ from flow_jobs_dev.broker import EmbeddedBroker
 from flow_jobs_dev.producer import produce
 from flow_jobs_dev.sample_events import sample_clicks
 
-SPECS = [  # the join spec reads orders and payments: tests/test_joins.py runs it
+SPECS = [  # the join specs read orders: tests/test_joins.py and test_temporal_join.py
     p
     for p in sorted(Path(__file__).parent.parent.glob("pipelines/*.toml"))
-    if load_spec(p).transform.join is None
+    if load_spec(p).transform.join is None and load_spec(p).transform.temporal_join is None
 ]
 #: Specs whose windows close within the sample: 30-minute visits never end in it.
 EMITS = {"clicks-per-minute", "spend-last-hour", "purchase-batches"}

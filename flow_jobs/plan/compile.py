@@ -35,6 +35,7 @@ from flow_jobs.plan.sources import (
     source_carries,
     source_event_time,
 )
+from flow_jobs.plan.temporal import compile_temporal_join
 from flow_jobs.plan.windows import CompiledWindow, compile_window
 from flow_jobs.spec.models import KAFKA_COLUMN, DedupSpec, PipelineSpec
 
@@ -75,6 +76,17 @@ def compile_pipeline(
     before them (the fastest source's): ``make bench`` measures what they cost."""
     if spec.transform.join is not None:
         return _compile_join_pipeline(spark, spec, dead_letters, checkpoint)
+    if spec.transform.temporal_join is not None:
+        joined = compile_temporal_join(spark, spec, dead_letters, checkpoint)
+        return CompiledPipeline(
+            spec,
+            joined.frame,
+            "append",
+            _operators(spec),
+            joined.natural_key,
+            (),
+            idle_file=joined.idle_file,
+        )
     window = spec.window
     event_time = EventTime.of_window(window)
     # Late rows are taken out per row at the sources, before the SQL (plan.late_rows);
@@ -336,9 +348,31 @@ _SOURCE_CHOICES = (
 
 def _operators(spec: PipelineSpec, folding: str | None = None) -> tuple[OperatorChoice, ...]:
     """Which Spark operator each spec feature compiles to, in pipeline order."""
-    join = spec.transform.join
+    join, temporal = spec.transform.join, spec.transform.temporal_join
     pre_stage: tuple[OperatorChoice, ...] = ()
-    if join is not None:
+    if temporal is not None:
+        retention = (
+            f"a current version leaves once older than the watermark - {temporal.retention_ms} ms"
+            if temporal.retention_ms is not None
+            else "a current version stays until a later one or a tombstone ends it"
+        )
+        fate = "dead-lettered with their bytes" if temporal.late_data == "dlq" else "dropped"
+        pre_stage = (
+            OperatorChoice(
+                f"{temporal.how} temporal join of {temporal.stream_source} on "
+                f"{', '.join(temporal.stream_keys)} with the versions of "
+                f"{temporal.versions_source}",
+                f"transformWithStateInPandas (event-time timers) over {BUCKETS} hash buckets "
+                "of the keys, rows carried as JSON strings: the versions kept per key, each "
+                "stream record held until the watermark (the lower of both sources', "
+                f"withWatermark({temporal.lateness_ms} ms) on each; an idle one raised "
+                f"after {temporal.source_idleness_ms} ms) reaches it, then joined with the "
+                "last version at or before its time (a tombstone ends one); a superseded "
+                f"version leaves once the watermark passes its successor; {retention}; "
+                f"late rows taken out at each source, per row, counted, then {fate}",
+            ),
+        )
+    elif join is not None:
         lower, upper = join.bounds
         pre_stage = (
             *(_dedup_operator(spec, d) for d in spec.transform.dedup),
@@ -369,10 +403,14 @@ def _operators(spec: PipelineSpec, folding: str | None = None) -> tuple[Operator
             ),
         )
     if not spec.has_window:
+        key = (
+            "the row id (the stream record's Kafka position)"
+            if temporal is not None
+            else "the join keys, both event times and the row id"
+        )
         target = OperatorChoice(
             f"target {spec.target.kind}",
-            "foreachBatch -> deltalake MERGE on the join keys, both event times and the row "
-            "id, txn (app id, batch id)",
+            f"foreachBatch -> deltalake MERGE on {key}, txn (app id, batch id)",
         )
         return (*_SOURCE_CHOICES, *pre_stage, target)
     return (*_SOURCE_CHOICES, *pre_stage, *_window_operators(spec, folding))

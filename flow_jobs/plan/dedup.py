@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
+    DataType,
     DoubleType,
     FloatType,
     StringType,
@@ -43,7 +44,7 @@ from flow_jobs.spec.models import DedupSpec
 
 #: to_json / from_json of the carried rows: every value back exactly (microseconds,
 #: NULL fields kept as NULL).
-_JSON = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX", "ignoreNullFields": "false"}
+JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX", "ignoreNullFields": "false"}
 
 #: Each deduplicated source's observation: ``duplicates``, its records dropped or
 #: dead-lettered as duplicates in the batch (``flow_jobs.runtime.reports``).
@@ -82,7 +83,7 @@ def deduplicate(
         lane.alias(LANE),
         position.alias(POSITION),
         key_json(view, dedup.keys).alias(KEY),
-        F.to_json(F.struct(*(F.col(c) for c in carried)), _JSON).alias(ROW),
+        F.to_json(F.struct(*(F.col(c) for c in carried)), JSON_OPTIONS).alias(ROW),
     )
     out_time = watermarked or RELEASED_TIME
     schema = StructType(
@@ -101,7 +102,7 @@ def deduplicate(
     )
     row_schema = StructType([view.schema[c] for c in carried])
     released = released.select(
-        F.from_json(F.col(ROW), row_schema, _JSON).alias(ROW), DUPLICATE_OF, out_time
+        F.from_json(F.col(ROW), row_schema, JSON_OPTIONS).alias(ROW), DUPLICATE_OF, out_time
     ).select(
         *(F.col(f"{ROW}.{c}").alias(c) if c != watermarked else F.col(c) for c in view.columns),
         DUPLICATE_OF,
@@ -118,11 +119,20 @@ def deduplicate(
     return released.drop(DUPLICATE_OF, *([] if watermarked else [RELEASED_TIME]))
 
 
-def key_json(view: DataFrame, names: Sequence[str]) -> Column:
+def key_json(
+    view: DataFrame, names: Sequence[str], types: Sequence[DataType] | None = None
+) -> Column:
     """A record's keys as one JSON string, equal where SQL ``GROUP BY`` groups: NaN is
-    one value ("NaN"), NULL another, -0.0 is 0.0."""
-    keys = [_grouped(F.col(k), view.schema[k].dataType) for k in names]
-    return F.to_json(F.struct(*keys), _JSON)
+    one value ("NaN"), NULL another, -0.0 is 0.0. With ``types`` (two sides' keys
+    compared), each key is cast to its type and named by its place, not its name."""
+    if types is None:
+        keys = [_grouped(F.col(k), view.schema[k].dataType) for k in names]
+    else:
+        keys = [
+            _grouped(F.col(k).cast(t), t).alias(f"k{i}")
+            for i, (k, t) in enumerate(zip(names, types, strict=True))
+        ]
+    return F.to_json(F.struct(*keys), JSON_OPTIONS)
 
 
 def _grouped(column: Column, data_type: object) -> Column:

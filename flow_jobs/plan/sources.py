@@ -20,7 +20,9 @@ An event time computed by ``[transform].sql`` gets the same checks after the SQL
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import reduce
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -64,6 +66,8 @@ _PAYLOAD = "__flow_payload"
 REGISTRY_SECRETS = SECRET_KEYS
 _CORRUPT = CORRUPT_RECORD  # the reader decodes into the same shape
 _WATERMARKED = "__flow_source_watermark"
+#: A changelog's view: TRUE for a tombstone (``tombstone_keys``).
+TOMBSTONE = "__flow_tombstone"
 
 RAW_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "headers", EVENT_TS)
 #: ``_kafka``: the record's position and bytes, so a row can still be dead-lettered after
@@ -137,12 +141,16 @@ def compile_source(
     checkpoint: str | None = None,
     watermark: SourceWatermark | None = None,
     combine: CombinePlan | None = None,
+    tombstone_keys: Sequence[str] | None = None,
 ) -> DataFrame:
     """The streaming view of one source, bad records already diverted; with
     ``late_data`` ("drop" | "dlq"), late rows too (``flow_jobs.plan.late_rows``); with
     ``watermark``, the source's own event-time watermark (``SourceWatermark``); with
     ``combine``, partial aggregates from the reader among the rows, in the hidden column
-    ``__flow_partial`` (``flow_jobs.plan.combine``)."""
+    ``__flow_partial`` (``flow_jobs.plan.combine``); with ``tombstone_keys`` (a JSON
+    changelog), a record with a NULL value is a tombstone, not a bad record: its row
+    holds these key columns from its Kafka key (a JSON object), its event time from its
+    Kafka timestamp, and TRUE in the hidden column ``TOMBSTONE``."""
     idle = watermark.idle_file if watermark else None
     in_reader = None
     if source.format == "json" and source.decoder == "auto":
@@ -170,10 +178,13 @@ def compile_source(
         else:
             frame, payload = _decode_json(frame, source, index, in_reader is not None)
             reasons = _decode_reasons(index)
+            if tombstone_keys is not None:
+                frame, reasons = _tombstones(frame, tombstone_keys, event_time.column, reasons)
         view = [
             *(F.col(f"{_PAYLOAD}.{f.name}").alias(f.name) for f in payload.fields),
             F.col(EVENT_TS),
             F.struct(*(F.col(c) for c in KAFKA_METADATA)).alias(KAFKA_COLUMN),
+            *([F.col("value").isNull().alias(TOMBSTONE)] if tombstone_keys is not None else []),
         ]
     else:
         payload = StructType()
@@ -399,9 +410,44 @@ def _decode_json(
     return decoded, StructType([f for f in fields.fields if f.name != _CORRUPT])
 
 
+def _tombstones(
+    frame: DataFrame, keys: Sequence[str], time: str, reasons: list[Reason]
+) -> tuple[DataFrame, list[Reason]]:
+    """A changelog's tombstones (NULL values) as rows: the key columns from the Kafka
+    key's JSON object, the event-time column from the Kafka timestamp, the rest NULL.
+    One without its keys there is a bad record."""
+    payload = frame.schema[_PAYLOAD].dataType
+    assert isinstance(payload, StructType)
+    key_fields = StructType([payload[k] for k in keys if k in payload.fieldNames()])
+    from_key = F.from_json(F.col("key").cast("string"), key_fields)
+
+    def field(name: str, data_type: DataType) -> Column:
+        if name in key_fields.fieldNames():
+            return from_key.getField(name)
+        if name == time and isinstance(data_type, EPOCH_MILLIS_TYPES):
+            return F.unix_millis(F.col("timestamp")).cast(data_type)
+        if name == time:
+            return F.col("timestamp").cast(data_type)
+        return F.lit(None).cast(data_type)
+
+    tombstone = F.struct(*(field(f.name, f.dataType).alias(f.name) for f in payload.fields))
+    null = F.col("value").isNull()
+    frame = frame.withColumn(_PAYLOAD, F.when(null, tombstone).otherwise(F.col(_PAYLOAD)))
+    missing = (from_key.getField(k).isNull() for k in key_fields.names)
+    keyless = null & reduce(lambda a, b: a | b, missing, F.lit(len(key_fields) < len(keys)))
+    reason = "tombstone without its keys: the Kafka key must be a JSON object with " + ", ".join(
+        keys
+    )
+    # the null-payload reason is the tombstone's now
+    return frame, [(keyless, reason), *(r for r in reasons if r[1] != _NULL_PAYLOAD)]
+
+
+_NULL_PAYLOAD = "null payload (a tombstone)"
+
+
 def _decode_reasons(index: int) -> list[Reason]:
     return [
-        (F.col("value").isNull(), "null payload (a tombstone)"),
+        (F.col("value").isNull(), _NULL_PAYLOAD),
         (F.col(_PAYLOAD).isNull(), "empty payload"),
         (
             F.col(f"{_PAYLOAD}.{_CORRUPT}").isNotNull(),

@@ -294,13 +294,14 @@ class PipelineRunner:
     def _idle_sources(self, available_now: bool) -> IdleSources | None:
         """Runs over several sources track idleness (runtime.idleness): by the clock in
         continuous runs, by what each source has to read in a replay."""
-        path, window = self.compiled.idle_file, self.spec.transform.window
-        if path is None or window is None:
+        path = self.compiled.idle_file
+        timing = self.spec.transform.window or self.spec.transform.temporal_join
+        if path is None or timing is None:
             return None
         names = [s.name for s in self.spec.sources]
+        idle = IdleSources(path, names, timing.watermark_delay_ms, timing.source_idleness_ms)
         if not available_now:
-            return IdleSources(path, names, window.watermark_delay_ms, window.source_idleness_ms)
-        idle = IdleSources(path, names, window.watermark_delay_ms, window.source_idleness_ms)
+            return idle
         idle.publish_replay(replay_targets(self.spec, self.checkpoint))
         return None  # nothing more to publish while it runs
 

@@ -21,6 +21,8 @@ resumed under:
 * ``starting_offsets``: only read by a fresh checkpoint;
 * caps and guards that fail or divert, never reshape state:
   ``max_groups_per_window``, ``on_state_cap``, ``max_event_time_skew_ms``;
+* the temporal join's ``retention_ms``: when a current version leaves the state, not
+  how the state is laid out;
 * ``pre_aggregate``: the checkpoint keeps the aggregation it started with
   (``flow_jobs.plan.combine``), and either way the windows are the same;
 * ``[[transform.lookups]]``: static tables are refreshable by design;
@@ -80,7 +82,13 @@ ADDED_SOURCE_KEYS: dict[str, Any] = {
     "avro_schema": None,
 }
 SAFE_OPERATOR_KEYS = frozenset(
-    {"max_groups_per_window", "on_state_cap", "max_event_time_skew_ms", "pre_aggregate"}
+    {
+        "max_groups_per_window",
+        "on_state_cap",
+        "max_event_time_skew_ms",
+        "pre_aggregate",
+        "retention_ms",
+    }
 )
 #: Keys added after checkpoints existed, with the default that changes nothing for them.
 ADDED_KEYS: dict[str, Any] = {
@@ -92,6 +100,7 @@ ADDED_KEYS: dict[str, Any] = {
     # cumulating windows' size keys (every other kind has them None)
     "transform.window.step_ms": None,
     "transform.window.max_duration_ms": None,
+    "transform.temporal_join": None,
 }
 #: Fields added after checkpoints existed that have no default to compare with: each
 #: spec has them. A fingerprint stored without them is accepted once and replaced.
@@ -111,7 +120,7 @@ def fingerprint_fields(spec: PipelineSpec) -> dict[str, Any]:
     transform = spec.transform
     fields["transform.sql"] = transform.sql
     fields["transform.chain"] = transform.chain
-    for part in ("window", "join"):
+    for part in ("window", "join", "temporal_join"):
         model = getattr(transform, part)
         if model is None:
             fields[f"transform.{part}"] = None

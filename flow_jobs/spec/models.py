@@ -63,6 +63,7 @@ from flow_jobs.spec.transform import (
     LookupKind,
     LookupSpec,
     OutputColumns,
+    TemporalJoinSpec,
     TransformSpec,
 )
 from flow_jobs.spec.windows import WindowSpec
@@ -105,6 +106,7 @@ __all__ = [
     "StartingTimestamp",
     "StateStoreSpec",
     "Target",
+    "TemporalJoinSpec",
     "TransformSpec",
     "WindowKind",
     "WindowSpec",
@@ -187,6 +189,8 @@ class PipelineSpec(SpecModel):
                         f"join.{side} = {getattr(join, side)!r} is not a declared source "
                         f"(sources: {', '.join(names)})",
                     )
+        elif self.transform.temporal_join is not None:
+            self._temporal_join_rules(self.transform.temporal_join)
         elif len(self.sources) > 1 and not self.transform.sql:
             raise ValueError(
                 f"{len(self.sources)} sources are declared but [transform].sql is empty; "
@@ -210,6 +214,31 @@ class PipelineSpec(SpecModel):
                 'postgres target, or emit = "final"',
             )
         return self
+
+    def _temporal_join_rules(self, join: TemporalJoinSpec) -> None:
+        """Both sides are declared sources; the versions are JSON (a tombstone's keys
+        are read from its Kafka key as JSON)."""
+        by_name = {s.name: s for s in self.sources}
+        for side in ("stream_source", "versions_source"):
+            if getattr(join, side) not in by_name:
+                raise key_error(
+                    f"transform.temporal_join.{side}",
+                    f"{getattr(join, side)!r} is not a declared source "
+                    f"(sources: {', '.join(by_name)})",
+                )
+        if len(self.sources) != 2:
+            raise key_error(
+                "sources",
+                f"{len(self.sources)} sources are declared; a temporal join reads two, its "
+                "stream_source and its versions_source",
+            )
+        versions = by_name[join.versions_source]
+        if versions.format != "json" or versions.schema_ddl is None:
+            raise key_error(
+                "transform.temporal_join.versions_source",
+                f"{versions.name!r} is format = {versions.format!r}: the versions are read as "
+                "JSON with a declared schema (a tombstone's keys from its Kafka key)",
+            )
 
     def _dedup_rules(self) -> None:
         """Each ``[[transform.dedup]]`` names a source (or the only one), once; it runs
@@ -235,6 +264,10 @@ class PipelineSpec(SpecModel):
                     f"{name!r} is deduplicated by transform.dedup[{deduplicated[name]}] already",
                 )
             deduplicated[name] = i
+            if self.transform.temporal_join is not None:
+                raise key_error(
+                    key, "[[transform.dedup]] before a temporal join is not supported yet"
+                )
             operators = (self.transform.window, self.transform.join)
             if any(o is not None and o.time_mode != "event" for o in operators):
                 raise key_error(
@@ -278,7 +311,18 @@ class PipelineSpec(SpecModel):
                     "compute it in [transform].sql",
                 )
 
-        join, window = t.join, t.window
+        join, window, temporal = t.join, t.window, t.temporal_join
+        if temporal is not None:
+            for side in ("stream", "version"):
+                source = temporal.side_source(side)
+                if source not in declared:
+                    continue
+                refuse(f"transform.temporal_join.{side}_keys", source, temporal.side_keys(side))
+                refuse(
+                    f"transform.temporal_join.{side}_event_time_column",
+                    source,
+                    [temporal.side_event_time(side)],
+                )
         if join is not None:
             sides = {
                 "left": (join.left_source, join.left_keys, join.left_event_time_column),

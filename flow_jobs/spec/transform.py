@@ -1,4 +1,5 @@
-"""``[transform]``: the SQL, the stream-stream join, the lookups and the deduplication."""
+"""``[transform]``: the SQL, the stream-stream join, the temporal join, the lookups and
+the deduplication."""
 
 from __future__ import annotations
 
@@ -138,6 +139,78 @@ class JoinSpec(SpecModel):
         return override or self.event_time_column
 
 
+class TemporalJoinSpec(SpecModel):
+    """``[transform.temporal_join]``: each record of a stream joined with the version of
+    a versioned side (a changelog topic) valid at the record's event time
+    (docs/spec-reference.md, "[transform.temporal_join]")."""
+
+    stream_source: str
+    #: the changelog: a JSON source whose records are versions of its keys; a record
+    #: with a NULL value (a tombstone) ends its key's version, its keys read from the
+    #: Kafka key (a JSON object), its time from the Kafka timestamp
+    versions_source: str
+    stream_keys: list[str]
+    version_keys: list[str]
+    how: Literal["inner", "left"] = "inner"
+    event_time_column: str = EVENT_TS
+    stream_event_time_column: str | None = None
+    version_event_time_column: str | None = None
+    lateness_ms: Annotated[int, Field(ge=0)] = 0
+    late_data: Literal["drop", "dlq"] = "drop"
+    max_event_time_skew_ms: Annotated[int, Field(gt=0)] = 300_000
+    #: a source with no new record for this long stops holding the watermark back
+    #: (docs/spec-reference.md, "Watermarks over several sources")
+    source_idleness_ms: Annotated[int, Field(gt=0)] = 60_000
+    #: a key's version older than the watermark minus this leaves the state (unset: it
+    #: stays until a later version or a tombstone ends it)
+    retention_ms: Annotated[int, Field(gt=0)] | None = None
+    output_stream_columns: OutputColumns | None = None
+    output_version_columns: OutputColumns | None = None
+
+    @model_validator(mode="after")
+    def _rules(self) -> TemporalJoinSpec:
+        if self.stream_source == self.versions_source:
+            raise key_error(
+                "versions_source", f"versions_source = {self.versions_source!r} is also "
+                "stream_source"
+            )  # fmt: skip
+        for side in ("stream_keys", "version_keys"):
+            keys = getattr(self, side)
+            if not keys:
+                raise key_error(side, f"{side} is empty: name the key columns")
+            for i, k in enumerate(keys):
+                _identifier(f"{side}[{i}]", k)
+        if len(self.stream_keys) != len(self.version_keys):
+            raise key_error(
+                "version_keys",
+                f"stream_keys has {len(self.stream_keys)} columns and version_keys "
+                f"{len(self.version_keys)}: they pair up one to one",
+            )
+        for key in ("event_time_column", "stream_event_time_column", "version_event_time_column"):
+            if getattr(self, key) is not None:
+                _identifier(key, getattr(self, key))
+        for side in ("output_stream_columns", "output_version_columns"):
+            columns = getattr(self, side)
+            if columns is not None and not columns:
+                raise key_error(side, f"{side} is empty: list the columns to keep")
+        return self
+
+    @property
+    def watermark_delay_ms(self) -> int:
+        """How far each source's watermark runs behind its highest event time."""
+        return self.lateness_ms
+
+    def side_source(self, side: str) -> str:
+        return self.stream_source if side == "stream" else self.versions_source
+
+    def side_keys(self, side: str) -> list[str]:
+        return self.stream_keys if side == "stream" else self.version_keys
+
+    def side_event_time(self, side: str) -> str:
+        override = getattr(self, f"{side}_event_time_column")
+        return override or self.event_time_column
+
+
 LookupKind = Literal["delta", "postgres", "csv", "parquet"]
 
 
@@ -205,6 +278,7 @@ class TransformSpec(SpecModel):
     dedup: list[DedupSpec] = Field(default_factory=list)
     window: AnyWindow | None = None
     join: JoinSpec | None = None
+    temporal_join: TemporalJoinSpec | None = None
     chain: list[Literal["join", "window"]] | None = None
 
     @model_validator(mode="before")
@@ -239,9 +313,19 @@ class TransformSpec(SpecModel):
                 "input is the join's output, whose late rows the join drops; use "
                 '"drop" (the default) for a window after a join',
             )
-        if self.window is None and self.join is None:
+        if self.temporal_join is not None:
+            others = [k for k in ("window", "join", "sql", "lookups") if getattr(self, k)]
+            if others:
+                raise key_error(
+                    "temporal_join",
+                    f"[transform.temporal_join] with {others[0]} is not supported yet: the "
+                    "temporal join reads the source views and writes the target itself",
+                )
+        elif self.window is None and self.join is None:
             raise key_error(
-                "window", "[transform.window] or [transform.join] is required: what should run?"
+                "window",
+                "[transform.window], [transform.join] or [transform.temporal_join] is "
+                "required: what should run?",
             )
         if self.join is not None and (self.sql or self.lookups):
             raise key_error(

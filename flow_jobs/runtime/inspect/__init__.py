@@ -35,7 +35,7 @@ from flow_jobs.aggregations import NOT_DECODED
 from flow_jobs.io.checkpoint_files import CheckpointFiles, checkpoint_files, logged_batches
 from flow_jobs.locations import local_path
 from flow_jobs.runtime.checkpoint import checkpoint_location, read_offset_log
-from flow_jobs.runtime.inspect.joins import join_rows
+from flow_jobs.runtime.inspect.joins import join_rows, temporal_rows
 from flow_jobs.runtime.inspect.report import (
     NO_STATE,
     BufferedJoinRow,
@@ -92,6 +92,10 @@ def inspect_state(
     if join and spec.transform.join is not None:
         report.join_rows, report.buffered_join_rows = join_rows(
             reader.option("operatorId", join[0]["operatorId"]), context
+        )
+    if windows and spec.transform.temporal_join is not None:
+        report.join_rows, report.buffered_join_rows = temporal_rows(
+            reader.option("operatorId", windows[0]["operatorId"]), context
         )
     if windows and spec.has_window:
         reader = reader.option("operatorId", max(r["operatorId"] for r in windows))

@@ -103,7 +103,7 @@ class Reading:
         """The rule, and the sources still short of it: a watermark ``needed_ms`` needs
         an event time ``needed_ms + lateness_ms`` from each of them."""
         sources = self.waiting_for(needed_ms)
-        join = self.spec.transform.join
+        join = self.spec.transform.join or self.spec.transform.temporal_join
         lateness = (
             self.window.lateness_ms if self.spec.has_window else join.lateness_ms if join else 0
         )

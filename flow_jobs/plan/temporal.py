@@ -1,0 +1,227 @@
+"""``[transform.temporal_join]``: each stream record with the version valid at its time.
+
+The rules: docs/spec-reference.md, "[transform.temporal_join]"; the operator:
+``flow_jobs.operators.temporal``.
+
+Both sources are read with their own event-time watermark (``SourceWatermark``: the
+pipeline's is the lower of the two), their late rows taken out first (counted, dropped
+or dead-lettered: ``late_data``), and the idle one raised by heartbeats after
+``source_idleness_ms`` (``flow_jobs.runtime.idleness``): a versions topic that has not
+changed for a while does not hold the stream back for ever. Their rows meet in one
+``transformWithState`` over hash buckets of the keys, each carried as a JSON string
+(as the dedup operator's, ``flow_jobs.plan.dedup``), keys compared as SQL equality
+compares them (a NULL key joins nothing; the version's keys cast to the stream's types).
+
+Output: the stream's columns prefixed ``stream_`` and the version's ``version_`` (or
+the configured ``output_*_columns``), then ``join_row_id``, a hash of the stream
+record's Kafka position: a record gives at most one row, so a replay or a fresh
+checkpoint MERGEs it onto itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StringType, StructField, StructType, TimestampType
+
+from flow_jobs.errors import PlanError
+from flow_jobs.io.checkpoint_files import idle_file
+from flow_jobs.io.dead_letters import DeadLetterTable
+from flow_jobs.operators.temporal import (
+    BUCKET,
+    BUCKETS,
+    KEY,
+    LANE,
+    POSITION,
+    RELEASED_TIME,
+    ROW,
+    SIDE,
+    STREAM_ROW,
+    TIME,
+    TOMBSTONE,
+    VERSION_ROW,
+    TemporalJoinProcessor,
+)
+from flow_jobs.plan.dedup import JSON_OPTIONS, key_json
+from flow_jobs.plan.event_time import EventTime
+from flow_jobs.plan.ordering import tie_break
+from flow_jobs.plan.sources import TOMBSTONE as TOMBSTONE_VIEW
+from flow_jobs.plan.sources import SourceWatermark, compile_source, source_event_time
+from flow_jobs.spec.models import KAFKA_COLUMN, PipelineSpec, TemporalJoinSpec
+
+ROW_ID = "join_row_id"
+SIDES = ("stream", "version")
+
+
+@dataclass(frozen=True)
+class CompiledTemporalJoin:
+    frame: DataFrame  # the output columns, in order
+    natural_key: tuple[str, ...]
+    idle_file: str | None
+
+
+def _side(
+    spark: SparkSession,
+    spec: PipelineSpec,
+    side: str,
+    dead_letters: DeadLetterTable,
+    checkpoint: str | None,
+) -> tuple[DataFrame, Column]:
+    """A side's view (late rows out, its watermark taken) and its event time."""
+    join = spec.transform.temporal_join
+    assert join is not None
+    name = join.side_source(side)
+    index = next(i for i, s in enumerate(spec.sources) if s.name == name)
+    override = f"{side}_event_time_column"
+    key = f"transform.temporal_join.{override if getattr(join, override) else 'event_time_column'}"
+    settings = EventTime(join.side_event_time(side), "event", join.max_event_time_skew_ms, key)
+    watermark = SourceWatermark(join.lateness_ms, idle_file(checkpoint) if checkpoint else None)
+    view = compile_source(
+        spark,
+        spec.sources[index],
+        index,
+        settings,
+        spec.name,
+        dead_letters.tap(name),
+        join.late_data,
+        checkpoint,
+        watermark,
+        tombstone_keys=join.version_keys if side == "version" else None,
+    )
+    columns = ", ".join(c for c in view.columns if c != KAFKA_COLUMN and not c.startswith("__"))
+    for i, k in enumerate(join.side_keys(side)):
+        if k not in view.columns:
+            raise PlanError(
+                f"transform.temporal_join.{side}_keys[{i}]",
+                f"{k!r} is not a column of {side} source {name!r} (columns: {columns})",
+            )
+    time = source_event_time(view, settings)
+    if time is None:
+        raise PlanError(
+            key, f"{settings.column!r} is not a column of source {name!r} (columns: {columns})"
+        )
+    return view, time
+
+
+def _visible(view: DataFrame) -> list[str]:
+    return [c for c in view.columns if c != KAFKA_COLUMN and not c.startswith("__flow")]
+
+
+def _selection(join: TemporalJoinSpec, side: str, columns: Sequence[str]) -> list[tuple[str, str]]:
+    """(view column, output name) pairs for one side, in order."""
+    key = f"transform.temporal_join.output_{side}_columns"
+    configured = getattr(join, f"output_{side}_columns")
+    if configured is None:
+        return [(c, f"{side}_{c}") for c in columns]
+    pairs = (
+        list(configured.items()) if isinstance(configured, dict) else [(c, c) for c in configured]
+    )
+    for column, _ in pairs:
+        if column not in columns:
+            raise PlanError(key, f"{column!r} is not a column of the {side} source")
+    return pairs
+
+
+def _prepared(
+    view: DataFrame,
+    side: str,
+    keys: Sequence[str],
+    key_types: Sequence[object],
+    time: Column,
+    carried: Sequence[str],
+    topics: Sequence[str],
+) -> DataFrame:
+    """A side's rows as the operator takes them (``flow_jobs.operators.temporal``)."""
+    lane, position = tie_break(view, topics)
+    any_null = F.lit(False)
+    for k in keys:
+        any_null = any_null | F.col(k).isNull()
+    # a NULL key joins nothing: a stream record's key is NULL (no version has it)
+    key = F.when(~any_null, key_json(view, keys, key_types))  # type: ignore[arg-type]
+    tombstone = F.col(TOMBSTONE_VIEW) if TOMBSTONE_VIEW in view.columns else F.lit(False)
+    prepared = view.select(
+        F.pmod(F.xxhash64(key), F.lit(BUCKETS)).alias(BUCKET),
+        F.lit(1 if side == "stream" else 0).alias(SIDE),
+        tombstone.alias(TOMBSTONE),
+        F.unix_micros(time).alias(TIME),
+        lane.alias(LANE),
+        position.alias(POSITION),
+        key.alias(KEY),
+        F.to_json(F.struct(*(F.col(c) for c in carried)), JSON_OPTIONS).alias(ROW),
+    )
+    # a version with a NULL key can never be joined: it is not kept
+    return prepared if side == "stream" else prepared.where(F.col(KEY).isNotNull())
+
+
+def compile_temporal_join(
+    spark: SparkSession,
+    spec: PipelineSpec,
+    dead_letters: DeadLetterTable,
+    checkpoint: str | None = None,
+) -> CompiledTemporalJoin:
+    """``checkpoint``: the query's, where the sources read each batch's watermark and
+    the run publishes idle sources."""
+    join = spec.transform.temporal_join
+    assert join is not None
+    stream, stream_time = _side(spark, spec, "stream", dead_letters, checkpoint)
+    versions, version_time = _side(spark, spec, "version", dead_letters, checkpoint)
+    key_types = [stream.schema[k].dataType for k in join.stream_keys]
+    # the stream record's Kafka position names its joined row
+    position = ("topic", "partition", "offset")
+    if KAFKA_COLUMN in stream.columns:
+        row_id = F.xxhash64(*(F.col(KAFKA_COLUMN).getField(p) for p in position))
+    else:  # a raw source's own columns
+        row_id = F.xxhash64(*(F.col(p) for p in position))
+    stream = stream.withColumn(ROW_ID, row_id)
+    stream_columns, version_columns = _visible(stream), _visible(versions)
+    stream_pairs = _selection(join, "stream", [c for c in stream_columns if c != ROW_ID])
+    version_pairs = _selection(join, "version", version_columns)
+    outputs = [n for _, n in stream_pairs + version_pairs] + [ROW_ID]
+    seen: set[str] = set()
+    for name in outputs:
+        if name in seen:
+            raise PlanError(
+                "transform.temporal_join.output_stream_columns",
+                f"output column {name!r} appears twice; rename one side's column",
+            )
+        seen.add(name)
+    topics = [s.topic for s in spec.sources]
+    both = _prepared(
+        stream, "stream", join.stream_keys, key_types, stream_time, stream_columns, topics
+    ).unionByName(
+        _prepared(
+            versions, "version", join.version_keys, key_types, version_time, version_columns,
+            topics,
+        )
+    )  # fmt: skip
+    schema = StructType(
+        [
+            StructField(STREAM_ROW, StringType()),
+            StructField(VERSION_ROW, StringType()),
+            StructField(RELEASED_TIME, TimestampType()),
+        ]
+    )
+    joined = both.groupBy(BUCKET).transformWithStateInPandas(
+        TemporalJoinProcessor(join.retention_ms),
+        schema,
+        "Append",
+        "EventTime",
+        eventTimeColumnName=RELEASED_TIME,
+    )
+    if join.how == "inner":
+        joined = joined.where(F.col(VERSION_ROW).isNotNull())
+    stream_schema = StructType([stream.schema[c] for c in stream_columns])
+    version_schema = StructType([versions.schema[c] for c in version_columns])
+    parsed = joined.select(
+        F.from_json(F.col(STREAM_ROW), stream_schema, JSON_OPTIONS).alias("s"),
+        F.from_json(F.col(VERSION_ROW), version_schema, JSON_OPTIONS).alias("v"),
+    )
+    frame = parsed.select(
+        *(F.col(f"s.{c}").alias(n) for c, n in stream_pairs),
+        *(F.col(f"v.{c}").alias(n) for c, n in version_pairs),
+        F.col(f"s.{ROW_ID}").alias(ROW_ID),
+    )
+    return CompiledTemporalJoin(frame, (ROW_ID,), idle_file(checkpoint) if checkpoint else None)
