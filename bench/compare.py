@@ -111,7 +111,11 @@ SHAPES: dict[str, dict[str, Any]] = {
 #: Shapes over the orders and payments topics (the join; the join, then a window).
 JOINS = ("join", "join_window")
 #: Every shape, in the tables' order (``--shapes``' default).
-ALL_SHAPES = "tumbling,filter,hopping,cumulate,dedup,top_n,session,sliding,count,join,join_window"
+ALL_SHAPES = (
+    "tumbling,filter,hopping,cumulate,dedup,top_n,session,sliding,count,join,join_window,temporal"
+)
+#: The temporal join: the orders with their customer's plan (``bench/temporal.py``).
+TEMPORAL = "temporal"
 #: Shapes the reader pre-aggregates: the fresh-process table runs each with
 #: ``pre_aggregate = false`` too.
 FOLDING = ("tumbling", "filter", "hopping", "cumulate", "top_n", "session")
@@ -153,6 +157,10 @@ def fresh_spec(
 ) -> PipelineSpec:
     """The spec flow-jobs runs for a shape in a process of its own; a join's ``topic`` is
     its orders topic (``JOIN_TOPICS``)."""
+    if shape == TEMPORAL:
+        from bench.temporal import temporal_spec
+
+        return temporal_spec(bootstrap, workdir, topic)
     if shape in JOINS:
         return _join_spec(
             bootstrap, workdir, topic, JOIN_TOPICS[topic][0], window=shape == "join_window"
@@ -311,11 +319,18 @@ def main() -> int:
         )
         print(f"produced {produced:,} events", flush=True)
         report(bare_read(bootstrap, _ends(bootstrap)))
-        joined = 0
-        if set(JOINS) & set(shapes):  # half the events orders, half payments
+        joined = versioned = 0
+        if {*JOINS, TEMPORAL} & set(shapes):  # half the events orders, half payments
             for topic in (ORDERS_TOPIC, PAYMENTS_TOPIC, *JOIN_TOPICS[ORDERS_TOPIC][1:]):
                 broker.create_topic(topic, args.partitions, QUIX_TOPIC_CONFIG)
             joined = produce_join(bootstrap, args.events // 2, start_ms, args.partitions)
+        if TEMPORAL in shapes:  # the orders (half the events) and the plans over their span
+            from bench.temporal import PLANS_OF, produce_plans
+
+            for topic in PLANS_OF.values():
+                broker.create_topic(topic, args.partitions, QUIX_TOPIC_CONFIG)
+            span = args.events // 2 * 2  # the orders are 2 ms apart
+            versioned = args.events // 2 + produce_plans(bootstrap, span, start_ms, args.partitions)
         fresh: list[str] = []
         fresh_json: list[dict[str, Any]] = []
         if args.processes != "warm":
@@ -324,6 +339,8 @@ def main() -> int:
             topics = {s: (EMPTY_TOPIC, TOPIC, produced) for s in shapes if s in SHAPES}
             for join in (s for s in shapes if s in JOINS):
                 topics[join] = (JOIN_TOPICS[ORDERS_TOPIC][1], ORDERS_TOPIC, joined)
+            if TEMPORAL in shapes:
+                topics[TEMPORAL] = (JOIN_TOPICS[ORDERS_TOPIC][1], ORDERS_TOPIC, versioned)
             runs = fresh_runs(fresh_spec, bootstrap, topics, FOLDING)
             fresh = fresh_table(runs)
             print("\n".join(fresh), flush=True)
@@ -392,6 +409,23 @@ def main() -> int:
                 )
             )
             report(quix_run(bootstrap, join, [ORDERS_TOPIC, PAYMENTS_TOPIC], args.quix_limit))
+        if TEMPORAL in shapes:
+            from bench.temporal import hand_written_temporal, temporal_spec
+
+            def our_temporal(workdir: Path) -> PipelineRunner:
+                runner = PipelineRunner(temporal_spec(bootstrap, workdir, ORDERS_TOPIC), spark)
+                runner.run(available_now=True)
+                return runner
+
+            report(spark_run(f"{TEMPORAL}: flow-jobs", versioned, our_temporal))
+            report(
+                spark_run(
+                    f"{TEMPORAL}: hand-written PySpark",
+                    versioned,
+                    lambda w: hand_written_temporal(spark, bootstrap, w, ORDERS_TOPIC),
+                )
+            )
+            notes.append("temporal: Quix Streams' join_asof is not run here (no Quix run)")
         spark.stop()
 
     ceiling = results[0].rate

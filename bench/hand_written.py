@@ -38,7 +38,11 @@ def main() -> int:
     )
     spark.dataSource.register(KafkaDataSource)
     bootstrap, workdir, topic = args["bootstrap"], Path(args["workdir"]), args["topic"]
-    if args["shape"] in ("join", "join_window"):  # the topic is the orders topic
+    if args["shape"] == "temporal":  # the topic is the orders topic
+        from bench.temporal import hand_written_temporal
+
+        rows = hand_written_temporal(spark, bootstrap, workdir, topic)
+    elif args["shape"] in ("join", "join_window"):  # the topic is the orders topic
         payments, window = JOIN_TOPICS[topic][0], args["shape"] == "join_window"
         rows = hand_written_join(spark, bootstrap, workdir, topic, payments, window)["input"]
     else:

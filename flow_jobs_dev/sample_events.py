@@ -75,3 +75,21 @@ def sample_payments(
 
 def _record(value: str, key: str, partition: int, timestamp_ms: int) -> Record:
     return Record(value.encode(), partition, key.encode(), timestamp_ms)
+
+
+def sample_plans(
+    span_ms: int, *, start_ms: int, every_ms: int, partitions: int, customers: int = 1_000
+) -> Iterator[Record]:
+    """Each customer's plan (the versions of a temporal join), one new version per
+    customer every ``every_ms`` from ``start_ms - every_ms`` to ``start_ms + span_ms``,
+    in time order, keyed by customer."""
+    plans = ("free", "basic", "pro")
+    for step, t0 in enumerate(range(start_ms - every_ms, start_ms + span_ms + 1, every_ms)):
+        for c in range(customers):
+            ts = t0 + c * every_ms // customers
+            plan = plans[(c + step) % len(plans)]
+            value = (
+                f'{{"customer": "c{c}", "plan": "{plan}", '
+                f'"discount": {((c + step) % 7) / 20}, "ts": {ts}}}'
+            )
+            yield _record(value, f"c{c}", c % partitions, ts)

@@ -36,12 +36,21 @@ import pandas as pd
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
-from flow_jobs.operators.dedup import BUCKET, BUCKETS, KEY, LANE, POSITION, ROW, TIME
+from flow_jobs.operators.dedup import BUCKETS
 from flow_jobs.windows.timers import Firing, settle
 
-__all__ = ["BUCKET", "BUCKETS", "KEY", "LANE", "POSITION", "ROW", "TIME"]
+__all__ = ["BUCKETS"]
 
-#: Input: 1 for a stream record, 0 for a version; TRUE for a tombstone.
+#: The input columns (no leading underscore: the pandas form of the state API renames
+#: such columns): the bucket, the event time (epoch µs), the tie-break of equal times
+#: (``flow_jobs.plan.ordering``), the keys and the row (JSON strings);
+BUCKET = "flowtemporal_bucket"
+TIME = "flowtemporal_t"
+LANE = "flowtemporal_lane"
+POSITION = "flowtemporal_position"
+KEY = "flowtemporal_key"
+ROW = "flowtemporal_row"
+#: 1 for a stream record, 0 for a version; TRUE for a tombstone.
 SIDE = "flowtemporal_side"
 TOMBSTONE = "flowtemporal_tombstone"
 #: Output: the stream record's row and its version's (NULL: none), as JSON strings,
