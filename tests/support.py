@@ -133,7 +133,9 @@ def assert_same_windows(actual: dict[tuple, dict], expected: dict[tuple, dict]) 
     assert expected, "the reference closed no window: the test would prove nothing"
     missing = expected.keys() - actual.keys()
     extra = actual.keys() - expected.keys()
-    assert not missing and not extra, f"missing {sorted(missing)[:5]}, extra {sorted(extra)[:5]}"
+    assert not missing and not extra, (
+        f"missing {sorted(missing, key=repr)[:5]}, extra {sorted(extra, key=repr)[:5]}"
+    )
     for key, want in expected.items():
         got = actual[key]
         for column, value in want.items():

@@ -231,6 +231,15 @@ def test_transient_errors_are_retried_with_backoff_then_fail() -> None:
     with pytest.raises(RuntimeError, match="2 retries with backoff exhausted"):
         retry(flaky, "Kafka t", 2, 100, sleep=waits.append)
 
+    # the failure names the source, its brokers and the setting to raise
+    options = KafkaSourceOptions(
+        bootstrap_servers="b1:9092", topic="t", retries=1, source_name="clicks"
+    )
+    calls.clear()
+    with pytest.raises(RuntimeError) as failed:
+        retry(flaky, "Kafka t", 1, 100, sleep=waits.append, setting=options.retries_setting)
+    assert "raise retries (now 1) on source 'clicks', brokers b1:9092," in str(failed.value)
+
     def fatal() -> None:
         raise KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
 

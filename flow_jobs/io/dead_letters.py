@@ -271,8 +271,10 @@ class DeadLetterTopic:
         clusters = tuple((s.name, tuple(s.cluster_config().items())) for s in spec.sources)
         return DeadLetterTopic(topic, clusters, spec.name)
 
-    def _config(self, source: str) -> dict[str, str]:
-        return dict(dict(self.clusters)[source])
+    def _config(self, source: str) -> dict[str, Any]:
+        from flow_jobs.kafka.logs import librdkafka_logger
+
+        return {**dict(dict(self.clusters)[source]), "logger": librdkafka_logger()}
 
     def ensure(self) -> None:
         """Refuse to start when the topic is missing on a source's cluster."""

@@ -449,12 +449,15 @@ class KafkaBatchTarget(BatchTarget):
     def ensure(self) -> None:
         from confluent_kafka import Producer
 
+        from flow_jobs.kafka.logs import librdkafka_logger
+
         if self.spec.format != "json":
             self._encode = self._registry_encoder()
         config = {
             "bootstrap.servers": self.spec.bootstrap_servers,
             "enable.idempotence": True,  # no duplicates from the producer's own retries
             **{k: v.get_secret_value() for k, v in self.spec.client_config.items()},
+            "logger": librdkafka_logger(),  # flow_jobs.kafka.logs
         }
         self._producer = Producer(config)
         log.warning(

@@ -10,6 +10,10 @@ from flow_jobs.kafka.options import KafkaSourceOptions
 from flow_jobs.kafka.retries import retry
 
 
+class TopicNotReadable(RuntimeError):
+    """The brokers answered without the topic (or its partitions)."""
+
+
 def read_watermarks(consumer: Any, options: KafkaSourceOptions) -> dict[int, tuple[int, int]]:
     """Each partition's (earliest, latest) offsets on the broker."""
     from confluent_kafka import TopicPartition
@@ -19,7 +23,7 @@ def read_watermarks(consumer: Any, options: KafkaSourceOptions) -> dict[int, tup
     topic_md = metadata.topics.get(topic)
     if topic_md is None or topic_md.error is not None or not topic_md.partitions:
         reason = topic_md.error if topic_md is not None else "not found"
-        raise RuntimeError(
+        raise TopicNotReadable(
             f"Kafka topic {topic!r} on {options.bootstrap_servers} is not readable: {reason}"
         )
     return {
@@ -45,6 +49,7 @@ def time_offsets(
             f"Kafka {options.topic}",
             options.retries,
             options.retry_backoff_ms,
+            setting=options.retries_setting,
         )
     finally:
         consumer.close()

@@ -109,10 +109,25 @@ class KafkaSourceOptions:
         found = _TIMESTAMP_OPTION.match(self.starting_offsets)
         return int(found.group(1)) if found else None
 
+    @property
+    def retries_setting(self) -> str:
+        """The setting a failure after the last retry names (``flow_jobs.kafka.retries``)."""
+        from flow_jobs.secrets import redact
+
+        name = self.source_name or self.topic
+        return (
+            f"retries (now {self.retries}) on source {name!r}, brokers "
+            f"{redact(self.bootstrap_servers)},"
+        )
+
     def consumer_config(self) -> dict[str, Any]:
+        from flow_jobs.kafka.logs import librdkafka_logger
+
         return {
             **_CONSUMER_DEFAULTS,
             "bootstrap.servers": self.bootstrap_servers,
             "group.id": self.group_id,
             **dict(self.client_config),
+            # its own log lines through Python's logging (flow_jobs.kafka.logs)
+            "logger": librdkafka_logger(),
         }

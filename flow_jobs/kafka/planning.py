@@ -20,7 +20,7 @@ from flow_jobs.io.checkpoint_files import ReaderCheckpoint
 from flow_jobs.io.combine import partial_type
 from flow_jobs.kafka.data_loss import DATA_LOSS_KEY, find_data_loss, recorded_losses
 from flow_jobs.kafka.heartbeats import batch_stamps, idle_target
-from flow_jobs.kafka.offsets import read_watermarks, time_offsets
+from flow_jobs.kafka.offsets import TopicNotReadable, read_watermarks, time_offsets
 from flow_jobs.kafka.options import KafkaDataLossError, KafkaSourceOptions
 from flow_jobs.kafka.partitions import KafkaRange, partition_offsets, topic_offsets
 from flow_jobs.kafka.read import (
@@ -31,7 +31,7 @@ from flow_jobs.kafka.read import (
     read_range,
     with_partial,
 )
-from flow_jobs.kafka.retries import FAIL_HINT, retry
+from flow_jobs.kafka.retries import FAIL_HINT, Backoff, retry
 from flow_jobs.kafka.schema import HEARTBEAT_KEY
 
 log = logging.getLogger(__name__)
@@ -81,6 +81,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._turn = 0  # where cap_offsets hands out the next uneven rows
         self._run_start: dict[int, int] | None = None  # an availableNow run's first start
         self._heartbeat_sent: int | None = None  # this query run's last heartbeat
+        self._topic_seen = False  # the brokers answered with the topic once
         location = options.checkpoint_location
         #: the query's checkpoint, opened on first use (a remote one over the driver's JVM)
         self._checkpoint = ReaderCheckpoint(location) if location else None
@@ -96,11 +97,35 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._consumer
 
     def _watermarks(self) -> dict[int, tuple[int, int]]:
+        """Each partition's offsets, with the reader's retries on transient errors; a
+        topic the brokers answer without, once this query has read it, is one too: a
+        restarted broker may answer before it has loaded its topics (a missing topic at
+        the start fails at once)."""
         o = self.options
-        return retry(self._read_watermarks, f"Kafka {o.topic}", o.retries, o.retry_backoff_ms)
+        backoff = Backoff(o.retries, o.retry_backoff_ms, setting=o.retries_setting)
+        while True:
+            try:
+                marks = retry(
+                    self._read_watermarks,
+                    f"Kafka {o.topic}",
+                    o.retries,
+                    o.retry_backoff_ms,
+                    setting=o.retries_setting,
+                )
+            except TopicNotReadable as e:
+                if not self._topic_seen:
+                    raise
+                backoff.failed(f"Kafka {o.topic}", f"{e} (a broker restarting?)")
+                continue
+            self._topic_seen = True
+            return marks
 
     def _read_watermarks(self) -> dict[int, tuple[int, int]]:
-        return read_watermarks(self._client(), self.options)
+        client = self._client()
+        try:
+            return read_watermarks(client, self.options)
+        finally:
+            client.poll(0)  # serves its queued log lines (flow_jobs.kafka.logs)
 
     def initialOffset(self) -> dict:
         marks = self._watermarks()

@@ -114,7 +114,7 @@ def read_messages(options: KafkaSourceOptions, rng: KafkaRange) -> Iterator[tupl
 
     consumer = Consumer(options.consumer_config())
     where = f"Kafka {rng.topic}[{rng.partition}] reading [{rng.start}, {rng.end})"
-    backoff = Backoff(options.retries, options.retry_backoff_ms)
+    backoff = Backoff(options.retries, options.retry_backoff_ms, setting=options.retries_setting)
     try:
         consumer.assign([TopicPartition(rng.topic, rng.partition, rng.start)])
         next_offset = rng.start
@@ -253,6 +253,7 @@ def _marks(options: KafkaSourceOptions, consumer: Any, rng: KafkaRange) -> tuple
         f"Kafka {rng.topic}[{rng.partition}]",
         options.retries,
         options.retry_backoff_ms,
+        setting=options.retries_setting,
     )
 
 

@@ -34,8 +34,12 @@ def is_transient(err: Any) -> bool:
 class Backoff:
     """Exponential backoff over consecutive transient errors, ``retries`` at most."""
 
-    def __init__(self, retries: int, base_ms: int, sleep: Any = time.sleep) -> None:
+    def __init__(
+        self, retries: int, base_ms: int, sleep: Any = time.sleep, setting: str = ""
+    ) -> None:
         self.retries, self.base_ms, self.sleep = retries, base_ms, sleep
+        #: what to raise, named in the failure (``KafkaSourceOptions.retries_setting``)
+        self.setting = setting or "retries on the source"
         self.failures = 0
 
     def failed(self, what: str, err: str) -> None:
@@ -44,7 +48,7 @@ class Backoff:
         if self.failures > self.retries:
             raise RuntimeError(
                 f"{what}: {err} ({self.retries} retries with backoff exhausted; raise "
-                "retries on the source if the broker needs longer to recover)"
+                f"{self.setting} if the broker needs longer to recover)"
             )
         log.warning("%s: %s; retry %d of %d", what, err, self.failures, self.retries)
         self.sleep(min(self.base_ms * 2 ** (self.failures - 1), 30_000) / 1000)
@@ -53,11 +57,13 @@ class Backoff:
         self.failures = 0
 
 
-def retry(call: Any, what: str, retries: int, base_ms: int, sleep: Any = time.sleep) -> Any:
+def retry(
+    call: Any, what: str, retries: int, base_ms: int, sleep: Any = time.sleep, setting: str = ""
+) -> Any:
     """``call()``, retried on transient Kafka errors (``KafkaException``)."""
     from confluent_kafka import KafkaException
 
-    backoff = Backoff(retries, base_ms, sleep)
+    backoff = Backoff(retries, base_ms, sleep, setting)
     while True:
         try:
             return call()

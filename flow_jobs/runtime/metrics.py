@@ -1,6 +1,6 @@
 """Prometheus metrics from Spark's own progress reports.
 
-Five metrics, labelled by pipeline (README.md lists them):
+Seven metrics, labelled by pipeline (README.md lists them):
 
 * ``flow_windows_active``: state rows of the window operator after the last batch —
   one per open (window, group): the windows still waiting for the watermark;
@@ -11,6 +11,8 @@ Five metrics, labelled by pipeline (README.md lists them):
   "_operator"`` holds what Spark's operators dropped themselves (a join's late rows);
 * ``flow_duplicates_total{source=…}``: records ``[[transform.dedup]]`` took out of a
   source (``flow_jobs.plan.dedup``), dropped or dead-lettered;
+* ``flow_source_outages_total{source=…}``: broker outages the run saw for a source's
+  cluster (``flow_jobs.runtime.outages``), counted when each begins;
 * ``flow_state_groups``: state rows over every stateful operator (a join's buffered
   rows included); a gauge, so no ``_total`` suffix (that is for counters): the name
   ``flow_state_groups_total`` it had until 0.1 is removed, not kept as an alias;
@@ -71,6 +73,12 @@ class FlowMetrics:
             "records [[transform.dedup]] took out, per source (dropped or dead-lettered)",
             "source",
         )
+        self.outages = per_pipeline(
+            Counter,
+            "flow_source_outages",
+            "broker outages seen for a source's cluster, counted as each begins",
+            "source",
+        )
         self.state_groups = per_pipeline(
             Gauge, "flow_state_groups", "state rows over all operators"
         )
@@ -110,6 +118,10 @@ class MetricsFeed:
         self.pipeline = pipeline
         self.lateness_ms = lateness_ms  # source -> lateness
         self._source_marks: dict[str, int] = {}  # epoch ms
+
+    def outage(self, sources: list[str]) -> None:
+        for source in sources:
+            metrics().outages.labels(self.pipeline, source).inc()
 
     def record(self, p: dict[str, Any]) -> None:
         try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from flow_jobs.io.ledger import BatchLedger
@@ -47,6 +47,8 @@ class RunSummary:
     windows_superseded: int = 0
     #: records taken out by [[transform.dedup]] (dropped, or dead-lettered)
     duplicates: int = 0
+    #: broker outages seen while the run lasted, per source (flow_jobs.runtime.outages)
+    source_outages: dict[str, int] = field(default_factory=dict)
 
     def describe(self) -> str:
         return (
@@ -56,6 +58,7 @@ class RunSummary:
             f"{_superseded(self.windows_superseded)}), "
             f"{self.dead_lettered} dead-lettered, {self.late_rows} late rows, "
             f"{_duplicates(self.duplicates)}"
+            f"{_outages(self.source_outages)}"
             f"watermark {self.watermark or '-'}, target version "
             f"{self.target_version if self.target_version is not None else '-'} "
             f"({self.ended_by})"
@@ -98,6 +101,19 @@ class ProgressTracker:
         lateness = join.lateness_ms if join else window.watermark_delay_ms if window else 0
         self.lateness_ms = {s.name: lateness for s in spec.sources}
         self.metrics = MetricsFeed(self.pipeline, self.lateness_ms)
+        self._outages: dict[str, int] = {}  # broker outages per source, this run
+
+    def outages(self) -> dict[str, int]:
+        """Broker outages seen so far in the run, per source."""
+        with self._lock:
+            return dict(self._outages)
+
+    def outage_started(self, sources: list[str]) -> None:
+        """A broker outage began for these sources (``flow_jobs.runtime.outages``)."""
+        with self._lock:
+            for source in sources:
+                self._outages[source] = self._outages.get(source, 0) + 1
+        self.metrics.outage(sources)
 
     @property
     def newest(self) -> Progress | None:
@@ -232,6 +248,7 @@ class ProgressTracker:
             ended_by=ended_by,
             windows_superseded=totals.windows_superseded,
             duplicates=totals.duplicates,
+            source_outages=dict(self._outages),
         )
 
 
@@ -273,6 +290,13 @@ class _Totals:
 
 def _duplicates(n: int) -> str:
     return f"{n} duplicates, " if n else ""
+
+
+def _outages(by_source: dict[str, int]) -> str:
+    if not by_source:
+        return ""
+    each = ", ".join(f"{s} {n}" for s, n in sorted(by_source.items()))
+    return f"broker outages ({each}), "
 
 
 def _superseded(n: int) -> str:

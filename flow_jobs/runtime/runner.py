@@ -44,6 +44,7 @@ from flow_jobs.runtime.checkpoint import (
 from flow_jobs.runtime.display import Display, SourceExtent, run_extents
 from flow_jobs.runtime.idleness import IdleSources, replay_targets
 from flow_jobs.runtime.metrics import serve
+from flow_jobs.runtime.outages import BrokerWatch
 from flow_jobs.runtime.progress import ProgressTracker, RunSummary
 from flow_jobs.runtime.session import pipeline_session, refuse_unshared_paths, session_for
 from flow_jobs.runtime.sink import StopRequested, WindowBatchSink, last_progress
@@ -221,10 +222,13 @@ class PipelineRunner:
             "withdraw the driver's gateway",
             lambda: withdraw_driver_gateway(self.checkpoint),
         )
+        # Logs broker outages as they start and end, and counts them (runtime.outages).
+        watch = BrokerWatch(self.spec.name, self.spec.sources, tracker.outage_started).start()
+        unwatch = ("stop watching the brokers", watch.stop)
         try:
             query = writer.start()
         except BaseException as e:
-            self._shut_down(e, [("close the target", target.close), withdraw])
+            self._shut_down(e, [("close the target", target.close), withdraw, unwatch])
             raise
         tracker.query_id = str(query.id)
         self._started, self._shown = time.monotonic(), 0
@@ -253,6 +257,7 @@ class PipelineRunner:
                 [
                     ("stop the query", lambda: _stop(query)),
                     withdraw,
+                    unwatch,
                     ("read the last progress", lambda: tracker.poll(query)),
                     ("close the target", target.close),
                 ],
