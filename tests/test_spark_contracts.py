@@ -424,7 +424,7 @@ def test_to_json_and_back_gives_every_value_exactly(spark: SparkSession) -> None
     operator as one JSON string."""
     from decimal import Decimal
 
-    from flow_jobs.plan.dedup import _JSON
+    from flow_jobs.plan.dedup import JSON_OPTIONS as _JSON
 
     schema = (
         "u STRING, d DOUBLE, f FLOAT, n BIGINT, dec DECIMAL(20,4), ts TIMESTAMP, b BINARY, "
