@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import math
 import random
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -171,3 +172,13 @@ def tamper_windows(path: str, key: Sequence[str], starts_ms: Sequence[int]) -> d
         start = datetime.fromtimestamp(start_ms / 1000, tz=UTC).isoformat()
         DeltaTable(path).update(updates={"n": "-1"}, predicate=f"window_start = '{start}'")
     return read_windows(path, key)
+
+
+def until(condition: Callable[[], object], timeout_s: float, what: str) -> None:
+    """Wait for ``condition`` (polled every 50 ms); fail naming ``what`` after
+    ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout_s} s: {what}")
+        time.sleep(0.05)

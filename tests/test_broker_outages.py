@@ -8,7 +8,6 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,15 +30,8 @@ from tests.support import (
     read_windows,
     send,
     to_records,
+    until,
 )
-
-
-def _until(condition: Callable[[], object], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s} s: {what}")
-        time.sleep(0.05)
 
 
 def _source(name: str, bootstrap: str) -> KafkaSource:
@@ -65,15 +57,15 @@ def test_an_outage_is_logged_once_as_it_starts_and_once_with_its_length_as_it_en
         time.sleep(0.3)  # a few probes answered: no outage
         assert not started
         broker.stop()
-        _until(lambda: started, 20, "the outage starts")
+        until(lambda: started, 20, "the outage starts")
         outage = watch.outages[0]
         failed_probes = 0
-        _until(lambda: outage.down_since is not None, 5, "down")
+        until(lambda: outage.down_since is not None, 5, "down")
         while failed_probes < 3:  # more probes fail: the same outage
             time.sleep(0.6)
             failed_probes += 1
         again = EmbeddedBroker(port=port).start()
-        _until(lambda: outage.down_since is None, 30, "the outage ends")
+        until(lambda: outage.down_since is None, 30, "the outage ends")
     finally:
         watch.stop()
         for b in (broker, again):
@@ -179,21 +171,21 @@ def test_a_continuous_run_reads_on_across_broker_restarts_and_logs_each_outage(
     thread.start()
     try:
         for i, (signal, phase) in enumerate(zip(("TERM", "KILL"), phases[1:], strict=True)):
-            _until(lambda: _read(runner) == len(sent), 120, f"phase {i + 1} read")
+            until(lambda: _read(runner) == len(sent), 120, f"phase {i + 1} read")
             assert broker._process is not None
             if signal == "TERM":
                 broker.stop()
             else:
                 broker._process.kill()
                 broker._process.wait()
-            _until(lambda i=i: sum(runner.progress.outages().values()) == i + 1, 30, "outage")
+            until(lambda i=i: sum(runner.progress.outages().values()) == i + 1, 30, "outage")
             broker = EmbeddedBroker(port=port)
             broker.start()
             serve(phase)
-        _until(lambda: _read(runner) == len(sent), 120, "the last phase read")
+        until(lambda: _read(runner) == len(sent), 120, "the last phase read")
         expected = _expected(sent)
         target = spec.target.path  # the last windows close in the batch after the read
-        _until(lambda: len(_windows(target, spec)) == len(expected), 60, "the last windows")
+        until(lambda: len(_windows(target, spec)) == len(expected), 60, "the last windows")
     finally:
         runner.stop_event.set()
         thread.join(120)

@@ -57,6 +57,9 @@ def acquire(url: str, user: object) -> ConnectionPool:
                 # server-side (a migration may change a table under a cached plan).
                 kwargs={"autocommit": False, "prepare_threshold": None},
                 check=ConnectionPool.check_connection,  # a restarted server: reconnect
+                # a server away: give up a wait soon, the caller tries again and says so
+                # (StateStore.retrying) rather than waiting 30 s in silence
+                timeout=5,
                 name=f"flow-jobs-state-store-{len(_pools) + 1}",  # never the URL
                 open=True,
             )

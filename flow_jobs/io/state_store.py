@@ -34,22 +34,23 @@ import hashlib
 import logging
 import os
 import socket
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from flow_jobs.io import postgres_pool
 from flow_jobs.io.checkpoint_claim import IncompatibleSpec, claim_checkpoint
 from flow_jobs.io.ledger_schema import DEFAULT_SCHEMA, MIGRATIONS, SCHEMA_NAME
 from flow_jobs.io.state_store_location import state_store_schema, state_store_url
-from flow_jobs.secrets import connect_postgres
+from flow_jobs.secrets import connect_postgres, redact
 from flow_jobs.spec.fingerprint import (
     changed_fields,
     comparable,
@@ -61,9 +62,84 @@ from flow_jobs.spec.models import PipelineSpec
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+#: How long a run waits for an unreachable state store (``[state_store] retry_for_ms``).
+DEFAULT_RETRY_FOR_MS = 120_000
+
 
 class PipelineBusy(RuntimeError):
     """Another run (or reset) of the pipeline holds its lock."""
+
+
+class RunLockLost(PipelineBusy):
+    """The run's lock went with its connection (a restarted server), and another run
+    took it before this one could again."""
+
+
+class StateStoreUnreachable(RuntimeError):
+    """The state store did not answer for longer than ``[state_store] retry_for_ms``."""
+
+
+#: What a server that is away (restarting, unreachable) raises: a lost or refused
+#: connection, or the pool finding none to hand out in time.
+UNREACHABLE = (psycopg.OperationalError, PoolTimeout)
+#: The waits between tries while the state store is away, in seconds (the last repeats).
+RETRY_WAITS_S = (0.2, 0.5, 1.0, 2.0)
+
+
+class RunLock:
+    """A run's hold on its pipeline's advisory lock (``StateStore.run_lock``), on a
+    connection of its own. Postgres releases the lock when that connection ends, a
+    restart of the server included: ``ensure`` runs before each write, and takes it
+    again on a new connection, or stops the run if another one took it meanwhile."""
+
+    def __init__(self, store: StateStore, name: str, command: str) -> None:
+        self.store, self.name = store, name
+        self.key = store.lock_key(name)
+        self.holder = f"flow-jobs {command} pid {os.getpid()}@{socket.gethostname()}"[:63]
+        self._conn: psycopg.Connection | None = None
+
+    def take(self) -> None:
+        conn = self.store._lock_connection(self.holder)
+        try:
+            acquired = conn.execute("SELECT pg_try_advisory_lock(%s)", (self.key,)).fetchone()
+            if not (acquired and acquired[0]):
+                raise PipelineBusy(
+                    f"pipeline {self.name} is busy: {self.store._holder(conn, self.key)}"
+                )
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
+
+    def ensure(self, before: str) -> None:
+        """The lock still held before ``before`` (e.g. "writing batch 7"); taken again if
+        its connection was lost, or ``RunLockLost``."""
+        assert self._conn is not None
+        try:
+            self._conn.execute("SELECT 1")
+            return
+        except psycopg.OperationalError:
+            self._conn.close()
+        log.warning(
+            "%s: the run lock's connection to the state store was lost (a restart?); "
+            "taking the lock again before %s",
+            self.name,
+            before,
+        )
+        try:
+            self.store.retrying(f"taking the run lock again before {before}", self.take)
+        except PipelineBusy as e:
+            raise RunLockLost(
+                f"{e}: it took the lock while the state store was away; this run stops "
+                f"before {before}"
+            ) from None
+        log.warning("%s: the run lock is held again", self.name)
+
+    def release(self) -> None:
+        if self._conn is not None:
+            self._conn.close()  # ends the session, which releases the lock
+            self._conn = None
 
 
 @dataclass(frozen=True)
@@ -81,17 +157,21 @@ class StateStore:
     (``flow_jobs.io.postgres_pool``) for one transaction, so Spark's batch thread and the
     runner's progress thread never share one; ``close()`` releases the pool."""
 
-    def __init__(self, url: str, schema: str = DEFAULT_SCHEMA) -> None:
+    def __init__(
+        self, url: str, schema: str = DEFAULT_SCHEMA, retry_for_ms: int = DEFAULT_RETRY_FOR_MS
+    ) -> None:
         if not SCHEMA_NAME.match(schema):
             raise ValueError(f"state_store.schema = {schema!r} must match [a-z_][a-z0-9_]*")
         self._url = url
+        self.retry_for_ms = retry_for_ms
         self.schema = schema
         self._s = sql.Identifier(schema)
         self._pool: ConnectionPool | None = None  # opened by the first connect()
 
     @classmethod
     def for_spec(cls, spec: PipelineSpec) -> StateStore:
-        store = cls(state_store_url(spec), state_store_schema(spec))
+        retry_for = spec.state_store.retry_for_ms
+        store = cls(state_store_url(spec), state_store_schema(spec), retry_for)
         store.migrate()
         return store
 
@@ -106,6 +186,41 @@ class StateStore:
             self._pool = postgres_pool.acquire(self._url, self)
         with self._pool.connection() as conn:
             yield conn
+
+    def retrying(self, what: str, call: Callable[[], T]) -> T:
+        """``call()``, tried again while the state store is away (``UNREACHABLE``), up to
+        ``retry_for_ms``: logged once when it first fails and once when it answers, then
+        ``StateStoreUnreachable`` naming the setting. The calls given are idempotent (a
+        batch's ledger write skips what a first try wrote: ``BatchLedger.write``)."""
+        began, since = time.monotonic(), None  # the call's start; its first failure
+        tries = 0
+        while True:
+            try:
+                result = call()
+            except UNREACHABLE as e:
+                now = time.monotonic()
+                reason = redact(str(e).splitlines()[0] if str(e) else type(e).__name__)
+                if since is None:
+                    since = began  # a try may itself wait (the pool: 5 s) before failing
+                    log.warning(
+                        "state store unreachable while %s (%s); trying again for up to %d s "
+                        "([state_store] retry_for_ms)",
+                        what,
+                        reason,
+                        self.retry_for_ms // 1000,
+                    )
+                if (now - since) * 1000 > self.retry_for_ms:
+                    raise StateStoreUnreachable(
+                        f"state store unreachable for {now - since:.0f} s while {what}: "
+                        f"{reason}; raise [state_store] retry_for_ms (now {self.retry_for_ms}) "
+                        "to wait longer; a new run resumes from the checkpoint"
+                    ) from None
+                time.sleep(RETRY_WAITS_S[min(tries, len(RETRY_WAITS_S) - 1)])
+                tries += 1
+                continue
+            if since is not None:
+                log.warning("state store back after %.1f s (%s)", time.monotonic() - since, what)
+            return result
 
     def close(self) -> None:
         """Release the URL's pool (closed once no other store of this process uses it);
@@ -267,31 +382,33 @@ class StateStore:
         return int.from_bytes(digest[:8], "big", signed=True)
 
     @contextmanager
-    def run_lock(self, name: str, command: str = "run") -> Iterator[None]:
+    def run_lock(self, name: str, command: str = "run") -> Iterator[RunLock]:
         """Hold pipeline ``name``'s lock until the block ends, or raise ``PipelineBusy``.
 
         A session-level ``pg_try_advisory_lock`` on a connection of its own, named
         after this process (``application_name``) so a refused start can say who holds
         it. Postgres releases it when that connection closes: at the end of the block,
-        or when the process dies (server-side TCP keepalives bound how long a vanished
-        host keeps it)."""
-        key = self.lock_key(name)
-        holder = f"flow-jobs {command} pid {os.getpid()}@{socket.gethostname()}"
-        conn = connect_postgres(self._url, autocommit=True, application_name=holder[:63])
+        when the process dies (server-side TCP keepalives bound how long a vanished
+        host keeps it), or when the server restarts (``RunLock.ensure`` takes it again)."""
+        lock = RunLock(self, name, command)
         try:
-            conn.execute("SET tcp_keepalives_idle = 30")
-            conn.execute("SET tcp_keepalives_interval = 10")
-            conn.execute("SET tcp_keepalives_count = 3")
-            acquired = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
-            if not (acquired and acquired[0]):
-                raise PipelineBusy(
-                    f"pipeline {name} is busy: {self._holder(conn, key)}; {command} refused "
-                    "— wait for that run to end or stop it, then try again"
-                )
-            log.debug("%s: holding the run lock (%s)", name, holder)
-            yield
+            lock.take()
+        except PipelineBusy as e:
+            raise PipelineBusy(
+                f"{e}; {command} refused — wait for that run to end or stop it, then try again"
+            ) from None
+        log.debug("%s: holding the run lock (%s)", name, lock.holder)
+        try:
+            yield lock
         finally:
-            conn.close()  # ends the session, which releases the lock
+            lock.release()
+
+    def _lock_connection(self, holder: str) -> psycopg.Connection:
+        conn = connect_postgres(self._url, autocommit=True, application_name=holder)
+        conn.execute("SET tcp_keepalives_idle = 30")
+        conn.execute("SET tcp_keepalives_interval = 10")
+        conn.execute("SET tcp_keepalives_count = 3")
+        return conn
 
     def _holder(self, conn: psycopg.Connection, key: int) -> str:
         """Who holds advisory lock ``key``: its application name, since when, its backend."""

@@ -148,17 +148,21 @@ class ProgressTracker:
         """Spark's figures for a batch, added to the ledger row the sink wrote."""
         if self.ledger is None or self.query_id is None:
             return
-        self.ledger.add_progress(
-            self.pipeline,
-            self.query_id,
-            int(p["batchId"]),
-            input_rows=input_rows(p),
-            late_rows=late_rows_by_source(p),
-            duplicates=duplicates_by_source(p),
-            batch_ms=(p.get("durationMs") or {}).get("triggerExecution"),
-            write_ms=outcome.write_seconds * 1000 if outcome else None,
-            max_event_times=max_event_times(p),
-            lateness_ms=self.lateness_ms,
+        ledger, query_id = self.ledger, self.query_id
+        self.ledger.store.retrying(  # tried again while the state store is away
+            f"recording batch {p['batchId']}'s figures",
+            lambda: ledger.add_progress(
+                self.pipeline,
+                query_id,
+                int(p["batchId"]),
+                input_rows=input_rows(p),
+                late_rows=late_rows_by_source(p),
+                duplicates=duplicates_by_source(p),
+                batch_ms=(p.get("durationMs") or {}).get("triggerExecution"),
+                write_ms=outcome.write_seconds * 1000 if outcome else None,
+                max_event_times=max_event_times(p),
+                lateness_ms=self.lateness_ms,
+            ),
         )
 
     def batches_seen(self) -> int:

@@ -23,7 +23,7 @@ from flow_jobs.io.checkpoint_files import (
 from flow_jobs.io.dead_letters import DeadLetterTable, DeadLetterTopic
 from flow_jobs.io.delta import DeltaMergeTable, Supersede
 from flow_jobs.io.ledger import BatchLedger
-from flow_jobs.io.state_store import StateStore
+from flow_jobs.io.state_store import RunLock, StateStore
 from flow_jobs.io.targets import (
     BatchTarget,
     DeltaBatchTarget,
@@ -54,7 +54,11 @@ from flow_jobs.spec.models import PipelineSpec, revealed
 
 log = logging.getLogger(__name__)
 
-_PYTHON_ERROR = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception): ")
+#: A Python error's last traceback line: ``module.SomeError: message``, or one of the
+#: state store's own (``flow_jobs.io.state_store``), which end in neither word.
+_PYTHON_ERROR = re.compile(
+    r"^[A-Za-z_][\w.]*(Error|Exception|RunLockLost|StateStoreUnreachable|PipelineBusy): "
+)
 _STREAM_FAILED = re.compile(r"^\[STREAM_FAILED\] Query \[[^]]*\] terminated with exception: ")
 
 
@@ -92,6 +96,7 @@ class PipelineRunner:
         self.output_schema = to_arrow_schema(self.compiled.frame.schema, timezone="UTC")
         self.ledger: StateStore | None = None  # opened by run(): validate needs none
         self.sink: WindowBatchSink | None = None
+        self.run_lock: RunLock | None = None  # held while run() runs
         self.progress: ProgressTracker | None = None  # live while run() runs
         self.display: Display | None = None
         self._extents: dict[str, SourceExtent] = {}
@@ -134,7 +139,8 @@ class PipelineRunner:
         shown how far along the run is after each micro-batch (``runtime.display``)."""
         ledger = self.ledger = StateStore.for_spec(self.spec)
         self.display = display
-        with ledger.run_lock(self.spec.name, "run"):
+        with ledger.run_lock(self.spec.name, "run") as lock:
+            self.run_lock = lock
             return self._run(ledger, available_now)
 
     def _show_progress(self, tracker: ProgressTracker, final: bool = False) -> None:
@@ -169,6 +175,7 @@ class PipelineRunner:
             self.checkpoint,
             state.state_version,
             state.replay_from,
+            self.run_lock,
         )
         estimate = estimate_state(self.spec.window) if self.spec.has_window else None
         if estimate is not None and estimate.total > GB:

@@ -16,6 +16,7 @@ from pyspark.sql import DataFrame
 from flow_jobs.io.batch import BatchEntry, WriteResult
 from flow_jobs.io.dead_letters import OBSERVATION_PREFIX, DeadLetterTable
 from flow_jobs.io.ledger import BatchLedger
+from flow_jobs.io.state_store import RunLock
 from flow_jobs.io.targets import BatchTarget, ClosedWindows
 from flow_jobs.io.top_n import Ranking, Standings, rank
 from flow_jobs.runtime.checkpoint import read_offset_log
@@ -57,8 +58,11 @@ class WindowBatchSink:
         checkpoint: str,
         state_version: int,
         replay_from: datetime | None = None,
+        run_lock: RunLock | None = None,
     ) -> None:
         self.spec = spec
+        #: held before each write; taken again after a state-store restart
+        self.run_lock = run_lock
         self.pipeline = spec.name
         self.target = target
         self.dead_letters = dead_letters
@@ -182,6 +186,9 @@ class WindowBatchSink:
                         )
             if start is not None:
                 entry.start_offsets = start.offsets
+            what = f"writing batch {batch_id}"
+            if self.run_lock is not None:  # this run still holds the pipeline: no write else
+                self.run_lock.ensure(what)
             if self.standings is not None:  # the whole top N of each partition touched
                 rows = self.standings.update(rows, start.watermark if start else None)
             elif self.ranking is not None:  # the batch holds every window it closes whole
@@ -190,7 +197,11 @@ class WindowBatchSink:
             dead = self.dead_letters.commit(batch_id, tapped)
             entry.output_rows, entry.dead_lettered_rows = rows.num_rows, dead
             entry.compute_ms = (computed - started) * 1000
-            written = self.ledger.write(self.target, rows, entry)
+            # Tried again while the state store is away: a batch's write skips what a
+            # first try wrote (BatchLedger.write).
+            written = self.ledger.store.retrying(
+                what, lambda: self.ledger.write(self.target, rows, entry)
+            )
             if not written.skipped:
                 try:
                     metrics().windows_emitted.labels(self.pipeline).inc(rows.num_rows)

@@ -26,6 +26,9 @@ class StateStoreSpec(SpecModel):
     #: The Postgres schema holding the ledger's tables (``FLOW_STATE_STORE_SCHEMA``).
     schema_name: str | None = Field(default=None, alias="schema")
     embedded_dir: str | None = None
+    #: How long a run waits for the state store while it is away (a restart, a network
+    #: cut), trying each write again, before it fails naming this key.
+    retry_for_ms: Annotated[int, Field(gt=0)] = 120_000
 
     @model_validator(mode="after")
     def _rules(self) -> StateStoreSpec:
