@@ -194,7 +194,11 @@ class WindowBatchSink:
             elif self.ranking is not None:  # the batch holds every window it closes whole
                 rows = rank(rows, self.ranking)
             # Dead letters first: their count goes into the ledger row.
-            dead = self.dead_letters.commit(batch_id, tapped)
+            # (in the state store with [dead_letter] kind = "state_store": ON CONFLICT on
+            # each record's position makes a try again a no-op for what went in)
+            dead = self.ledger.store.retrying(
+                what, lambda: self.dead_letters.commit(batch_id, tapped)
+            )
             entry.output_rows, entry.dead_lettered_rows = rows.num_rows, dead
             entry.compute_ms = (computed - started) * 1000
             # Tried again while the state store is away: a batch's write skips what a
