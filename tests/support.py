@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -182,3 +183,51 @@ def until(condition: Callable[[], object], timeout_s: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {timeout_s} s: {what}")
         time.sleep(0.05)
+
+
+def clicks_in_phases(seed: str, sizes: Sequence[int]) -> list[list[dict[str, Any]]]:
+    """Click events in phases, each after the one before (100 ms apart, up to 300 ms of
+    disorder: none late under a lateness of 2 s)."""
+    rng = random.Random(seed)
+    phases: list[list[dict[str, Any]]] = []
+    start = BASE_MS
+    for n in sizes:
+        phases.append(random_clicks(rng, n, step_ms=100, disorder_ms=300, start_ms=start))
+        start = max(e["ts"] for e in phases[-1]) + 100
+    return phases
+
+
+class ContinuousRun:
+    """``PipelineRunner.run()`` (continuous) in a thread of its own, for tests of what
+    happens around a run that goes on; ``failure`` holds what it raised, if anything."""
+
+    def __init__(self, runner: Any) -> None:
+        self.runner = runner
+        self.failure: list[BaseException] = []
+        self.summary: list[Any] = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.summary.append(self.runner.run())
+        except BaseException as e:
+            self.failure.append(e)
+
+    def stop(self, timeout_s: float = 60) -> None:
+        self.runner.stop_event.set()
+        self.thread.join(timeout_s)
+
+    def input_rows(self) -> int:
+        progress = getattr(self.runner, "progress", None)
+        return progress.input_rows() if progress is not None else -1
+
+
+def windows_or_none(
+    path: str, key_columns: Sequence[str], storage_options: dict[str, str] | None = None
+) -> dict[tuple, dict[str, Any]]:
+    """``read_windows``, or nothing while the table does not exist yet."""
+    try:
+        return read_windows(path, key_columns, storage_options)
+    except Exception:
+        return {}

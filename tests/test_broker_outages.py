@@ -5,8 +5,6 @@ broker stopped and started again on its port."""
 from __future__ import annotations
 
 import logging
-import random
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -23,14 +21,15 @@ from flow_jobs_dev.broker import EmbeddedBroker
 from flow_jobs_dev.service import free_port
 from tests.reference import reference_windows
 from tests.support import (
-    BASE_MS,
+    ContinuousRun,
     assert_same_windows,
+    clicks_in_phases,
     make_spec,
-    random_clicks,
     read_windows,
     send,
     to_records,
     until,
+    windows_or_none,
 )
 
 
@@ -146,11 +145,7 @@ def test_a_continuous_run_reads_on_across_broker_restarts_and_logs_each_outage(
     over every record, each window once; each outage is logged as it starts and as it
     ends, and counted in the run summary."""
     caplog.set_level(logging.INFO, logger="flow_jobs.runtime.outages")
-    rng = random.Random("outages")
-    phases, start = [], BASE_MS
-    for n in (150, 100, 100):
-        phases.append(random_clicks(rng, n, step_ms=100, disorder_ms=300, start_ms=start))
-        start = max(e["ts"] for e in phases[-1]) + 100
+    phases = clicks_in_phases("outages", (150, 100, 100))
     broker = EmbeddedBroker().start()
     port, topic = broker.port, "outages"
     sent: list[dict[str, Any]] = []
@@ -166,12 +161,10 @@ def test_a_continuous_run_reads_on_across_broker_restarts_and_logs_each_outage(
     doc = spec.to_document()
     doc["runtime"] = {"trigger_interval_ms": 200}
     runner = PipelineRunner(PipelineSpec.model_validate(doc), spark)
-    ended: list[Any] = []
-    thread = threading.Thread(target=lambda: ended.append(runner.run()), daemon=True)
-    thread.start()
+    run = ContinuousRun(runner)
     try:
         for i, (signal, phase) in enumerate(zip(("TERM", "KILL"), phases[1:], strict=True)):
-            until(lambda: _read(runner) == len(sent), 120, f"phase {i + 1} read")
+            until(lambda: run.input_rows() == len(sent), 120, f"phase {i + 1} read")
             assert broker._process is not None
             if signal == "TERM":
                 broker.stop()
@@ -182,15 +175,19 @@ def test_a_continuous_run_reads_on_across_broker_restarts_and_logs_each_outage(
             broker = EmbeddedBroker(port=port)
             broker.start()
             serve(phase)
-        until(lambda: _read(runner) == len(sent), 120, "the last phase read")
+        until(lambda: run.input_rows() == len(sent), 120, "the last phase read")
         expected = _expected(sent)
         target = spec.target.path  # the last windows close in the batch after the read
-        until(lambda: len(_windows(target, spec)) == len(expected), 60, "the last windows")
+        until(
+            lambda: len(windows_or_none(target, spec.natural_key())) == len(expected),
+            60,
+            "the last windows",
+        )
     finally:
-        runner.stop_event.set()
-        thread.join(120)
+        run.stop(120)
         broker.stop()
-    [summary] = ended
+    assert not run.failure, run.failure
+    [summary] = run.summary
     assert summary.source_outages == {"clicks": 2}
     lines = [r.getMessage() for r in caplog.records if r.name == "flow_jobs.runtime.outages"]
     assert [("unreachable" in x, "back after" in x) for x in lines] == [
@@ -209,15 +206,3 @@ def _expected(sent: list[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
         aggregations=[("count", None, "n"), ("sum", "amount", "s")],
         watermark_ms=max(e["ts"] for e in sent) - LATENESS,
     )
-
-
-def _windows(path: str, spec: PipelineSpec) -> dict[tuple, dict[str, Any]]:
-    try:
-        return read_windows(path, spec.natural_key())
-    except Exception:  # no table yet
-        return {}
-
-
-def _read(runner: PipelineRunner) -> int:
-    progress = getattr(runner, "progress", None)
-    return progress.input_rows() if progress is not None else -1

@@ -5,7 +5,6 @@ wheel), stopped with ``pg_ctl`` (fast, then immediate: a crash) and started agai
 from __future__ import annotations
 
 import logging
-import random
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,14 +20,14 @@ from flow_jobs.spec.models import PipelineSpec
 from flow_jobs_dev.broker import EmbeddedBroker
 from tests.reference import reference_windows
 from tests.support import (
-    BASE_MS,
+    ContinuousRun,
     assert_same_windows,
+    clicks_in_phases,
     make_spec,
-    random_clicks,
-    read_windows,
     send,
     to_records,
     until,
+    windows_or_none,
 )
 
 LATENESS = 2_000
@@ -85,15 +84,11 @@ def test_a_run_waits_out_state_store_restarts_and_stops_if_its_lock_was_taken_me
     the pipeline's lock before the run can: the next batch stops the run, naming the
     holder, with nothing of that batch written."""
     caplog.set_level(logging.INFO, logger="flow_jobs.io.state_store")
-    rng = random.Random("pg-restarts")
-    phases, start = [], BASE_MS
-    for n in (120, 80, 80, 60):
-        phases.append(random_clicks(rng, n, step_ms=100, disorder_ms=300, start_ms=start))
-        start = max(e["ts"] for e in phases[-1]) + 100
+    phases = clicks_in_phases("pg-restarts", (120, 80, 80, 60))
     spec = make_spec(workdir, broker.bootstrap_servers, topic, WINDOW, name="pg-restarts")
     doc = spec.to_document()
-    doc["runtime"] = {"trigger_interval_ms": 200}
-    doc["state_store"] = {"url": postgres.url, "schema": "restarts", "retry_for_ms": 60_000}
+    doc["runtime"] = {"trigger_interval_ms": 200, "retry_for_ms": 60_000}
+    doc["state_store"] = {"url": postgres.url, "schema": "restarts"}
     spec = PipelineSpec.model_validate(doc)
     sent: list[dict[str, Any]] = []
 
@@ -113,23 +108,10 @@ def test_a_run_waits_out_state_store_restarts_and_stops_if_its_lock_was_taken_me
         )
 
     def windows() -> dict[tuple, dict[str, Any]]:
-        try:
-            return read_windows(spec.target.path, spec.natural_key())
-        except Exception:  # no table yet
-            return {}
+        return windows_or_none(spec.target.path, spec.natural_key())
 
     produce(phases[0])
-    runner = PipelineRunner(spec, spark)
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            runner.run()
-        except BaseException as e:
-            failure.append(e)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
+    run = ContinuousRun(PipelineRunner(spec, spark))
     holder: psycopg.Connection | None = None
     try:
         until(lambda: len(windows()) == len(expected()), 120, "phase 0 written")
@@ -143,7 +125,7 @@ def test_a_run_waits_out_state_store_restarts_and_stops_if_its_lock_was_taken_me
             )
             postgres.start()
             until(lambda: len(windows()) == len(expected()), 120, f"after the {mode} stop")
-            assert thread.is_alive()
+            assert run.thread.is_alive()
         written = windows()
         postgres.stop("fast")
         postgres.start()
@@ -151,14 +133,13 @@ def test_a_run_waits_out_state_store_restarts_and_stops_if_its_lock_was_taken_me
         key = StateStore(postgres.url, "restarts").lock_key(spec.name)
         assert holder.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone() == (True,)
         produce(phases[3])
-        thread.join(120)
-        assert not thread.is_alive()
+        run.thread.join(120)
+        assert not run.thread.is_alive()
     finally:
-        runner.stop_event.set()
-        thread.join(60)
+        run.stop()
         if holder is not None:
             holder.close()
-    [stopped] = failure
+    [stopped] = run.failure
     assert isinstance(stopped, PipelineFailed)
     assert "'the thief' holds it" in str(stopped)
     assert "took the lock while the state store was away; this run stops before writing batch" in (
@@ -186,7 +167,7 @@ def test_a_ledger_call_waits_for_the_store_and_past_its_limit_names_the_setting(
     """``StateStore.retrying`` on the ledger's own reads and writes: the store stopped,
     a call tries again until it is back (logged once each way); stopped for longer
     than ``retry_for_ms``, it fails naming the key, never the URL's secrets."""
-    from flow_jobs.io.state_store import StateStoreUnreachable
+    from flow_jobs.io.waits import StoreUnreachable
 
     caplog.set_level(logging.INFO, logger="flow_jobs.io.state_store")
     store = StateStore(postgres.url, "waits", retry_for_ms=60_000)
@@ -200,7 +181,7 @@ def test_a_ledger_call_waits_for_the_store_and_past_its_limit_names_the_setting(
         assert caplog.text.count("state store back after") == 1
         postgres.stop("fast")
         store.retry_for_ms = 1_000
-        with pytest.raises(StateStoreUnreachable, match=r"raise \[state_store\] retry_for_ms"):
+        with pytest.raises(StoreUnreachable, match=r"raise \[runtime\] retry_for_ms"):
             store.retrying("reading", lambda: store.recent_batches("p"))
     finally:
         postgres.start()

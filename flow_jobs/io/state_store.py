@@ -34,7 +34,6 @@ import hashlib
 import logging
 import os
 import socket
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -44,13 +43,14 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import ConnectionPool
 
 from flow_jobs.io import postgres_pool
 from flow_jobs.io.checkpoint_claim import IncompatibleSpec, claim_checkpoint
 from flow_jobs.io.ledger_schema import DEFAULT_SCHEMA, MIGRATIONS, SCHEMA_NAME
 from flow_jobs.io.state_store_location import state_store_schema, state_store_url
-from flow_jobs.secrets import connect_postgres, redact
+from flow_jobs.io.waits import DEFAULT_RETRY_FOR_MS, state_store_away, wait_out
+from flow_jobs.secrets import connect_postgres
 from flow_jobs.spec.fingerprint import (
     changed_fields,
     comparable,
@@ -63,8 +63,6 @@ from flow_jobs.spec.models import PipelineSpec
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-#: How long a run waits for an unreachable state store (``[state_store] retry_for_ms``).
-DEFAULT_RETRY_FOR_MS = 120_000
 
 
 class PipelineBusy(RuntimeError):
@@ -74,17 +72,6 @@ class PipelineBusy(RuntimeError):
 class RunLockLost(PipelineBusy):
     """The run's lock went with its connection (a restarted server), and another run
     took it before this one could again."""
-
-
-class StateStoreUnreachable(RuntimeError):
-    """The state store did not answer for longer than ``[state_store] retry_for_ms``."""
-
-
-#: What a server that is away (restarting, unreachable) raises: a lost or refused
-#: connection, or the pool finding none to hand out in time.
-UNREACHABLE = (psycopg.OperationalError, PoolTimeout)
-#: The waits between tries while the state store is away, in seconds (the last repeats).
-RETRY_WAITS_S = (0.2, 0.5, 1.0, 2.0)
 
 
 class RunLock:
@@ -170,7 +157,7 @@ class StateStore:
 
     @classmethod
     def for_spec(cls, spec: PipelineSpec) -> StateStore:
-        retry_for = spec.state_store.retry_for_ms
+        retry_for = spec.runtime.retry_for_ms
         store = cls(state_store_url(spec), state_store_schema(spec), retry_for)
         store.migrate()
         return store
@@ -188,39 +175,9 @@ class StateStore:
             yield conn
 
     def retrying(self, what: str, call: Callable[[], T]) -> T:
-        """``call()``, tried again while the state store is away (``UNREACHABLE``), up to
-        ``retry_for_ms``: logged once when it first fails and once when it answers, then
-        ``StateStoreUnreachable`` naming the setting. The calls given are idempotent (a
-        batch's ledger write skips what a first try wrote: ``BatchLedger.write``)."""
-        began, since = time.monotonic(), None  # the call's start; its first failure
-        tries = 0
-        while True:
-            try:
-                result = call()
-            except UNREACHABLE as e:
-                now = time.monotonic()
-                reason = redact(str(e).splitlines()[0] if str(e) else type(e).__name__)
-                if since is None:
-                    since = began  # a try may itself wait (the pool: 5 s) before failing
-                    log.warning(
-                        "state store unreachable while %s (%s); trying again for up to %d s "
-                        "([state_store] retry_for_ms)",
-                        what,
-                        reason,
-                        self.retry_for_ms // 1000,
-                    )
-                if (now - since) * 1000 > self.retry_for_ms:
-                    raise StateStoreUnreachable(
-                        f"state store unreachable for {now - since:.0f} s while {what}: "
-                        f"{reason}; raise [state_store] retry_for_ms (now {self.retry_for_ms}) "
-                        "to wait longer; a new run resumes from the checkpoint"
-                    ) from None
-                time.sleep(RETRY_WAITS_S[min(tries, len(RETRY_WAITS_S) - 1)])
-                tries += 1
-                continue
-            if since is not None:
-                log.warning("state store back after %.1f s (%s)", time.monotonic() - since, what)
-            return result
+        """``call()``, tried again while the state store is away, up to
+        ``retry_for_ms`` (``flow_jobs.io.waits``); ``call`` must be idempotent."""
+        return wait_out(what, call, self.retry_for_ms, state_store_away)
 
     def close(self) -> None:
         """Release the URL's pool (closed once no other store of this process uses it);

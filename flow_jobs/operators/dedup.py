@@ -26,19 +26,17 @@ passing record: any record still to come is later than that.
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
-from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
-from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
-from flow_jobs.windows.timers import Firing, settle
+from flow_jobs.operators.buckets import BUCKETS, PickledBuckets
+from flow_jobs.windows.timers import Firing
 
-#: Groups the keys are hashed into (part of the state's layout: a checkpoint keeps it).
-BUCKETS = 64
+__all__ = ["BUCKETS", "DedupProcessor", "DedupState", "describe", "due", "release"]
+
 #: The input columns the operator reads (no leading underscore: the pandas form of the
 #: state API renames such columns): the bucket, the event time (epoch µs),
 #: the tie-break of equal times (``flow_jobs.plan.ordering``) and the keys.
@@ -54,10 +52,6 @@ DUPLICATE_OF = "__flow_duplicate_of"
 #: Output: the event time as a TIMESTAMP, Spark's event-time column after the operator
 #: (a join side's own time column, by its name).
 RELEASED_TIME = "__flow_dedup_time"
-
-_STATE = StructType(
-    [StructField("blob", BinaryType()), StructField("timer", LongType())]
-)  # fmt: skip
 
 
 @dataclass
@@ -113,12 +107,7 @@ def describe(duplicate_of: tuple[int, int, int], time_us: int, within_ms: int) -
     )
 
 
-def _ms_ceiling(us: int | None) -> int | None:
-    """The first watermark (ms) at or past a time in microseconds."""
-    return None if us is None else -(-us // 1000)
-
-
-class DedupProcessor(StatefulProcessor):
+class DedupProcessor(PickledBuckets):
     """One bucket of keys (``transformWithStateInPandas``): holds each record until the
     watermark reaches it, then releases it passing or as a duplicate.
 
@@ -132,22 +121,16 @@ class DedupProcessor(StatefulProcessor):
         self.within_us = within_ms * 1000
         self.time_column = time_column  # the output's event time (a join side's own)
 
-    def init(self, handle: StatefulProcessorHandle) -> None:
-        self.handle = handle
-        self.state = handle.getValueState("dedup", _STATE)
+    state_variable = "dedup"
 
-    def _load(self) -> tuple[DedupState, int | None]:
-        if not self.state.exists():
-            return DedupState(), None
-        blob, timer = self.state.get()
-        return pickle.loads(blob), timer
+    def empty(self) -> DedupState:
+        return DedupState()
 
-    def _save(self, state: DedupState, held: int | None, firing: Firing | None) -> None:
-        timer = settle(self.handle, held, _ms_ceiling(due(state, self.within_us)), firing)
-        if state.held or state.passed:
-            self.state.update((pickle.dumps(state, protocol=5), timer))
-        else:
-            self.state.clear()
+    def due(self, state: DedupState) -> int | None:
+        return due(state, self.within_us)
+
+    def holds(self, state: DedupState) -> bool:
+        return bool(state.held or state.passed)
 
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
@@ -189,6 +172,3 @@ class DedupProcessor(StatefulProcessor):
                     ),
                 }
             )
-
-    def close(self) -> None:
-        pass

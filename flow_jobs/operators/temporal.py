@@ -26,18 +26,15 @@ it is older than ``W - retention_ms``, when set.
 
 from __future__ import annotations
 
-import pickle
 from bisect import bisect_right, insort
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
-from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
-from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
-from flow_jobs.operators.dedup import BUCKETS
-from flow_jobs.windows.timers import Firing, settle
+from flow_jobs.operators.buckets import BUCKETS, PickledBuckets
+from flow_jobs.windows.timers import Firing
 
 __all__ = ["BUCKETS"]
 
@@ -61,9 +58,6 @@ RELEASED_TIME = "__flow_temporal_time"
 
 #: The state variable each bucket keeps (``flow-jobs inspect`` reads it).
 STATE_VARIABLE = "temporal"
-_STATE = StructType(
-    [StructField("blob", BinaryType()), StructField("timer", LongType())]
-)  # fmt: skip
 
 #: A version: (time, lane, position, tombstone, row); sorted in the order of events.
 Version = tuple[int, int, int, bool, Any]
@@ -143,12 +137,7 @@ def due(state: TemporalState, retention: int | None) -> int | None:
     return min(times) if times else None
 
 
-def _ms_ceiling(us: int | None) -> int | None:
-    """The first watermark (ms) at or past a time in microseconds."""
-    return None if us is None else -(-us // 1000)
-
-
-class TemporalJoinProcessor(StatefulProcessor):
+class TemporalJoinProcessor(PickledBuckets):
     """One bucket of keys (``transformWithStateInPandas``): versions kept, stream
     records held until the watermark reaches them, then joined with their version.
 
@@ -159,22 +148,16 @@ class TemporalJoinProcessor(StatefulProcessor):
     def __init__(self, retention_ms: int | None) -> None:
         self.retention_us = None if retention_ms is None else retention_ms * 1000
 
-    def init(self, handle: StatefulProcessorHandle) -> None:
-        self.handle = handle
-        self.state = handle.getValueState(STATE_VARIABLE, _STATE)
+    state_variable = STATE_VARIABLE
 
-    def _load(self) -> tuple[TemporalState, int | None]:
-        if not self.state.exists():
-            return TemporalState(), None
-        blob, timer = self.state.get()
-        return pickle.loads(blob), timer
+    def empty(self) -> TemporalState:
+        return TemporalState()
 
-    def _save(self, state: TemporalState, held: int | None, firing: Firing | None) -> None:
-        timer = settle(self.handle, held, _ms_ceiling(due(state, self.retention_us)), firing)
-        if state.held or state.versions:
-            self.state.update((pickle.dumps(state, protocol=5), timer))
-        else:
-            self.state.clear()
+    def due(self, state: TemporalState) -> int | None:
+        return due(state, self.retention_us)
+
+    def holds(self, state: TemporalState) -> bool:
+        return bool(state.held or state.versions)
 
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
@@ -207,6 +190,3 @@ class TemporalJoinProcessor(StatefulProcessor):
                     RELEASED_TIME: pd.to_datetime([j.time for j in joined], unit="us", utc=True),
                 }
             )
-
-    def close(self) -> None:
-        pass

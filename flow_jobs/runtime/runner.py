@@ -57,7 +57,7 @@ log = logging.getLogger(__name__)
 #: A Python error's last traceback line: ``module.SomeError: message``, or one of the
 #: state store's own (``flow_jobs.io.state_store``), which end in neither word.
 _PYTHON_ERROR = re.compile(
-    r"^[A-Za-z_][\w.]*(Error|Exception|RunLockLost|StateStoreUnreachable|PipelineBusy): "
+    r"^[A-Za-z_][\w.]*(Error|Exception|RunLockLost|StoreUnreachable|PipelineBusy): "
 )
 _STREAM_FAILED = re.compile(r"^\[STREAM_FAILED\] Query \[[^]]*\] terminated with exception: ")
 

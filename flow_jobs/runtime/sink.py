@@ -19,6 +19,7 @@ from flow_jobs.io.ledger import BatchLedger
 from flow_jobs.io.state_store import RunLock
 from flow_jobs.io.targets import BatchTarget, ClosedWindows
 from flow_jobs.io.top_n import Ranking, Standings, rank
+from flow_jobs.io.waits import wait_out
 from flow_jobs.runtime.checkpoint import read_offset_log
 from flow_jobs.runtime.metrics import metrics
 from flow_jobs.runtime.observations import Observations
@@ -196,16 +197,14 @@ class WindowBatchSink:
             # Dead letters first: their count goes into the ledger row.
             # (in the state store with [dead_letter] kind = "state_store": ON CONFLICT on
             # each record's position makes a try again a no-op for what went in)
-            dead = self.ledger.store.retrying(
-                what, lambda: self.dead_letters.commit(batch_id, tapped)
-            )
+            limit = self.spec.runtime.retry_for_ms
+            dead = wait_out(what, lambda: self.dead_letters.commit(batch_id, tapped), limit)
             entry.output_rows, entry.dead_lettered_rows = rows.num_rows, dead
             entry.compute_ms = (computed - started) * 1000
-            # Tried again while the state store is away: a batch's write skips what a
-            # first try wrote (BatchLedger.write).
-            written = self.ledger.store.retrying(
-                what, lambda: self.ledger.write(self.target, rows, entry)
-            )
+            # Tried again while the state store or the target's object store is away
+            # (flow_jobs.io.waits): a batch's write skips what a first try wrote
+            # (BatchLedger.write: the ledger row, the Delta commit's transaction id).
+            written = wait_out(what, lambda: self.ledger.write(self.target, rows, entry), limit)
             if not written.skipped:
                 try:
                     metrics().windows_emitted.labels(self.pipeline).inc(rows.num_rows)

@@ -26,9 +26,6 @@ class StateStoreSpec(SpecModel):
     #: The Postgres schema holding the ledger's tables (``FLOW_STATE_STORE_SCHEMA``).
     schema_name: str | None = Field(default=None, alias="schema")
     embedded_dir: str | None = None
-    #: How long a run waits for the state store while it is away (a restart, a network
-    #: cut), trying each write again, before it fails naming this key.
-    retry_for_ms: Annotated[int, Field(gt=0)] = 120_000
 
     @model_validator(mode="after")
     def _rules(self) -> StateStoreSpec:
@@ -90,11 +87,16 @@ REFUSED_SPARK_CONF_SAFE: dict[str, str] = {
 
 
 class RuntimeSpec(SpecModel):
-    """``[runtime]``: how often a continuous run triggers a micro-batch."""
+    """``[runtime]``: how often a continuous run triggers a micro-batch, its metrics port,
+    how long it waits for a store that is away."""
 
     trigger_interval_ms: Annotated[int, Field(ge=0)] = 1_000
     #: Serve Prometheus metrics on this port during a run (else ``$FLOW_METRICS_PORT``).
     metrics_port: Annotated[int, Field(gt=0, lt=65536)] | None = None
+    #: How long a run waits for the state store or the target's object store while it
+    #: is away (a restart, a network cut), trying each write again, before it fails
+    #: naming this key (``flow_jobs.io.waits``).
+    retry_for_ms: Annotated[int, Field(gt=0)] = 120_000
 
 
 class ChecksSpec(SpecModel):
