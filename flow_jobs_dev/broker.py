@@ -12,6 +12,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from flow_jobs.kafka.logs import librdkafka_logger
 from flow_jobs_dev.service import Service, free_port
 
 
@@ -45,7 +46,9 @@ class EmbeddedBroker(Service):
             stderr=subprocess.STDOUT,
         )
         deadline = time.monotonic() + timeout_s
-        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+        admin = AdminClient(
+            {"bootstrap.servers": self.bootstrap_servers, "logger": librdkafka_logger()}
+        )
         while True:
             if self._process.poll() is not None:
                 raise RuntimeError(f"tansu broker exited with code {self._process.returncode}")
@@ -75,7 +78,9 @@ class EmbeddedBroker(Service):
     ) -> None:
         """``config``: topic configs set at creation (e.g. ``retention.ms``, which the
         broker does not report otherwise and Quix Streams needs to find on its topics)."""
-        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+        admin = AdminClient(
+            {"bootstrap.servers": self.bootstrap_servers, "logger": librdkafka_logger()}
+        )
         topic = NewTopic(name, partitions, 1, config=config or {})
         for future in admin.create_topics([topic]).values():
             future.result(timeout=30)

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 from confluent_kafka import Producer
 
+from flow_jobs.kafka.logs import librdkafka_logger
+
 
 @dataclass(frozen=True)
 class Record:
@@ -32,6 +34,7 @@ def produce(bootstrap_servers: str, topic: str, records: Iterable[Record]) -> in
             "batch.num.messages": 10_000,
             "queue.buffering.max.messages": 1_000_000,
             "enable.idempotence": False,
+            "logger": librdkafka_logger(),  # its lines through Python's logging
         }
     )
     delivered = 0
