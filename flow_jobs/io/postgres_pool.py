@@ -26,6 +26,23 @@ from flow_jobs.secrets import connect_postgres
 
 log = logging.getLogger(__name__)
 
+
+class _ReconnectsToDebug(logging.Filter):
+    """psycopg_pool logs a WARNING for each failed attempt to refill the pool: one a
+    second or so while a server restarts. The run logs that wait once each way
+    (``flow_jobs.io.waits``), so these go to DEBUG."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.DEBUG and record.getMessage().startswith("error connecting"):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+        return True
+
+
+_pool_log = logging.getLogger("psycopg.pool")
+if not any(isinstance(f, _ReconnectsToDebug) for f in _pool_log.filters):
+    _pool_log.addFilter(_ReconnectsToDebug())
+
 #: A run holds at most two at once (the batch's write, the progress update); the rest
 #: is room for Dagster's checks and sensors in the same process.
 MAX_CONNECTIONS = 4
