@@ -231,3 +231,24 @@ def windows_or_none(
         return read_windows(path, key_columns, storage_options)
     except Exception:
         return {}
+
+
+def tumbling_reference(
+    sent: Sequence[dict[str, Any]],
+    aggregations: Sequence[tuple],
+    lateness_ms: int,
+    duration_ms: int = 5_000,
+) -> dict[tuple, dict[str, Any]]:
+    """The reference windows per ``user_id`` over every event ``sent`` (in order: ties
+    by that order), closed by the watermark its highest event time gives."""
+    from tests.reference import reference_windows
+
+    return reference_windows(
+        [{**e, "_arrival": i} for i, e in enumerate(sent)],
+        kind="tumbling",
+        time_key="ts",
+        duration_ms=duration_ms,
+        group_by=["user_id"],
+        aggregations=list(aggregations),
+        watermark_ms=max(e["ts"] for e in sent) - lateness_ms,
+    )

@@ -19,7 +19,6 @@ from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec.models import KafkaSource, PipelineSpec
 from flow_jobs_dev.broker import EmbeddedBroker
 from flow_jobs_dev.service import free_port
-from tests.reference import reference_windows
 from tests.support import (
     ContinuousRun,
     assert_same_windows,
@@ -28,6 +27,7 @@ from tests.support import (
     read_windows,
     send,
     to_records,
+    tumbling_reference,
     until,
     windows_or_none,
 )
@@ -176,7 +176,9 @@ def test_a_continuous_run_reads_on_across_broker_restarts_and_logs_each_outage(
             broker.start()
             serve(phase)
         until(lambda: run.input_rows() == len(sent), 120, "the last phase read")
-        expected = _expected(sent)
+        expected = tumbling_reference(
+            sent, [("count", None, "n"), ("sum", "amount", "s")], LATENESS
+        )
         target = spec.target.path  # the last windows close in the batch after the read
         until(
             lambda: len(windows_or_none(target, spec.natural_key())) == len(expected),
@@ -194,15 +196,3 @@ def test_a_continuous_run_reads_on_across_broker_restarts_and_logs_each_outage(
         (True, False), (False, True), (True, False), (False, True)
     ]  # fmt: skip
     assert_same_windows(read_windows(spec.target.path, spec.natural_key()), expected)
-
-
-def _expected(sent: list[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
-    return reference_windows(
-        [{**e, "_arrival": i} for i, e in enumerate(sent)],
-        kind="tumbling",
-        time_key="ts",
-        duration_ms=5_000,
-        group_by=["user_id"],
-        aggregations=[("count", None, "n"), ("sum", "amount", "s")],
-        watermark_ms=max(e["ts"] for e in sent) - LATENESS,
-    )

@@ -20,7 +20,6 @@ from flow_jobs.spec.models import PipelineSpec
 from flow_jobs_dev.broker import EmbeddedBroker
 from tests.conftest import S3Bucket
 from tests.faults import TcpProxy
-from tests.reference import reference_windows
 from tests.support import (
     ContinuousRun,
     assert_same_windows,
@@ -28,6 +27,7 @@ from tests.support import (
     make_spec,
     send,
     to_records,
+    tumbling_reference,
     until,
     windows_or_none,
 )
@@ -81,15 +81,7 @@ def test_a_run_waits_out_the_object_store_and_writes_each_window_once(
         sent.extend(phase)
 
     def expected() -> dict[tuple, dict[str, Any]]:
-        return reference_windows(
-            [{**e, "_arrival": i} for i, e in enumerate(sent)],
-            kind="tumbling",
-            time_key="ts",
-            duration_ms=5_000,
-            group_by=["user_id"],
-            aggregations=[("count", None, "n"), ("sum", "amount", "s")],
-            watermark_ms=max(e["ts"] for e in sent) - LATENESS,
-        )
+        return tumbling_reference(sent, [("count", None, "n"), ("sum", "amount", "s")], LATENESS)
 
     def windows() -> dict[tuple, dict[str, Any]]:  # from the server, not the proxy
         return windows_or_none(spec.target.path, spec.natural_key(), s3.storage_options)

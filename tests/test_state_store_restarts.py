@@ -18,7 +18,6 @@ from flow_jobs.io.state_store import StateStore
 from flow_jobs.runtime.runner import PipelineFailed, PipelineRunner
 from flow_jobs.spec.models import PipelineSpec
 from flow_jobs_dev.broker import EmbeddedBroker
-from tests.reference import reference_windows
 from tests.support import (
     ContinuousRun,
     assert_same_windows,
@@ -26,6 +25,7 @@ from tests.support import (
     make_spec,
     send,
     to_records,
+    tumbling_reference,
     until,
     windows_or_none,
 )
@@ -97,15 +97,7 @@ def test_a_run_waits_out_state_store_restarts_and_stops_if_its_lock_was_taken_me
         sent.extend(phase)
 
     def expected() -> dict[tuple, dict[str, Any]]:
-        return reference_windows(
-            [{**e, "_arrival": i} for i, e in enumerate(sent)],
-            kind="tumbling",
-            time_key="ts",
-            duration_ms=5_000,
-            group_by=["user_id"],
-            aggregations=[("count", None, "n")],
-            watermark_ms=max(e["ts"] for e in sent) - LATENESS,
-        )
+        return tumbling_reference(sent, [("count", None, "n")], LATENESS)
 
     def windows() -> dict[tuple, dict[str, Any]]:
         return windows_or_none(spec.target.path, spec.natural_key())
