@@ -233,13 +233,25 @@ def windows_or_none(
         return {}
 
 
-def tumbling_reference(
-    sent: Sequence[dict[str, Any]],
-    aggregations: Sequence[tuple],
-    lateness_ms: int,
-    duration_ms: int = 5_000,
-) -> dict[tuple, dict[str, Any]]:
-    """The reference windows per ``user_id`` over every event ``sent`` (in order: ties
+#: The continuous-run fault tests' window: 5 s tumbling per user, counted and summed.
+PHASE_LATENESS_MS = 2_000
+PHASE_AGGREGATIONS = (("count", None, "n"), ("sum", "amount", "s"))
+
+
+def phase_window() -> dict[str, Any]:
+    """``[transform.window]`` of the tests over ``clicks_in_phases``."""
+    return {
+        "kind": "tumbling",
+        "duration_ms": 5_000,
+        "event_time_column": "ts",
+        "lateness_ms": PHASE_LATENESS_MS,
+        "group_by": ["user_id"],
+        "aggregations": aggregation_specs(PHASE_AGGREGATIONS),
+    }
+
+
+def tumbling_reference(sent: Sequence[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
+    """``phase_window``'s reference windows over every event ``sent`` (in order: ties
     by that order), closed by the watermark its highest event time gives."""
     from tests.reference import reference_windows
 
@@ -247,8 +259,8 @@ def tumbling_reference(
         [{**e, "_arrival": i} for i, e in enumerate(sent)],
         kind="tumbling",
         time_key="ts",
-        duration_ms=duration_ms,
+        duration_ms=5_000,
         group_by=["user_id"],
-        aggregations=list(aggregations),
-        watermark_ms=max(e["ts"] for e in sent) - lateness_ms,
+        aggregations=list(PHASE_AGGREGATIONS),
+        watermark_ms=max(e["ts"] for e in sent) - PHASE_LATENESS_MS,
     )
