@@ -1,5 +1,5 @@
 """The object store under a Delta target going away mid-run (``flow_jobs.io.waits``):
-moto's S3-compatible server behind a TCP proxy of the test's own (``tests.faults``)
+moto's S3-compatible server behind a TCP proxy (``flow_jobs_dev.faults``)
 that refuses and cuts every connection, then accepts again, the server keeping its
 objects."""
 
@@ -18,8 +18,8 @@ from flow_jobs.io.state_store import StateStore
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec.models import PipelineSpec
 from flow_jobs_dev.broker import EmbeddedBroker
+from flow_jobs_dev.faults import TcpProxy
 from tests.conftest import S3Bucket
-from tests.faults import TcpProxy
 from tests.support import (
     ContinuousRun,
     assert_same_windows,

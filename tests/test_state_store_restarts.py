@@ -18,6 +18,7 @@ from flow_jobs.io.state_store import StateStore
 from flow_jobs.runtime.runner import PipelineFailed, PipelineRunner
 from flow_jobs.spec.models import PipelineSpec
 from flow_jobs_dev.broker import EmbeddedBroker
+from flow_jobs_dev.faults import Postgres
 from tests.support import (
     ContinuousRun,
     assert_same_windows,
@@ -35,29 +36,11 @@ from tests.support import (
 WAITING = "state store unreachable while taking the run lock again before writing batch"
 
 
-class Postgres:
-    """A pgserver instance that can be stopped and started again on its socket."""
-
-    def __init__(self, folder: Path) -> None:
-        import pgserver
-
-        self.server = pgserver.get_server(folder, cleanup_mode="stop")
-        self.url = self.server.get_uri()
-
-    def stop(self, mode: str) -> None:
-        from pgserver._commands import pg_ctl
-
-        pg_ctl(["-w", "stop", "-m", mode], pgdata=self.server.pgdata, user=self.server.system_user)
-
-    def start(self) -> None:
-        self.server.ensure_postgres_running()
-
-
 @pytest.fixture
 def postgres(tmp_path: Path) -> Iterator[Postgres]:
     server = Postgres(tmp_path / "pgdata")
     yield server
-    server.server.cleanup()
+    server.cleanup()
 
 
 def test_a_run_waits_out_state_store_restarts_and_stops_if_its_lock_was_taken_meanwhile(

@@ -1,12 +1,15 @@
-"""A network fault of the tests' own: a TCP proxy in front of a real server (an
-S3-compatible one, a broker) that can refuse and cut every connection, then accept
-again on the same port, while the server behind it keeps its state."""
+"""Infrastructure faults for the tests and ``make soak-long``: a TCP proxy in front of a
+real server (an S3-compatible one, a broker) that can refuse and cut every connection,
+then accept again on the same port while the server behind it keeps its state; and an
+embedded PostgreSQL (the pgserver wheel) that can be stopped and started again on its
+socket."""
 
 from __future__ import annotations
 
 import contextlib
 import socket
 import threading
+from pathlib import Path
 
 from flow_jobs_dev.service import free_port
 
@@ -16,9 +19,9 @@ class TcpProxy:
     every open connection (a client then finds the port refused), ``up()`` listens
     again."""
 
-    def __init__(self, backend_host: str, backend_port: int) -> None:
+    def __init__(self, backend_host: str, backend_port: int, port: int | None = None) -> None:
         self.backend = (backend_host, backend_port)
-        self.port = free_port()
+        self.port = port or free_port()
         self._listener: socket.socket | None = None
         self._open: set[socket.socket] = set()
         self._lock = threading.Lock()
@@ -80,3 +83,25 @@ class TcpProxy:
                     s.shutdown(socket.SHUT_RDWR)
             with self._lock:
                 self._open -= {source, sink}
+
+
+class Postgres:
+    """A pgserver instance that can be stopped (``pg_ctl stop -m fast|immediate``) and
+    started again on its socket, keeping its data."""
+
+    def __init__(self, folder: Path) -> None:
+        import pgserver
+
+        self.server = pgserver.get_server(folder, cleanup_mode="stop")
+        self.url = self.server.get_uri()
+
+    def stop(self, mode: str) -> None:
+        from pgserver._commands import pg_ctl
+
+        pg_ctl(["-w", "stop", "-m", mode], pgdata=self.server.pgdata, user=self.server.system_user)
+
+    def start(self) -> None:
+        self.server.ensure_postgres_running()
+
+    def cleanup(self) -> None:
+        self.server.cleanup()
