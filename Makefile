@@ -11,7 +11,7 @@ LOCK_VENV := .venv-lock
 LOCK_STAMP := $(LOCK_VENV)/.stamp
 PIP_TOOLS := pip-tools==7.6.2
 
-.PHONY: demo test ci soak bench bench-compare bench-state bench-latency bench-batch pack lint validate lock clean
+.PHONY: demo test ci soak soak-long bench bench-compare bench-state bench-latency bench-batch pack lint validate lock clean
 
 # Every dependency (the extras dev and demo included) at the version and hashes of
 # requirements.lock, then this project, editable, without resolving anything again.
@@ -56,6 +56,10 @@ ci: lint test
 ## soak: the crash-recovery test with more SIGKILLs (KILLS=50 by default)
 soak: $(STAMP)
 	FLOW_CRASH_KILLS=$(or $(KILLS),50) $(PY) -m pytest tests/test_crash_recovery.py -x
+
+## soak-long: the main job for an hour at half its measured peak rate, with a broker restart, a Postgres restart and a kill -9 on a schedule; a CSV and a plot each minute into .soak/ (RATE=events/s skips the peak, MINUTES=60)
+soak-long: $(STAMP)
+	$(PY) -m bench.soak $(if $(RATE),--rate $(RATE),) $(if $(MINUTES),--minutes $(MINUTES),)
 
 ## bench: end-to-end events/s against a bare confluent-kafka read (N=2000000 by default)
 bench: $(STAMP)
