@@ -36,8 +36,11 @@ the lag between them in records and in seconds of input, the watermark's lag beh
 wall clock, RSS of the driver, the JVM, the Python workers (the JVM's Python
 descendants) and the broker, the state's rows (``flow_state_groups`` from the run's
 metrics endpoint) and bytes on disk (``checkpoint/state``), the ledger's rows and
-bytes, and the minute's batches with their ``batch_ms`` median and maximum. A figure
-that could not be read that minute (the run restarting, Postgres away) is left empty.
+bytes, and the minute's batches with their ``batch_ms`` (Spark's ``triggerExecution``)
+median and maximum and the median of the rest of a batch around its compute and write
+(``batch_ms`` less the ledger's ``compute_ms`` and ``write_ms``: Spark's planning, its
+offset and commit logs, the sink's other steps). A figure that could not be read that
+minute (the run restarting, Postgres away) is left empty.
 
 **At the end** the producer stops, one record per partition far past the last window
 closes every window, and once the run has read everything and written every reference
@@ -398,7 +401,8 @@ class Soak:
                     (self.pipeline,),
                 ).fetchone()
                 ms = c.execute(
-                    f"SELECT batch_ms FROM {SCHEMA}.batches WHERE pipeline = %s "
+                    f"SELECT batch_ms, batch_ms - coalesce(compute_ms, 0) - coalesce(write_ms, 0) "
+                    f"FROM {SCHEMA}.batches WHERE pipeline = %s "
                     "AND committed_at > to_timestamp(%s) AND batch_ms IS NOT NULL",
                     (self.pipeline, since),
                 ).fetchall()
@@ -410,7 +414,7 @@ class Soak:
             return None, [], None, None, None
         if last is None:
             return 0, [], count, size, None
-        return _offsets_sum(last[0]), [r[0] for r in ms], count, size, last[1]
+        return _offsets_sum(last[0]), [(r[0], r[1]) for r in ms], count, size, last[1]
 
     def sample(self) -> dict[str, Any]:
         import psutil
@@ -452,8 +456,10 @@ class Soak:
             "ledger_rows": ledger_rows,
             "ledger_mb": None if ledger_bytes is None else ledger_bytes / 2**20,
             "batches": len(batch_ms),
-            "batch_ms_p50": float(np.median(batch_ms)) if batch_ms else None,
-            "batch_ms_max": max(batch_ms) if batch_ms else None,
+            "batch_ms_p50": float(np.median([b for b, _ in batch_ms])) if batch_ms else None,
+            "batch_ms_max": max(b for b, _ in batch_ms) if batch_ms else None,
+            # the rest of a batch around its compute and write (the module docstring)
+            "spark_ms_p50": float(np.median([o for _, o in batch_ms])) if batch_ms else None,
             "event": "",
         }
         for k, v in row.items():
@@ -506,6 +512,7 @@ def plot(
     disk.legend(loc="upper right", fontsize=8)
     batch.plot(minutes, series("batch_ms_p50"), label="batch_ms median in the minute")
     batch.plot(minutes, series("batch_ms_max"), label="batch_ms max in the minute")
+    batch.plot(minutes, series("spark_ms_p50"), label="batch_ms - compute_ms - write_ms, median")
     batch.set_ylabel("ms")
     batch.set_xlabel("minutes")
     for ax in axes:
@@ -657,12 +664,14 @@ def soak(args: argparse.Namespace, rate: int, faults: list[tuple[float, str]], o
         s.note(f"input ends: {n:,} records; drain")
         expected = stream.reference(n)
         target = data / "clicks_per_minute"
+        from deltalake.exceptions import TableNotFoundError
+
         deadline = time.time() + 900
         while True:
             read = s.ledger(time.time())[0]
             try:
                 have = len(target_windows(target))
-            except Exception:
+            except TableNotFoundError:  # no window closed yet
                 have = 0
             if read == n + PARTITIONS and have >= len(expected):
                 break
@@ -708,6 +717,7 @@ def soak(args: argparse.Namespace, rate: int, faults: list[tuple[float, str]], o
         "records": n,
         "windows": len(expected),
         "exit_code": code,
+        "exits_by_itself": sum(w.startswith("run exited by itself") for _, w in events),
         "problems": problems[:20],
         "events": [f"{m:.1f} min: {w}" for m, w in events],
     }
@@ -788,8 +798,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--minutes", type=float, default=60.0)
     parser.add_argument("--rate", type=int, help="events/s (default: half the measured peak)")
-    parser.add_argument("--faults", default="broker@15,postgres@30,kill@45",
-                        help="KIND@MINUTE,... (KIND: broker, postgres, kill)")  # fmt: skip
+    parser.add_argument(
+        "--faults",
+        help="KIND@MINUTE,... (KIND: broker, postgres, kill; default: the three at a quarter, "
+        "half and three quarters of --minutes)",
+    )
     parser.add_argument("--down-s", type=float, default=10.0, help="each fault's down time")
     parser.add_argument("--sample-s", type=float, default=60.0)
     parser.add_argument("--peak-steps", type=lambda v: [int(x) for x in v.split(",")],
@@ -798,6 +811,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--find-peak", action="store_true", help="measure the peak and stop")
     parser.add_argument("--out", type=Path, default=ROOT / ".soak")
     args = parser.parse_args(argv)
+    if args.faults is None:  # 15, 30 and 45 for the hour
+        quarter = args.minutes / 4
+        args.faults = f"broker@{quarter:g},postgres@{2 * quarter:g},kill@{3 * quarter:g}"
     faults = []
     for item in filter(None, args.faults.split(",")):
         kind, _, minute = item.partition("@")
