@@ -108,30 +108,35 @@ FAULTS = ("broker", "postgres", "kill")
 # -- the records ---------------------------------------------------------------------------
 
 
+#: a record's ``seq``: one (an int) or many (a numpy array), the formulas being the same
+Seq = Any
+
+
 @dataclass(frozen=True)
 class Stream:
-    """Record ``seq``, from ``seq`` alone."""
+    """Record ``seq``, from ``seq`` alone: ``record`` sends it, ``reference`` counts it,
+    both through ``users``, ``ts`` and ``cents``."""
 
     start_ms: int
     rate: int
 
-    def users(self, seq: np.ndarray) -> np.ndarray:
+    @staticmethod
+    def users(seq: Seq) -> Seq:
         return (seq * 7_919 + seq // 7) % USERS
 
-    def ts(self, seq: np.ndarray) -> np.ndarray:
+    def ts(self, seq: Seq) -> Seq:
         return self.start_ms + seq * 1000 // self.rate
 
     @staticmethod
-    def cents(seq: np.ndarray) -> np.ndarray:
+    def cents(seq: Seq) -> Seq:
         return (seq * 37 + 11) % 20_000
 
     def record(self, seq: int) -> tuple[int, bytes, bytes]:
         """(partition, key, value) of record ``seq``."""
-        user = (seq * 7_919 + seq // 7) % USERS
+        user = self.users(seq)
         value = (
             f'{{"user_id":"u{user:03d}","page":"{PAGES[seq % len(PAGES)]}",'
-            f'"amount":{((seq * 37 + 11) % 20_000) / 100!r},'
-            f'"ts":{self.start_ms + seq * 1000 // self.rate}}}'
+            f'"amount":{self.cents(seq) / 100!r},"ts":{self.ts(seq)}}}'
         )
         return user % PARTITIONS, f"u{user:03d}".encode(), value.encode()
 
@@ -531,6 +536,17 @@ def plot(
 # -- the soak -------------------------------------------------------------------------------
 
 
+def run_env(bootstrap: str, data: Path, store_url: str) -> dict[str, str]:
+    """The run's environment: the main job's broker, data folder and state store."""
+    return {
+        **os.environ,
+        "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+        "FLOW_DATA_DIR": str(data),
+        "FLOW_STATE_STORE_URL": store_url,
+        "FLOW_STATE_STORE_SCHEMA": SCHEMA,
+    }
+
+
 def job_spec(out: Path, metrics_port: int) -> Path:
     """The main job as the demo ships it, with more reader retries (``SOURCE_RETRIES``)
     and a metrics port."""
@@ -578,15 +594,8 @@ def soak(args: argparse.Namespace, rate: int, faults: list[tuple[float, str]], o
     broker.create_topic(TOPIC, PARTITIONS)
     proxy: TcpProxy | None = None
     metrics_port = free_port()
-    env = {
-        **os.environ,
-        "KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{port}",
-        "FLOW_DATA_DIR": str(data),
-        "FLOW_STATE_STORE_URL": postgres.url,
-        "FLOW_STATE_STORE_SCHEMA": SCHEMA,
-    }
-    spec = job_spec(out, metrics_port)
-    run = Run(spec, env, out / "run.log")
+    env = run_env(f"127.0.0.1:{port}", data, postgres.url)
+    run = Run(job_spec(out, metrics_port), env, out / "run.log")
     started = time.time()
     stream = Stream(int(started * 1000), rate)
     producer = SteadyProducer(stream, broker.bootstrap_servers, started)
@@ -733,44 +742,40 @@ def find_peak(args: argparse.Namespace, out: Path) -> int:
     out.mkdir(parents=True, exist_ok=True)
     data = Path(tempfile.mkdtemp(prefix="flow-peak-"))
     postgres = Postgres(data / "postgres")
-    broker = EmbeddedBroker(log_path=out / "broker.log").start()
     best = 0
     try:
         for rate in args.peak_steps:
-            topic_data = data / f"r{rate}"
-            env = {
-                **os.environ,
-                "KAFKA_BOOTSTRAP_SERVERS": broker.bootstrap_servers,
-                "FLOW_DATA_DIR": str(topic_data),
-                "FLOW_STATE_STORE_URL": postgres.url,
-                "FLOW_STATE_STORE_SCHEMA": SCHEMA,
-            }
-            broker.stop()  # a broker of its own for each step: an empty topic
+            step = data / f"r{rate}"
+            step.mkdir()
+            # a broker of its own for each step (an empty topic); nothing outlives it
             broker = EmbeddedBroker(log_path=out / "broker.log").start()
-            env["KAFKA_BOOTSTRAP_SERVERS"] = broker.bootstrap_servers
             broker.create_topic(TOPIC, PARTITIONS)
-            topic_data.mkdir()
-            run = Run(job_spec(topic_data, free_port()), env, out / f"peak-{rate}.log")
+            env = run_env(broker.bootstrap_servers, step, postgres.url)
+            run = Run(job_spec(step, free_port()), env, out / f"peak-{rate}.log")
             started = time.time()
             producer = SteadyProducer(Stream(int(started * 1000), rate), broker.bootstrap_servers,
                                       started)  # fmt: skip
-            run.start()
-            producer.start()
-            s = Soak(out, producer.stream, producer, run, "clicks-per-minute", postgres.url, 0,
-                     topic_data, lambda: None, started)  # fmt: skip
-            # Start-up first: the step counts from the run's first batch, after which it
-            # has a step to read the backlog its start-up left.
-            while (s.ledger(time.time())[0] or 0) == 0:
-                if not run.alive():
-                    raise RuntimeError(f"the run exited: see {run.log}")
-                time.sleep(1)
-            time.sleep(args.peak_step_s)
-            mid = s.sample()["lag_s"]
-            time.sleep(args.peak_step_s / 2)
-            row = s.sample()
-            last, unsent = row["lag_s"], row["unsent"] / rate
-            producer.stop()
-            run.stop()
+            try:
+                run.start()
+                producer.start()
+                s = Soak(out, producer.stream, producer, run, "clicks-per-minute", postgres.url,
+                         0, step, lambda: None, started)  # fmt: skip
+                # Start-up first: the step counts from the run's first batch, after which
+                # it has a step to read the backlog its start-up left.
+                while (s.ledger(time.time())[0] or 0) == 0:
+                    if not run.alive():
+                        raise RuntimeError(f"the run exited: see {run.log}")
+                    time.sleep(1)
+                time.sleep(args.peak_step_s)
+                mid = s.sample()["lag_s"]
+                time.sleep(args.peak_step_s / 2)
+                row = s.sample()
+                last, unsent = row["lag_s"], row["unsent"] / rate
+            finally:
+                producer.stop()
+                if run.alive():
+                    run.stop()
+                broker.stop()
             sustained = (
                 mid is not None
                 and last is not None
@@ -784,7 +789,6 @@ def find_peak(args: argparse.Namespace, out: Path) -> int:
                 break
             best = rate
     finally:
-        broker.stop()
         postgres.cleanup()
         shutil.rmtree(data, ignore_errors=True)
     if not best:
