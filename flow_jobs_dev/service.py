@@ -14,6 +14,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def port_free(port: int) -> bool:
+    """Whether nothing listens on loopback ``port``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
 class Service:
     """A process (or a few) started by ``start()`` and stopped by ``stop()``; ``with``
     starts it and stops it whatever happens inside."""

@@ -3,6 +3,7 @@ offsets by time."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from flow_jobs.io.kafka_time_offsets import offsets_for_time
@@ -14,8 +15,19 @@ class TopicNotReadable(RuntimeError):
     """The brokers answered without the topic (or its partitions)."""
 
 
+#: Settings of a consumer that asks for offsets: a fetch at a partition's end answers
+#: at once instead of after the broker's long-poll wait (500 ms by default), and what it
+#: prefetches beyond the end stays small.
+ASKING_CONFIG = {"fetch.wait.max.ms": 10, "queued.max.messages.kbytes": 1024}
+
+#: How long the fetches confirming the end offsets may take to answer, in all.
+CONFIRM_TIMEOUT_S = 10.0
+
+
 def read_watermarks(consumer: Any, options: KafkaSourceOptions) -> dict[int, tuple[int, int]]:
-    """Each partition's (earliest, latest) offsets on the broker."""
+    """Each partition's (earliest, latest) offsets on the broker, the latest confirmed by
+    a fetch at it (``confirm_ends``). ``consumer`` is one that only asks for offsets
+    (``ASKING_CONFIG``): it is assigned while it confirms, and unassigned after."""
     from confluent_kafka import TopicPartition
 
     topic = options.topic
@@ -26,10 +38,65 @@ def read_watermarks(consumer: Any, options: KafkaSourceOptions) -> dict[int, tup
         raise TopicNotReadable(
             f"Kafka topic {topic!r} on {options.bootstrap_servers} is not readable: {reason}"
         )
-    return {
+    marks = {
         p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
         for p in sorted(topic_md.partitions)
     }
+    return confirm_ends(consumer, topic, marks)
+
+
+def confirm_ends(
+    consumer: Any,
+    topic: str,
+    marks: dict[int, tuple[int, int]],
+    timeout_s: float = CONFIRM_TIMEOUT_S,
+) -> dict[int, tuple[int, int]]:
+    """``marks`` with each partition's latest offset confirmed by a fetch at it.
+
+    A broker's answer to an end-offset query (ListOffsets) can stop short of the records
+    a fetch returns: tansu answers with the base offset of a partition's last record
+    batch + 1, so the rest of the last batch a producer sent stays invisible to a reader
+    that trusts it. A fetch at that offset returns the records still there, then the
+    partition's end (librdkafka's EOF, at the last stable offset under
+    ``read_committed``, its default): the end is the later of the two. On Kafka the
+    fetch finds nothing and confirms the answer. A partition whose records keep coming
+    ends at the last record fetched by ``timeout_s``: any later end is as good, and the
+    next planning sees more."""
+    from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+    ends = {p: high for p, (_low, high) in marks.items()}
+    pending = set(marks)
+    fetched: set[int] = set()  # partitions that returned a record, if not yet their end
+    consumer.assign([TopicPartition(topic, p, high) for p, high in ends.items()])
+    try:
+        deadline = time.monotonic() + timeout_s
+        while pending:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                if pending <= fetched:
+                    break
+                raise KafkaException(
+                    KafkaError(
+                        KafkaError._TIMED_OUT,
+                        f"no fetch answer at the end of {topic} partitions "
+                        f"{sorted(pending - fetched)} within {timeout_s:.0f} s",
+                    )
+                )
+            first = consumer.poll(min(left, 0.5))  # consume() would wait for all 1000
+            queued = [first, *consumer.consume(1000, 0)] if first is not None else []
+            for message in queued:
+                p, err = message.partition(), message.error()
+                if err is None:
+                    ends[p] = max(ends[p], message.offset() + 1)
+                    fetched.add(p)
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    ends[p] = max(ends[p], message.offset())
+                    pending.discard(p)
+                else:
+                    raise KafkaException(err)
+    finally:
+        consumer.unassign()
+    return {p: (low, ends[p]) for p, (low, _high) in marks.items()}
 
 
 def time_offsets(
@@ -76,7 +143,7 @@ def source_watermarks(source: Any, group_id: str) -> dict[int, tuple[int, int]]:
     from confluent_kafka import Consumer
 
     options = _driver_options(source, group_id)
-    consumer = Consumer(options.consumer_config())
+    consumer = Consumer({**options.consumer_config(), **ASKING_CONFIG})
     try:
         return read_watermarks(consumer, options)
     finally:

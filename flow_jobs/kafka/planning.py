@@ -20,7 +20,12 @@ from flow_jobs.io.checkpoint_files import ReaderCheckpoint
 from flow_jobs.io.combine import partial_type
 from flow_jobs.kafka.data_loss import DATA_LOSS_KEY, find_data_loss, recorded_losses
 from flow_jobs.kafka.heartbeats import batch_stamps, idle_target
-from flow_jobs.kafka.offsets import TopicNotReadable, read_watermarks, time_offsets
+from flow_jobs.kafka.offsets import (
+    ASKING_CONFIG,
+    TopicNotReadable,
+    read_watermarks,
+    time_offsets,
+)
 from flow_jobs.kafka.options import KafkaDataLossError, KafkaSourceOptions
 from flow_jobs.kafka.partitions import KafkaRange, partition_offsets, topic_offsets
 from flow_jobs.kafka.read import (
@@ -89,11 +94,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- driver side -------------------------------------------------------------------
     def _client(self) -> Any:
         # The planner worker keeps this reader for the query's lifetime; one consumer
-        # (metadata and watermark queries only, never assigned) serves every call.
+        # (offset queries only, assigned only while it confirms the ends) serves them all.
         if self._consumer is None:
             from confluent_kafka import Consumer
 
-            self._consumer = Consumer(self.options.consumer_config())
+            self._consumer = Consumer({**self.options.consumer_config(), **ASKING_CONFIG})
         return self._consumer
 
     def _watermarks(self) -> dict[int, tuple[int, int]]:

@@ -253,12 +253,20 @@ def _position(consumer: Any, rng: KafkaRange) -> int:
 
 
 def _marks(options: KafkaSourceOptions, consumer: Any, rng: KafkaRange) -> tuple[int, int]:
+    """The partition's (earliest, latest) offsets: the latest as an offset query answers
+    it or as this consumer's fetches found it, whichever is later (a query's answer can
+    stop short of what a fetch returns: ``flow_jobs.kafka.offsets.confirm_ends``)."""
     from confluent_kafka import TopicPartition
 
+    partition = TopicPartition(rng.topic, rng.partition)
+
+    def ask() -> tuple[int, int]:
+        low, high = consumer.get_watermark_offsets(partition, timeout=30)
+        _low, fetched = consumer.get_watermark_offsets(partition, cached=True)
+        return low, max(high, fetched)
+
     return retry(
-        lambda: consumer.get_watermark_offsets(
-            TopicPartition(rng.topic, rng.partition), timeout=30
-        ),
+        ask,
         f"Kafka {rng.topic}[{rng.partition}]",
         options.retries,
         options.retry_backoff_ms,

@@ -11,14 +11,34 @@ log = logging.getLogger(__name__)
 
 FAIL_HINT = "set fail_on_data_loss = false on the source to skip to the earliest offset"
 
-#: librdkafka error codes that a retry (or librdkafka's own reconnect) can cure.
+#: librdkafka error codes that a retry (or librdkafka's own reconnect) can cure: what a
+#: broker that is away, restarting or moving leaders answers. A topic or partition the
+#: client does not know (yet) is among them: a run checks its topics before it starts
+#: (``flow_jobs.runtime.preflight``), so later it is a broker that has not loaded them.
 _TRANSIENT_NAMES = (
     "_TRANSPORT",
     "_ALL_BROKERS_DOWN",
     "_TIMED_OUT",
+    "_MSG_TIMED_OUT",
+    "_RESOLVE",
+    "_UNKNOWN_PARTITION",
+    "_UNKNOWN_TOPIC",
+    "_WAIT_COORD",
+    "UNKNOWN_TOPIC_OR_PART",
     "NOT_LEADER_FOR_PARTITION",
     "NOT_LEADER_OR_FOLLOWER",
     "LEADER_NOT_AVAILABLE",
+    "BROKER_NOT_AVAILABLE",
+    "REPLICA_NOT_AVAILABLE",
+    "OFFSET_NOT_AVAILABLE",
+    "UNKNOWN_LEADER_EPOCH",
+    "FENCED_LEADER_EPOCH",
+    "KAFKA_STORAGE_ERROR",
+    "NOT_ENOUGH_REPLICAS",
+    "FETCH_SESSION_ID_NOT_FOUND",
+    "COORDINATOR_NOT_AVAILABLE",
+    "COORDINATOR_LOAD_IN_PROGRESS",
+    "NOT_COORDINATOR",
     "REQUEST_TIMED_OUT",
     "NETWORK_EXCEPTION",
 )

@@ -45,6 +45,7 @@ from flow_jobs.runtime.display import Display, SourceExtent, run_extents
 from flow_jobs.runtime.idleness import IdleSources, replay_targets
 from flow_jobs.runtime.metrics import serve
 from flow_jobs.runtime.outages import BrokerWatch
+from flow_jobs.runtime.preflight import check_sources
 from flow_jobs.runtime.progress import ProgressTracker, RunSummary
 from flow_jobs.runtime.session import pipeline_session, refuse_unshared_paths, session_for
 from flow_jobs.runtime.sink import StopRequested, WindowBatchSink, last_progress
@@ -74,8 +75,11 @@ class PipelineRunner:
         spec: PipelineSpec,
         spark: SparkSession | None = None,
         stop_event: threading.Event | None = None,
+        sources_checked: bool = False,
     ) -> None:
         self.spec = spec
+        #: whether ``check_sources`` passed already (the CLI checks before the JVM starts)
+        self.sources_checked = sources_checked
         self.checkpoint = checkpoint_location(spec.checkpoint_location())
         self.spark = pipeline_session(
             spark or session_for(spec.spark),
@@ -137,6 +141,9 @@ class PipelineRunner:
         One run per pipeline: refused (``PipelineBusy``) while another run or a reset
         holds the pipeline's lock; this run holds it until it returns. ``display`` is
         shown how far along the run is after each micro-batch (``runtime.display``)."""
+        if not self.sources_checked:  # a wrong address or topic: one line, at once
+            check_sources(self.spec)
+            self.sources_checked = True
         ledger = self.ledger = StateStore.for_spec(self.spec)
         self.display = display
         with ledger.run_lock(self.spec.name, "run") as lock:

@@ -201,6 +201,9 @@ class KafkaSource(SpecModel):
     #: row before the read fails, with exponential backoff from ``retry_backoff_ms``.
     retries: Annotated[int, Field(ge=0)] = 6
     retry_backoff_ms: Annotated[int, Field(gt=0)] = 250
+    #: How long a run waits, before it starts, for the brokers to answer; a broker that
+    #: goes away after that is an outage, waited out by ``retries``.
+    connect_timeout_ms: Annotated[int, Field(gt=0)] = 15_000
     #: Extra librdkafka client properties (e.g. ``security.protocol``); kept secret.
     client_config: dict[str, SecretStr] = Field(default_factory=dict)
 

@@ -1,0 +1,244 @@
+"""A new user's first hour: their own producer's records all read, one clear line for a
+missing topic or an unreachable broker, and a planner that waits out a restarting broker.
+
+The embedded broker answers an end-offset query with the base offset of a partition's
+last record batch + 1 (ARCHITECTURE.md), so the rest of a batch a plain producer sent is
+invisible to a planner that trusts the answer; the reader confirms each end with a fetch
+(``flow_jobs.kafka.offsets.confirm_ends``)."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomli_w
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+from flow_jobs.kafka.offsets import ASKING_CONFIG, read_watermarks
+from flow_jobs.kafka.options import KafkaSourceOptions
+from flow_jobs.kafka.planning import KafkaStreamReader
+from flow_jobs.kafka.retries import is_transient
+from flow_jobs.runtime.runner import PipelineRunner
+from flow_jobs_dev.broker import EmbeddedBroker
+from flow_jobs_dev.produce import produce_file
+from flow_jobs_dev.service import free_port
+from tests.support import (
+    assert_same_windows,
+    make_spec,
+    phase_window,
+    random_clicks,
+    read_windows,
+    tumbling_reference,
+)
+
+
+def _clicks(seed: str, n: int) -> list[dict[str, Any]]:
+    """Disordered clicks with NULL keys and values, several on one millisecond."""
+    rng = random.Random(seed)
+    events = random_clicks(rng, n, step_ms=100, disorder_ms=300)
+    for i in range(0, n, 7):  # equal event times
+        events[i]["ts"] = events[i - 1]["ts"] if i else events[i]["ts"]
+    return events
+
+
+def _plain_producer(bootstrap: str, topic: str, events: list[dict[str, Any]]) -> None:
+    """A user's producer: confluent-kafka's defaults (batching included), each event to
+    partition i % 2, so both partitions advance together in event time."""
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i, event in enumerate(events):
+        producer.produce(topic, json.dumps(event).encode(), partition=i % 2)
+    assert producer.flush(30) == 0
+
+
+def test_the_end_offsets_are_those_a_fetch_finds_not_the_brokers_batch_start(
+    broker: EmbeddedBroker, topic: str
+) -> None:
+    _plain_producer(broker.bootstrap_servers, topic, _clicks("ends", 1_655))
+    options = KafkaSourceOptions(bootstrap_servers=broker.bootstrap_servers, topic=topic)
+    consumer = Consumer({**options.consumer_config(), **ASKING_CONFIG})
+    try:
+        asked = {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in (0, 1)
+        }
+        ends = {p: high for p, (_low, high) in read_watermarks(consumer, options).items()}
+    finally:
+        consumer.close()
+    assert ends == {0: 828, 1: 827}
+    assert asked[0] < 828 and asked[1] < 827, "the broker's quirk no longer shows: see above"
+
+
+@pytest.mark.parametrize("per_batch", [None, 97], ids=["one-batch", "tiny-batches"])
+def test_an_available_now_run_reads_every_record_a_plain_producer_sent(
+    spark: SparkSession, broker: EmbeddedBroker, topic: str, workdir: Path, per_batch: int | None
+) -> None:
+    events = _clicks(f"plain-{per_batch}", 1_655)
+    _plain_producer(broker.bootstrap_servers, topic, events)
+    source = {"max_offsets_per_trigger": per_batch} if per_batch else {}
+    spec = make_spec(workdir, broker.bootstrap_servers, topic, phase_window(), source=source)
+    summary = PipelineRunner(spec, spark).run(available_now=True)
+    assert summary.input_rows == len(events)
+    assert summary.late_rows == 0
+    assert_same_windows(
+        read_windows(spec.target.path, spec.natural_key()), tumbling_reference(events)
+    )
+
+
+def test_make_produce_sends_a_json_lines_file_that_a_run_reads_whole(
+    spark: SparkSession, broker: EmbeddedBroker, topic: str, workdir: Path
+) -> None:
+    """``make produce``'s sender: keyed by a field, so each user's clicks go to one
+    partition (as a user's keyed producer spreads them), default batching."""
+    events = _clicks("file", 1_200)
+    lines = workdir / "clicks.jsonl"
+    lines.write_text("".join(json.dumps(e) + "\n" for e in events) + "\n")  # a blank line
+    delivered = produce_file(lines, broker.bootstrap_servers, topic, key_field="user_id")
+    assert sum(delivered.values()) == len(events) and len(delivered) == 2
+    spec = make_spec(workdir, broker.bootstrap_servers, topic, phase_window())
+    summary = PipelineRunner(spec, spark).run(available_now=True)
+    assert summary.input_rows == len(events)
+    assert_same_windows(
+        read_windows(spec.target.path, spec.natural_key()), tumbling_reference(events)
+    )
+
+
+# -- mistakes a user can make: one line, no traceback, fast -------------------------------
+
+
+def _cli(args: list[str], cwd: Path, timeout_s: float = 120) -> tuple[int, str, str, float]:
+    began = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "flow_jobs.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+    return done.returncode, done.stdout, done.stderr, time.monotonic() - began
+
+
+def _spec_file(workdir: Path, bootstrap: str, topic: str, **source: Any) -> Path:
+    doc = make_spec(workdir, bootstrap, topic, phase_window()).to_document()
+    doc["sources"][0].update(source)
+    path = workdir / "clicks.toml"
+    path.write_text(tomli_w.dumps(doc))
+    return path
+
+
+def test_a_topic_that_does_not_exist_fails_the_run_at_start_in_one_line(
+    broker: EmbeddedBroker, topic: str, workdir: Path
+) -> None:
+    spec = _spec_file(workdir, broker.bootstrap_servers, "no-such-topic")
+    code, out, err, took = _cli(["run", str(spec), "--available-now"], workdir)
+    assert code == 1 and out == ""
+    assert err.splitlines() == [
+        f"error: source 'clicks': topic 'no-such-topic' does not exist on "
+        f"{broker.bootstrap_servers} (topics there: {_some_topics(err)}); create it, or name "
+        "an existing one in sources[0].topic"
+    ]
+    assert topic in err, "the topics there are named"
+    asking = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "t"})
+    try:
+        assert "no-such-topic" not in asking.list_topics(timeout=10).topics, "created by the check"
+    finally:
+        asking.close()
+    # stderr's one line says no JVM started (it prints its own); the time, no retries
+    assert took < 30, f"{took:.1f} s"
+
+
+def _some_topics(err: str) -> str:
+    return err.split("(topics there: ", 1)[1].split("); create it", 1)[0]
+
+
+def test_an_unreachable_broker_fails_the_run_within_its_connect_timeout_in_one_line(
+    workdir: Path,
+) -> None:
+    address = f"127.0.0.1:{free_port()}"
+    spec = _spec_file(workdir, address, "clicks", connect_timeout_ms=2_000)
+    code, out, err, took = _cli(["run", str(spec), "--available-now"], workdir)
+    assert code == 1 and out == ""
+    [line] = err.splitlines()
+    assert line.startswith(
+        f"error: source 'clicks': no Kafka broker answered at {address} within 2 s ("
+    )
+    assert line.endswith(
+        "; check sources[0].bootstrap_servers and that the broker runs "
+        "(sources[0].connect_timeout_ms sets the wait)"
+    )
+    assert "retries" not in line
+    assert took < 30, f"{took:.1f} s for a 2 s connect timeout: retried?"
+
+
+# -- a broker restarting under the planner ------------------------------------------------
+
+
+def test_an_unknown_partition_is_transient() -> None:
+    """What a restarting broker's cluster answers for a partition its metadata lacks
+    (seen failing a run under load: ``_UNKNOWN_PARTITION`` from a watermark query)."""
+    with EmbeddedBroker() as b:
+        b.create_topic("t", partitions=1)
+        consumer = Consumer({"bootstrap.servers": b.bootstrap_servers, "group.id": "g"})
+        try:
+            consumer.list_topics("t", timeout=10)
+            with pytest.raises(KafkaException) as raised:
+                consumer.get_watermark_offsets(TopicPartition("t", 5), timeout=10)
+        finally:
+            consumer.close()
+    err = raised.value.args[0]
+    assert err.code() == KafkaError._UNKNOWN_PARTITION
+    assert is_transient(err)
+
+
+def test_the_planner_waits_out_a_broker_restart_for_its_end_offsets() -> None:
+    """The reader's planning (``latestOffset``) asked while its broker is killed and
+    started again on its port: it answers once the new broker holds the topic again,
+    with the ends a fetch finds, instead of failing on the refused connections, the
+    broker answering without the topic, or the partitions it does not know yet."""
+    broker = EmbeddedBroker().start()
+    port, topic = broker.port, "restarting"
+    events = _clicks("restart", 400)
+    broker.create_topic(topic, partitions=2)
+    _plain_producer(broker.bootstrap_servers, topic, events[:300])
+    options = KafkaSourceOptions(
+        bootstrap_servers=broker.bootstrap_servers, topic=topic, retries=12, retry_backoff_ms=100
+    )
+    reader = KafkaStreamReader(options)
+    started = reader.initialOffset()
+    again: list[EmbeddedBroker] = []
+
+    def restart() -> None:
+        time.sleep(2.0)
+        again.append(EmbeddedBroker(port=port).start())
+        time.sleep(0.5)  # the planner finds a broker without the topic meanwhile
+        again[0].create_topic(topic, partitions=2)
+        _plain_producer(again[0].bootstrap_servers, topic, events)  # the old ones, then more
+
+    try:
+        assert reader.latestOffset(started, ReadAllAvailable()) == {topic: {"0": 150, "1": 150}}
+        assert broker._process is not None
+        broker._process.kill()
+        broker._process.wait()
+        thread = threading.Thread(target=restart)
+        thread.start()
+        began = time.monotonic()
+        during = reader.latestOffset(started, ReadAllAvailable())
+        waited = time.monotonic() - began
+        thread.join()
+        after = reader.latestOffset(started, ReadAllAvailable())
+    finally:
+        reader.stop()
+        broker.stop()
+        for b in again:
+            b.stop()
+    assert waited >= 2.0, "it answered before the broker was back"
+    assert after == {topic: {"0": 200, "1": 200}}
+    assert all(int(during[topic][p]) <= 200 for p in ("0", "1")), during
