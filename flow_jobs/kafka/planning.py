@@ -87,6 +87,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._run_start: dict[int, int] | None = None  # an availableNow run's first start
         self._heartbeat_sent: int | None = None  # this query run's last heartbeat
         self._topic_seen = False  # the brokers answered with the topic once
+        self._newest: dict[int, int] | None = None  # the ends the last planning saw
         location = options.checkpoint_location
         #: the query's checkpoint, opened on first use (a remote one over the driver's JVM)
         self._checkpoint = ReaderCheckpoint(location) if location else None
@@ -123,6 +124,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 backoff.failed(f"Kafka {o.topic}", f"{e} (a broker restarting?)")
                 continue
             self._topic_seen = True
+            self._newest = {p: high for p, (_low, high) in marks.items()}
             return marks
 
     def _read_watermarks(self) -> dict[int, tuple[int, int]]:
@@ -214,7 +216,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return target if target is not None and (sent is None or target > sent) else None
 
     def reportLatestOffset(self) -> dict | None:
-        return topic_offsets(self.options.topic, self._latest())
+        # Spark asks right after latestOffset, for its progress report: that planning's
+        # answer, rather than a second round trip (a query and a confirming fetch).
+        newest = self._newest if self._newest is not None else self._latest()
+        return topic_offsets(self.options.topic, newest)
 
     def partitions(self, start: dict, end: dict) -> list[KafkaRange]:
         topic = self.options.topic
