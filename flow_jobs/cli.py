@@ -94,7 +94,7 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from flow_jobs.runtime.runner import PipelineFailed, PipelineRunner
+    from flow_jobs.runtime.runner import SUMMARY_LOG, PipelineFailed, PipelineRunner
 
     spec = load_spec(args.spec)
     check_sources(spec)  # before the JVM starts: a wrong address or topic fails at once
@@ -106,6 +106,8 @@ def _run(args: argparse.Namespace) -> int:
         )
         stop.set()
 
+    summary_level = SUMMARY_LOG.level
+    SUMMARY_LOG.setLevel(logging.WARNING)  # printed below, on stdout: once
     previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     display = make_display(sys.stderr, quiet=args.quiet)
     warming = _warm_state_store(spec)
@@ -120,6 +122,7 @@ def _run(args: argparse.Namespace) -> int:
     finally:  # main() may run inside another program (a test, a notebook)
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        SUMMARY_LOG.setLevel(summary_level)
     print(summary.describe())
     return EXIT_OK
 

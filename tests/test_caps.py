@@ -1,4 +1,5 @@
-"""Memory caps fail loud with the spec reference's message; the sizing bound warns at start-up."""
+"""Memory caps fail loud with the spec reference's message; a state past its budget is
+warned about, from what it holds."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ import pytest
 from pyspark.sql import SparkSession
 
 from flow_jobs.plan.sizing import GB, estimate_state
+from flow_jobs.runtime.caps import StateSizeWatch, _size
+from flow_jobs.runtime.reports import state_bytes, state_rows
 from flow_jobs.runtime.runner import PipelineFailed, PipelineRunner
-from flow_jobs.spec.models import WindowSpec
+from flow_jobs.spec.models import PipelineSpec, WindowSpec
 from flow_jobs_dev.broker import EmbeddedBroker
 from flow_jobs_dev.producer import Record
 from tests.support import BASE_MS, make_spec, send
@@ -74,8 +77,6 @@ def test_native_window_over_its_group_cap_fails(
         "[2023-11-14T22:13:00Z, 2023-11-14T22:14:00Z) for pipeline test-pipeline"
     ) in message
     assert not (workdir / "target" / "_delta_log" / "00000000000000000001.json").exists()
-    # 3 windows x 3 groups x 2 MiB is far below 1 GB: the sizing bound stays quiet here.
-    assert not [r for r in caplog.records if "window state may reach" in r.getMessage()]
 
 
 def test_state_window_over_its_group_cap_fails(
@@ -152,21 +153,26 @@ def test_sizing_bound_follows_seed_000() -> None:
     assert estimate.total == 4 * 1_000_000 * (1 << 14) > GB
 
 
-def test_runner_warns_when_the_state_bound_exceeds_1_gb(
+def test_a_run_warns_of_the_state_it_holds_past_the_budget_not_of_its_caps(
     spark: SparkSession,
     broker: EmbeddedBroker,
     topic: str,
     workdir: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """A six-group window whose caps would allow 2 MiB x 1,000,000 groups: no word of
+    that bound; past a budget below what it holds, one warning with the figures the
+    state operators reported for the batch."""
+    _five_groups(broker, topic, per_group=3)
     window = {
         "kind": "tumbling",
         "duration_ms": 60_000,
         "event_time_column": "ts",
+        "group_by": ["user_id"],
         "aggregations": [
             {"agg": "count_distinct", "column": "qty", "as": "d", "hll_precision": 21}
         ],
-    }  # 2 MiB x 1,000,000 groups
+    }
     spec = make_spec(
         workdir,
         broker.bootstrap_servers,
@@ -174,9 +180,42 @@ def test_runner_warns_when_the_state_bound_exceeds_1_gb(
         window,
         schema="user_id STRING, qty BIGINT, ts BIGINT",
     )
-    with caplog.at_level(logging.WARNING, logger="flow_jobs.runtime.runner"):
-        PipelineRunner(spec, spark).run(available_now=True)  # an empty topic: no batch
-    warnings = [
-        r.getMessage() for r in caplog.records if "window state may reach" in r.getMessage()
+    doc = spec.to_document()
+    doc["checks"] = {"state_budget_bytes": 1024}
+    runner = PipelineRunner(PipelineSpec.model_validate(doc), spark)
+    with caplog.at_level(logging.WARNING):
+        runner.run(available_now=True)
+    assert runner.progress is not None
+    reports = list(runner.progress.progress.values())
+    warnings = [r.getMessage() for r in caplog.records if "the state holds" in r.getMessage()]
+    assert not [r for r in caplog.records if "1,000,000" in r.getMessage()]
+    first = reports[0]
+    assert warnings[0].startswith(
+        f"test-pipeline: the state holds {_size(state_bytes(first))} in "
+        f"{state_rows(first):,} rows after batch {first['batchId']}, over [checks] "
+        "state_budget_bytes (1.0 kB); "
+    )
+    assert state_rows(first) == 6  # the six open (window, user) groups
+
+
+def test_the_state_size_warning_comes_again_each_time_the_state_doubles() -> None:
+    spec = PipelineSpec.model_validate(
+        {
+            "name": "p",
+            "sources": [{"name": "s", "topic": "t", "bootstrap_servers": "h:1", "schema": "a INT"}],
+            "transform": {"window": {"kind": "tumbling", "duration_ms": 1000,
+                                     "aggregations": [{"agg": "count", "as": "n"}]}},
+            "target": {"kind": "delta", "path": "/tmp/x"},
+            "checks": {"state_budget_bytes": 100},
+        }
+    )  # fmt: skip
+    watch = StateSizeWatch(spec)
+
+    def batch(i: int, used: int) -> dict[str, Any]:
+        return {"batchId": i, "stateOperators": [{"numRowsTotal": 1, "memoryUsedBytes": used}]}
+
+    said = [
+        watch.observe(batch(i, used)) is not None
+        for i, used in enumerate([50, 150, 180, 250, 390, 900])
     ]
-    assert warnings and "1,000,000 groups x 2,097,152 bytes" in warnings[0]
+    assert said == [False, True, False, True, False, True]

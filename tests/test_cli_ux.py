@@ -23,12 +23,19 @@ from flow_jobs_dev.broker import EmbeddedBroker
 from tests.support import random_clicks, send, to_records
 from tests.test_cli import _write_spec
 
-#: Spark's start-up notes a user cannot act on (issue 16): gone unless -v.
+#: Lines a user cannot act on (issues 16 and 47): gone unless -v.
 NOISE = (
     "Using Spark's default log4j profile",
     "resolves to a loopback address",
     "Unable to load native-hadoop library",
     'Setting default log level to "WARN"',
+    "Using incubator modules",
+    "Disabling AQE",
+    "applied migration",
+    "Python worker",
+    "could not bind on port",
+    "WARN",
+    "Traceback",
 )
 
 
@@ -84,6 +91,7 @@ def test_available_now_shows_a_progress_bar_on_a_terminal(
     assert "300/300" in text and "100%" in text  # offsets done of the pinned total
     assert "rows/s" in text and "━" in text  # the rate, the bar
     assert "300 rows in" in text  # the summary line, after the bar
+    assert text.count("pipeline cli-check: ") == 1  # once, though both go to the terminal
     for noise in NOISE:
         assert noise not in text, noise
 
@@ -94,19 +102,32 @@ def test_without_a_terminal_progress_is_plain_lines(
     topic: str,
     workdir: Path,
     capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.INFO, logger="flow_jobs")
     events = random_clicks(random.Random(8), 240, step_ms=200)
     send(broker.bootstrap_servers, topic, to_records(events))
     spec = _write_spec(workdir, broker, topic)
     _small_batches(spec, 60)
     assert main(["run", str(spec), "--available-now"]) == 0
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
     lines = [line for line in err.splitlines() if "cli-check progress:" in line]
     # At most one line per 10 s, and the last one at the end: here, first and last.
     assert lines, err[-2000:]
     assert "clicks 240/240 offsets (100%)" in lines[-1]
     assert "240 rows in" in lines[-1] and "window rows written" in lines[-1]
     assert "\x1b[" not in err  # no terminal escapes in a log
+    # The figures agree: a line's batch is the batch id the log lines (and the ledger)
+    # name, and before the first watermark there is none, as in the ledger.
+    logs = "\n".join(r.getMessage() for r in caplog.records)
+    logged = [int(m) for m in re.findall(r"cli-check batch (\d+): ", logs)]
+    assert logged == list(range(len(logged))) and len(logged) >= 4
+    assert lines[0].endswith("; batch 0") and "; watermark -; " in lines[0]
+    assert lines[-1].endswith(f"; batch {logged[-1]}")
+    assert re.search(r"cli-check batch 0: 60 rows in, .* watermark -$", logs, re.M)
+    assert "1970-01-01" not in err + logs
+    summary = [line for line in (err + out).splitlines() if line.startswith("pipeline cli-check:")]
+    assert len(summary) == 1 and summary[0] in out  # once, on stdout
 
 
 def test_quiet_shows_no_progress(

@@ -12,7 +12,8 @@ import pytest
 
 from flow_jobs.io.batch import WriteResult
 from flow_jobs.runtime import progress as progress_module
-from flow_jobs.runtime.progress import ProgressTracker
+from flow_jobs.runtime.display import per_second
+from flow_jobs.runtime.progress import IdleHeartbeat, ProgressTracker
 from flow_jobs.runtime.sink import BatchOutcome
 from tests.support import make_spec
 
@@ -100,3 +101,57 @@ def test_a_long_run_keeps_its_totals_and_only_its_recent_reports(
     assert sorted(tracker.progress) == list(range(7, 12))
     assert tracker.batches_seen() == 12 and tracker.input_rows() == 24
     assert tracker.newest is not None and tracker.newest["batchId"] == 11
+
+
+def test_a_rate_keeps_the_digits_that_matter() -> None:
+    assert [per_second(r) for r in (0, 0.05, 0.3, 5.25, 12_345.6)] == [
+        "0", "<0.1", "0.3", "5.2", "12,346"
+    ]  # fmt: skip
+
+
+def test_the_progress_line_names_the_newest_batch_id_and_no_watermark_before_the_first(
+    tmp_path: Path,
+) -> None:
+    """A resumed run's first batch is not batch 1: the line names the id the log lines
+    and the ledger give it; Spark's epoch-zero watermark before there is one is none."""
+    tracker = _tracker(tmp_path)
+    first = _ran(6, 30)
+    first["eventTime"] = {"watermark": "1970-01-01T00:00:00.000Z"}
+    tracker.record(first)
+    line = tracker.snapshot({}, elapsed_s=100.0).line()
+    assert line.endswith("; 30 rows in, 0.3 rows/s; watermark -; 0 window rows written, "
+                         "0 dead-lettered; batch 6")  # fmt: skip
+
+
+def _ends(end: dict[str, int], latest: dict[str, int]) -> dict[str, Any]:
+    report = _idle(3)
+    report["sources"] = [
+        {"endOffset": {"t": end, "_heartbeat": {"seq": 1}}, "latestOffset": {"t": latest}}
+    ]
+    return report
+
+
+def test_an_idle_continuous_run_says_so_now_and_then(tmp_path: Path) -> None:
+    tracker = _tracker(tmp_path)
+    now = [0.0]
+    heartbeat = IdleHeartbeat(tracker, every_s=60, clock=lambda: now[0])
+    busy = [False]
+    report = _ends({"0": 10, "1": 7}, {"0": 10, "1": 9})
+
+    def tick(at: float) -> str | None:
+        now[0] = at
+        return heartbeat.tick(lambda: report, lambda: busy[0])
+
+    tracker.record(_ran(0, 10))
+    assert tick(59) is None  # a batch came (seen at the first tick): counting from 59
+    busy[0] = True
+    assert tick(120) is None  # a batch runs: not idle
+    busy[0] = False
+    assert tick(150) is None
+    assert tick(180) == (
+        "tracked: idle for 60 s, no new records; watermark 2023-11-14T22:13:00.000Z; "
+        "2 records behind the topics' ends"
+    )
+    assert tick(200) is None and tick(240) is not None
+    tracker.record(_ran(1, 1))
+    assert tick(250) is None  # a new batch starts the count again

@@ -212,7 +212,7 @@ class StateStore:
                 conn.execute(
                     self.q("INSERT INTO {s}.schema_migrations (version) VALUES (%s)"), (version,)
                 )
-                log.info("state store %s: applied migration %s", self.schema, version)
+                log.debug("state store %s: applied migration %s", self.schema, version)
         return MIGRATIONS[-1][0]
 
     # -- pipelines and fingerprints --------------------------------------------------

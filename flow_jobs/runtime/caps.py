@@ -1,4 +1,5 @@
-"""``max_groups_per_window``: fail loud when a window's state holds too many groups.
+"""Memory caps: fail loud when a window's state holds too many groups
+(``max_groups_per_window``), and warn when the state outgrows its budget.
 
 Spark's state store gives no per-window group count while a batch runs, so the check
 reads the committed state of the previous micro-batch with Spark's state data source
@@ -17,6 +18,7 @@ Per kind, "groups per window" is:
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,10 +26,18 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from flow_jobs.plan.windows import state_window_key
-from flow_jobs.runtime.reports import JOIN_OPERATOR, Progress, window_state_rows
+from flow_jobs.runtime.reports import (
+    JOIN_OPERATOR,
+    Progress,
+    state_bytes,
+    state_rows,
+    window_state_rows,
+)
 from flow_jobs.spec.models import PipelineSpec
 from flow_jobs.windows.fixed import PaneWindow
 from flow_jobs.windows.processor import STATE_VARIABLE
+
+log = logging.getLogger(__name__)
 
 
 class WindowStateCapHit(RuntimeError):
@@ -120,3 +130,38 @@ class GroupCap:
         if row is None or row["groups"] <= self.cap:
             return None
         return row["groups"], row["start"], row["end"], closing
+
+
+class StateSizeWatch:
+    """Warns when the state a run holds passes ``[checks] state_budget_bytes``, from
+    what its operators report after each batch (not from the caps, which bound what it
+    may hold): once, and again each time it doubles."""
+
+    def __init__(self, spec: PipelineSpec) -> None:
+        self.pipeline = spec.name
+        self.budget = spec.checks.state_budget_bytes
+        self._next = self.budget
+
+    def observe(self, progress: Progress) -> str | None:
+        """After a batch: the warning said, if any."""
+        used = state_bytes(progress)
+        if used < self._next:
+            return None
+        while self._next <= used:
+            self._next *= 2
+        line = (
+            f"{self.pipeline}: the state holds {_size(used)} in {state_rows(progress):,} rows "
+            f"after batch {progress['batchId']}, over [checks] state_budget_bytes "
+            f"({_size(self.budget)}); fewer groups (max_groups_per_window fails a run "
+            "past them), a shorter lateness_ms, a lower hll_precision or more executor "
+            "memory keep it in bounds"
+        )
+        log.warning("%s", line)
+        return line
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("kB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:,.1f} {unit}"
+    return f"{n:,} bytes"

@@ -56,6 +56,8 @@ class Snapshot:
     dead_lettered: int = 0
     watermark: str | None = None
     batches: int = 0
+    #: the newest batch's id, as the log lines and the ledger number it
+    batch_id: int | None = None
     elapsed_s: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -91,13 +93,23 @@ class Snapshot:
                 share = 100.0 * min(done, total) / total if total else 100.0
                 parts.append(f"{name} {min(done, total):,}/{total:,} offsets ({share:.0f}%)")
         eta = self.eta_s
+        batch = "-" if self.batch_id is None else self.batch_id
         return (
             f"{self.pipeline} progress: {', '.join(parts)}; {self.input_rows:,} rows in, "
-            f"{self.rate:,.0f} rows/s"
+            f"{per_second(self.rate)} rows/s"
             + (f", ETA {eta:,.0f} s" if eta is not None else "")
             + f"; watermark {self.watermark or '-'}; {self.windows_written:,} window rows "
-            f"written, {self.dead_lettered:,} dead-lettered; batch {self.batches}"
+            f"written, {self.dead_lettered:,} dead-lettered; batch {batch}"
         )
+
+
+def per_second(rate: float) -> str:
+    """A rate with the digits that matter: 12,345 or 0.3, never 0 for a few rows."""
+    if rate >= 10:
+        return f"{rate:,.0f}"
+    if rate >= 0.1 or rate == 0:
+        return f"{rate:.1f}".removesuffix(".0")
+    return "<0.1"
 
 
 class Display(Protocol):
@@ -199,7 +211,7 @@ class Bar:
                 self.tasks[name],
                 completed=min(done, total) if total is not None else done,
                 total=total,
-                rate=f"{snapshot.rate:,.0f} rows/s",
+                rate=f"{per_second(snapshot.rate)} rows/s",
                 status=status,
             )
 

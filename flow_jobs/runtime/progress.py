@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from flow_jobs.io.ledger import BatchLedger
+from flow_jobs.runtime.caps import StateSizeWatch
 from flow_jobs.runtime.display import Snapshot, SourceExtent
 from flow_jobs.runtime.idleness import IdleSources
 from flow_jobs.runtime.metrics import MetricsFeed
@@ -21,7 +23,9 @@ from flow_jobs.runtime.reports import (
     late_rows,
     late_rows_by_source,
     max_event_times,
+    records_behind,
     state_rows,
+    topic_offsets,
     watermark,
 )
 from flow_jobs.runtime.sink import BatchOutcome
@@ -102,6 +106,7 @@ class ProgressTracker:
         self.lateness_ms = {s.name: lateness for s in spec.sources}
         self.metrics = MetricsFeed(self.pipeline, self.lateness_ms)
         self._outages: dict[str, int] = {}  # broker outages per source, this run
+        self.state_size = StateSizeWatch(spec)
 
     def outages(self) -> dict[str, int]:
         """Broker outages seen so far in the run, per source."""
@@ -141,6 +146,7 @@ class ProgressTracker:
         self._log(progress, outcome)
         self._to_ledger(progress, outcome)
         self.metrics.record(progress)
+        self.state_size.observe(progress)
         if self.idle is not None:
             self.idle.observe(progress)
 
@@ -189,13 +195,7 @@ class ProgressTracker:
         # the newest batch says how far every source has read.
         reached: dict[str, dict[int, int]] = {}
         for source in (newest or {}).get("sources") or ():
-            end = source.get("endOffset")
-            end = json.loads(end) if isinstance(end, str) else end
-            for topic, offsets in (end or {}).items():
-                if isinstance(offsets, dict):
-                    reached[topic] = {
-                        int(k): int(v) for k, v in offsets.items() if str(k).isdigit()
-                    }
+            reached.update(topic_offsets(source.get("endOffset")))
         return Snapshot(
             pipeline=self.pipeline,
             done={n: e.done(reached.get(e.topic, {})) for n, e in extents.items()},
@@ -205,6 +205,7 @@ class ProgressTracker:
             dead_lettered=totals.dead_lettered,
             watermark=watermark(newest) if newest else None,
             batches=totals.batches,
+            batch_id=newest["batchId"] if newest else None,
             elapsed_s=elapsed_s,
         )
 
@@ -232,7 +233,7 @@ class ProgressTracker:
             outcome.dead_lettered if outcome else 0,
             late_rows(p),
             state_rows(p),
-            watermark(p),
+            watermark(p) or "-",
         )
 
     def summary(self, query_id: str, target_version: str | None, ended_by: str) -> RunSummary:
@@ -305,3 +306,46 @@ def _outages(by_source: dict[str, int]) -> str:
 
 def _superseded(n: int) -> str:
     return f", {n} superseded" if n else ""
+
+
+class IdleHeartbeat:
+    """A continuous run with nothing to read says so every ``every_s`` seconds, in one
+    line: for how long, the watermark, and how far the last batch is behind the topics'
+    ends (0 when the run is idle because the topics are)."""
+
+    def __init__(
+        self,
+        tracker: ProgressTracker,
+        every_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.tracker, self.every_s, self.clock = tracker, every_s, clock
+        self._seen = tracker.batches_seen()
+        self._since = self._said = clock()
+
+    def tick(
+        self, last_report: Callable[[], Progress | None], busy: Callable[[], bool]
+    ) -> str | None:
+        """After each poll: the line said now, if any. ``busy`` (a batch runs, or the
+        reader has found records) and ``last_report`` (the query's newest report, idle
+        ones included) are asked only when a line is due."""
+        now, seen = self.clock(), self.tracker.batches_seen()
+        if seen != self._seen:
+            self._seen, self._since, self._said = seen, now, now
+            return None
+        if now - self._said < self.every_s:
+            return None
+        self._said = now
+        if busy():  # a long batch (the first, say) is not idleness
+            self._since = now
+            return None
+        newest = self.tracker.newest
+        report = last_report()
+        behind = records_behind(report) if report is not None else None
+        line = (
+            f"{self.tracker.pipeline}: idle for {now - self._since:,.0f} s, no new records; "
+            f"watermark {(watermark(newest) if newest else None) or '-'}; "
+            f"{'?' if behind is None else f'{behind:,}'} records behind the topics' ends"
+        )
+        log.info("%s", line)
+        return line

@@ -98,6 +98,12 @@ def state_rows(progress: Progress) -> int:
     return sum(int(op.get("numRowsTotal", 0)) for op in progress.get("stateOperators", []))
 
 
+def state_bytes(progress: Progress) -> int:
+    """The state's memory over every stateful operator, as the state stores report it
+    (``memoryUsedBytes``: RocksDB's memtables and cache, or the in-memory maps)."""
+    return sum(int(op.get("memoryUsedBytes", 0)) for op in progress.get("stateOperators", []))
+
+
 def window_state_rows(progress: Progress) -> int:
     """State rows of the window operators: one per open (window, group)."""
     return sum(
@@ -107,8 +113,14 @@ def window_state_rows(progress: Progress) -> int:
     )
 
 
+#: What Spark reports as a batch's watermark before there is one (its offset log's 0).
+_NO_WATERMARK = "1970-01-01T00:00:00.000Z"
+
+
 def watermark(progress: Progress) -> str | None:
-    return progress.get("eventTime", {}).get("watermark")
+    """The watermark the batch ran under, or None before the first (as in the ledger)."""
+    mark = progress.get("eventTime", {}).get("watermark")
+    return None if mark == _NO_WATERMARK else mark
 
 
 def max_event_times(progress: Progress) -> dict[str, int | None]:
@@ -126,3 +138,29 @@ def source_metrics(progress: Progress) -> dict[str, dict[str, Any]]:
         for name, metrics in (progress.get("observedMetrics") or {}).items()
         if name.startswith(OBSERVED_PREFIX)
     }
+
+
+def topic_offsets(offset: Any) -> dict[str, dict[int, int]]:
+    """A source's offset in a report (``endOffset``, ``latestOffset``: JSON text or a
+    dict) as {topic: {partition: offset}}, without the reader's own keys (heartbeats,
+    data loss)."""
+    value = json.loads(offset) if isinstance(offset, str) else offset
+    return {
+        topic: {int(k): int(v) for k, v in partitions.items() if str(k).isdigit()}
+        for topic, partitions in (value or {}).items()
+        if isinstance(partitions, dict) and not topic.startswith("_")
+    }
+
+
+def records_behind(progress: Progress) -> int | None:
+    """How many offsets the batch's end is behind the topics' ends as the reader last
+    saw them (``latestOffset``), or None where a source does not say."""
+    behind = 0
+    for source in progress.get("sources") or ():
+        if source.get("latestOffset") is None:
+            return None
+        end = topic_offsets(source.get("endOffset"))
+        for topic, latest in topic_offsets(source["latestOffset"]).items():
+            reached = end.get(topic, {})
+            behind += sum(max(0, o - reached.get(p, 0)) for p, o in latest.items())
+    return behind

@@ -34,7 +34,6 @@ from flow_jobs.io.top_n import Ranking
 from flow_jobs.locations import local_path
 from flow_jobs.plan.combine import mark_checkpoint
 from flow_jobs.plan.compile import CompiledPipeline, compile_pipeline
-from flow_jobs.plan.sizing import GB, estimate_state
 from flow_jobs.runtime.caps import GroupCap, WindowStateCapHit
 from flow_jobs.runtime.checkpoint import (
     checkpoint_location,
@@ -46,7 +45,7 @@ from flow_jobs.runtime.idleness import IdleSources, replay_targets
 from flow_jobs.runtime.metrics import serve
 from flow_jobs.runtime.outages import BrokerWatch
 from flow_jobs.runtime.preflight import check_sources
-from flow_jobs.runtime.progress import ProgressTracker, RunSummary
+from flow_jobs.runtime.progress import IdleHeartbeat, ProgressTracker, RunSummary
 from flow_jobs.runtime.session import pipeline_session, refuse_unshared_paths, session_for
 from flow_jobs.runtime.sink import StopRequested, WindowBatchSink, last_progress
 from flow_jobs.secrets import redact
@@ -54,6 +53,8 @@ from flow_jobs.settings import Settings
 from flow_jobs.spec.models import PipelineSpec, revealed
 
 log = logging.getLogger(__name__)
+#: The run's summary line; the CLI prints it on stdout instead, so it quiets this logger.
+SUMMARY_LOG = logging.getLogger("flow_jobs.summary")
 
 #: A Python error's last traceback line: ``module.SomeError: message``, or one of the
 #: state store's own (``flow_jobs.io.state_store``), which end in neither word.
@@ -184,15 +185,6 @@ class PipelineRunner:
             state.replay_from,
             self.run_lock,
         )
-        estimate = estimate_state(self.spec.window) if self.spec.has_window else None
-        if estimate is not None and estimate.total > GB:
-            log.warning(
-                "%s: window state may reach %s (an upper bound, see 'Memory caps' in the spec "
-                "reference; lower max_groups_per_window, lateness_ms or hll_precision to "
-                "reduce it)",
-                self.spec.name,
-                estimate.describe(),
-            )
         for warning in self.spec.warnings():
             log.warning("%s: %s", self.spec.name, warning)
         caps = GroupCap(self.spark, self.spec, self.checkpoint)
@@ -246,13 +238,15 @@ class PipelineRunner:
             raise
         tracker.query_id = str(query.id)
         self._started, self._shown = time.monotonic(), 0
+        ui = self.spark.sparkContext.uiWebUrl
         log.info(
-            "%s: started query %s (run %s), checkpoint %s, %s",
+            "%s: started query %s (run %s), checkpoint %s, %s%s",
             self.spec.name,
             query.id,
             query.runId,
             self.checkpoint,
             "available-now" if available_now else "continuous",
+            f"; Spark UI {ui}" if ui else "",
         )
         failure: BaseException | None = None
         try:
@@ -278,7 +272,7 @@ class PipelineRunner:
             )
         self._show_progress(tracker, final=True)
         summary = tracker.summary(query.id, target.version(), ended_by)
-        log.info("%s", summary.describe())
+        SUMMARY_LOG.info("%s", summary.describe())
         return summary
 
     def _start_sources_at(self, instant: datetime) -> None:
@@ -332,10 +326,14 @@ class PipelineRunner:
         available_now: bool,
         idle: IdleSources | None = None,
     ) -> str:
+        every_s = self.spec.runtime.idle_note_ms / 1000
+        heartbeat = None if available_now else IdleHeartbeat(tracker, every_s)
         try:
             while not query.awaitTermination(0.5):
                 tracker.poll(query)
                 self._show_progress(tracker)
+                if heartbeat is not None:
+                    heartbeat.tick(lambda: last_progress(query), lambda: _busy(query))
                 if idle is not None:  # after the poll: it fed idle the new reports
                     idle.publish()
                 # Between micro-batches on the driver: Spark plans a batch (cached lookups
@@ -404,6 +402,12 @@ class _DropStopRequested(logging.Filter):
         if isinstance(error, StopRequested):
             return False
         return StopRequested.__name__ not in record.getMessage()
+
+
+def _busy(query: StreamingQuery) -> bool:
+    """Whether the query runs a batch, or its sources have records for the next."""
+    status = query.status
+    return bool(status.get("isTriggerActive") or status.get("isDataAvailable"))
 
 
 def _stop(query: StreamingQuery) -> None:

@@ -11,13 +11,14 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from pyspark import SparkContext
+from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
 from flow_jobs.errors import PlanError
 from flow_jobs.io.lookup_sources import DeltaTableSource, PostgresTableSource
 from flow_jobs.kafka.source import KafkaDataSource
 from flow_jobs.locations import is_uri
+from flow_jobs.runtime.jvm_output import launch_filtered_gateway
 from flow_jobs.runtime.pack import ARCHIVE_ALIAS, PYTHON_NAME
 from flow_jobs.settings import Settings
 from flow_jobs.spec.models import PipelineSpec, SparkSpec
@@ -154,6 +155,11 @@ def _spark_home_without_python_zips() -> None:
     os.environ["SPARK_HOME"] = str(home)
 
 
+def _verbose(level: str) -> bool:
+    """Whether Spark's log level asks for everything it says (``-v``)."""
+    return level.upper() in ("INFO", "DEBUG", "TRACE", "ALL")
+
+
 #: The driver JVM's log4j2 profile unless Spark's own is asked for (a verbose level).
 QUIET_LOG4J = Path(__file__).with_name("log4j2-quiet.properties")
 
@@ -163,7 +169,7 @@ def _quiet_start(settings: Mapping[str, str], master: str | None, level: str) ->
     output: flow-jobs's log4j2 profile (no "Using Spark's default log4j profile", no
     native-hadoop warning), and on a local master the loopback address to bind to (no
     "hostname resolves to a loopback address"). A verbose level keeps Spark's own."""
-    if level.upper() in ("INFO", "DEBUG", "TRACE", "ALL"):
+    if _verbose(level):
         return {}
     if (master or "local[*]").startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -204,6 +210,9 @@ def build_spark_session(
     }
     if SparkContext._active_spark_context is None:
         settings.update(_quiet_start(settings, master, env.spark_log_level))
+        if not _verbose(env.spark_log_level):
+            conf = SparkConf().setAll(list(settings.items()))
+            launch_filtered_gateway(conf.setAppName(app_name).setMaster(master))
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

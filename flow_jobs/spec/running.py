@@ -97,6 +97,9 @@ class RuntimeSpec(SpecModel):
     #: is away (a restart, a network cut), trying each write again, before it fails
     #: naming this key (``flow_jobs.io.waits``).
     retry_for_ms: Annotated[int, Field(gt=0)] = 120_000
+    #: A continuous run with nothing new to read logs a line this often (for how long,
+    #: the watermark, how far behind the topics' ends: ``runtime.progress.IdleHeartbeat``).
+    idle_note_ms: Annotated[int, Field(gt=0)] = 60_000
 
 
 class ChecksSpec(SpecModel):
@@ -108,7 +111,8 @@ class ChecksSpec(SpecModel):
     late_row_rate_max: Annotated[float, Field(ge=0, le=1)] = 0.01
     #: how many recent batches late_row_rate looks at.
     late_row_rate_batches: Annotated[int, Field(gt=0)] = 100
-    #: window_config_valid fails when the state-size upper bound (plan.sizing) exceeds this.
+    #: window_config_valid fails when the state-size upper bound (plan.sizing) exceeds
+    #: this; a run warns when the state its operators report passes it (runtime.caps).
     state_budget_bytes: Annotated[int, Field(gt=0)] = 1 << 30
     #: target_fresh fails when the last batch committed longer ago than this.
     target_fresh_max_s: Annotated[float, Field(gt=0)] = 3600.0
