@@ -2,18 +2,22 @@
 missing topic or an unreachable broker, and a planner that waits out a restarting broker.
 
 The embedded broker answers an end-offset query with the base offset of a partition's
-last record batch + 1 (ARCHITECTURE.md), so the rest of a batch a plain producer sent is
+last record batch + 1, so the rest of a batch a plain producer sent is
 invisible to a planner that trusts the answer; the reader confirms each end with a fetch
 (``flow_jobs.kafka.offsets.confirm_ends``)."""
 
 from __future__ import annotations
 
 import json
+import os
 import random
+import re
 import subprocess
 import sys
 import threading
 import time
+import tomllib
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -242,3 +246,63 @@ def test_the_planner_waits_out_a_broker_restart_for_its_end_offsets() -> None:
     assert waited >= 2.0, "it answered before the broker was back"
     assert after == {topic: {"0": 200, "1": 200}}
     assert all(int(during[topic][p]) <= 200 for p in ("0", "1")), during
+
+
+def test_a_run_that_fails_midway_ends_in_one_line_without_a_traceback(
+    workdir: Path, postgres_url: str
+) -> None:
+    """A continuous run whose broker is killed once it has read (``retries = 0``): the
+    failure is its last line, naming the source, the brokers and the setting, and no
+    stack trace, task failure or traceback comes before it (``-v`` shows them)."""
+    broker = EmbeddedBroker().start()
+    try:
+        broker.create_topic("clicks", partitions=2)
+        _plain_producer(broker.bootstrap_servers, "clicks", _clicks("midway", 200))
+        spec = _spec_file(workdir, broker.bootstrap_servers, "clicks", retries=0)
+        doc = tomllib.loads(spec.read_text())
+        doc["runtime"] = {"trigger_interval_ms": 200}
+        spec.write_text(tomli_w.dumps(doc))
+        process = subprocess.Popen(
+            [sys.executable, "-m", "flow_jobs.cli", "run", str(spec)],
+            cwd=workdir,
+            env={
+                **os.environ,
+                "FLOW_STATE_STORE_URL": postgres_url,
+                "FLOW_STATE_STORE_SCHEMA": f"t_{uuid.uuid4().hex[:12]}",
+            },
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        seen: list[str] = []
+        read = threading.Event()
+
+        def watch() -> None:
+            assert process.stderr is not None
+            for line in process.stderr:
+                seen.append(line)
+                if "test-pipeline batch 0:" in line:
+                    read.set()
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        assert read.wait(180), "".join(seen)[-3000:]
+        assert broker._process is not None
+        broker._process.kill()
+        code = process.wait(timeout=180)
+        watcher.join(timeout=10)
+    finally:
+        broker.stop()
+        if process.poll() is None:
+            process.kill()
+    text = "".join(seen)
+    assert code == 1, text[-3000:]
+    last = seen[-1].rstrip()
+    # (in planning, or in a batch's read: "failed in micro-batch N (...)")
+    assert re.match(
+        r"error: pipeline test-pipeline failed( in micro-batch .*)?: Kafka clicks", last
+    )
+    assert f"raise retries (now 0) on source 'clicks', brokers {broker.bootstrap_servers}" in last
+    assert "RuntimeError" not in last
+    for noise in ("Traceback", " ERROR ", " WARN ", "Exception in task", "at org.apache"):
+        assert noise not in text, (noise, text[-4000:])

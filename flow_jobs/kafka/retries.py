@@ -70,7 +70,9 @@ class Backoff:
                 f"{what}: {err} ({self.retries} retries with backoff exhausted; raise "
                 f"{self.setting} if the broker needs longer to recover)"
             )
-        log.warning("%s: %s; retry %d of %d", what, err, self.failures, self.retries)
+        # INFO: the run logs an outage once as it starts and once as it ends
+        # (flow_jobs.runtime.outages); the last failure names the setting.
+        log.info("%s: %s; retry %d of %d", what, err, self.failures, self.retries)
         self.sleep(min(self.base_ms * 2 ** (self.failures - 1), 30_000) / 1000)
 
     def succeeded(self) -> None:

@@ -274,9 +274,22 @@ def configure_logging(level: int, stream: IO[str] | None = None) -> None:
     # every pg_ctl call: not news to a user.
     for name in ("py4j", "py4j.java_gateway", "py4j.clientserver", "pgserver"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    if level > logging.DEBUG:  # the run's error line says why; -v shows the traceback
+        for name in ("py4j.java_gateway", "py4j.clientserver"):
+            target = logging.getLogger(name)
+            if not any(isinstance(f, _DropProxyTracebacks) for f in target.filters):
+                target.addFilter(_DropProxyTracebacks())
     # platformdirs (under pgserver) warns once when XDG_RUNTIME_DIR is unset, as in a
     # container or CI: it falls back to /tmp, which is what we want.
     warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+
+
+class _DropProxyTracebacks(logging.Filter):
+    """Drops py4j's log of an exception raised in a Python callback (a micro-batch's
+    ``foreachBatch``): the query fails with it, and the run's error line names it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "exception while executing the Python Proxy" not in record.getMessage()
 
 
 def make_display(

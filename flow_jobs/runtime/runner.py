@@ -59,8 +59,12 @@ SUMMARY_LOG = logging.getLogger("flow_jobs.summary")
 #: A Python error's last traceback line: ``module.SomeError: message``, or one of the
 #: state store's own (``flow_jobs.io.state_store``), which end in neither word.
 _PYTHON_ERROR = re.compile(
-    r"^[A-Za-z_][\w.]*(Error|Exception|RunLockLost|StoreUnreachable|PipelineBusy): "
+    r"^(flow_jobs\.[\w.]*\.[A-Z]\w*"
+    r"|[A-Za-z_][\w.]*(Error|Exception|RunLockLost|StoreUnreachable|PipelineBusy)): "
 )
+#: The class of an error raised by flow-jobs itself (or a plain RuntimeError or
+#: ValueError): its message is written for the user, and the class name adds nothing.
+_OUR_ERROR_CLASS = re.compile(r"^(flow_jobs\.[\w.]*\.[A-Z]\w*|RuntimeError|ValueError): ")
 _STREAM_FAILED = re.compile(r"^\[STREAM_FAILED\] Query \[[^]]*\] terminated with exception: ")
 
 
@@ -425,7 +429,7 @@ def _root_message(error: StreamingQueryException) -> str:
             return _unwrap(line)
     python_errors = [line for line in lines if _PYTHON_ERROR.match(line)]
     if python_errors:
-        return python_errors[-1]
+        return _OUR_ERROR_CLASS.sub("", python_errors[-1])
     return _unwrap(lines[0]) if lines else repr(error)
 
 
