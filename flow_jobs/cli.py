@@ -19,6 +19,7 @@ from rich.table import Table
 from flow_jobs.cli_inspect import InspectUsageError, add_inspect_command
 from flow_jobs.errors import PlanError
 from flow_jobs.io.checkpoint_claim import IncompatibleSpec
+from flow_jobs.io.delta import TargetError
 from flow_jobs.io.state_store import PipelineBusy, StateStore
 from flow_jobs.io.state_store_location import state_store_schema, state_store_url
 from flow_jobs.locations import local_path
@@ -409,6 +410,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PipelineBusy as e:  # run and reset: one at a time per pipeline
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BUSY
+    except TargetError as e:
+        print(f"error: {redact(str(e))}", file=sys.stderr)
+        return EXIT_INVALID
+    except Exception as e:  # the last resort: one line all the same; -v shows where
+        if args.verbose:
+            raise
+        first = (redact(str(e)).strip().splitlines() or [""])[0]
+        print(f"error: {type(e).__name__}: {first} (-v shows the traceback)", file=sys.stderr)
+        return EXIT_INVALID
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
+from flow_jobs.cli import main
 from flow_jobs.kafka.offsets import ASKING_CONFIG, read_watermarks
 from flow_jobs.kafka.options import KafkaSourceOptions
 from flow_jobs.kafka.planning import KafkaStreamReader
@@ -306,3 +307,23 @@ def test_a_run_that_fails_midway_ends_in_one_line_without_a_traceback(
     assert "RuntimeError" not in last
     for noise in ("Traceback", " ERROR ", " WARN ", "Exception in task", "at org.apache"):
         assert noise not in text, (noise, text[-4000:])
+
+
+def test_a_target_that_cannot_be_created_is_one_line(
+    spark: SparkSession,
+    broker: EmbeddedBroker,
+    topic: str,
+    workdir: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    (workdir / "a-file").write_text("not a folder")
+    doc = make_spec(workdir, broker.bootstrap_servers, topic, phase_window()).to_document()
+    doc["target"]["path"] = str(workdir / "a-file" / "table")
+    spec = workdir / "spec.toml"
+    spec.write_text(tomli_w.dumps(doc))
+    assert main(["run", str(spec), "--available-now"]) == 1
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        f"error: Delta table {workdir}/a-file/table cannot be created: Not a directory; name "
+        "a place the run can write in target.path"
+    ]

@@ -20,14 +20,22 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, QueryBuilder, Transaction
-from deltalake.exceptions import TableNotFoundError
+from deltalake.exceptions import DeltaError, TableNotFoundError
 from deltalake.schema import Field
 
 from flow_jobs.locations import is_uri
 
 
-class TargetSchemaError(RuntimeError):
+class TargetError(RuntimeError):
+    """A target the run cannot write; the message says which and what to do."""
+
+
+class TargetSchemaError(TargetError):
     """An existing table's columns differ from what the pipeline writes."""
+
+
+class TargetUnavailable(TargetError):
+    """A table that does not exist and cannot be created where the spec says."""
 
 
 @dataclass(frozen=True)
@@ -122,11 +130,18 @@ class DeltaMergeTable:
         try:
             table = self.open()
         except TableNotFoundError:
-            if not is_uri(self.path):
-                Path(self._uri()).mkdir(parents=True, exist_ok=True)
-            return DeltaTable.create(
-                self._uri(), self.schema, mode="ignore", storage_options=self.storage_options
-            )
+            try:
+                if not is_uri(self.path):
+                    Path(self._uri()).mkdir(parents=True, exist_ok=True)
+                return DeltaTable.create(
+                    self._uri(), self.schema, mode="ignore", storage_options=self.storage_options
+                )
+            except (OSError, DeltaError) as e:
+                reason = getattr(e, "strerror", None) or str(e).splitlines()[0]
+                raise TargetUnavailable(
+                    f"Delta table {self.path} cannot be created: {reason}; name a place "
+                    "the run can write in target.path"
+                ) from None
         existing = normalize_schema(pa.schema(table.schema().to_arrow()))
         missing = [f for f in self.schema if f.name in self.added and f.name not in existing.names]
         earlier = pa.schema([f for f in self.schema if f not in missing])
