@@ -297,7 +297,11 @@ def test_a_remote_checkpoint_ledgers_stamps_and_marks_as_a_local_one(
     assert has_committed_batch(uri) and describe_batch_in_flight(uri, remote) is None
     ledger = StateStore.for_spec(remote)
     state = inspect_state(spark, remote, store=ledger)
-    assert state.batch_id == inspect_state(spark, local, store=ledger).batch_id is not None
+    here = inspect_state(spark, local, store=ledger)
+    assert state.batch_id == here.batch_id is not None
+    # the pre-aggregated window's buffers, read through the plan compiled on the URI
+    assert state.windows and state.note is None and here.note is None
+    assert [w.aggregates for w in state.windows] == [w.aggregates for w in here.windows]
     marks = [r["global_watermark"] for r in on_uri.values() if r["global_watermark"]]
     assert state.watermark == max(marks)
 

@@ -8,8 +8,9 @@ the shuffle and keeps its buffers in the state store), its vectorised state-API 
 (a ``flow_jobs.operators.ranges.WindowAggregator`` over many windows at once), the parts
 of the Kafka reader's partial aggregates it merges when a window pre-aggregates
 (``flow_jobs.plan.combine``), and how ``inspect`` reads an open native window's value
-from Spark's buffer. ``inspect`` computes state-API windows with the same
-``WindowAggregator`` the operator runs.
+from Spark's buffers, plain or merging partials (``state_functions``, ``open_value``).
+``inspect`` computes state-API windows with the same ``WindowAggregator`` the operator
+runs.
 
 NULL handling is SQL's: ``count`` (no column) counts rows, everything else skips NULL
 values, an aggregate over no non-NULL value is NULL (``count(col)`` is 0).
@@ -31,6 +32,8 @@ from flow_jobs.aggregations.base import (
     Aggregator,
     NativeAggregate,
     NativeWindow,
+    NotDecoded,
+    StateBuffer,
 )
 from flow_jobs.aggregations.collect import CollectAggregator
 from flow_jobs.aggregations.count import CountAggregator
@@ -93,6 +96,8 @@ __all__ = [
     "Aggregator",
     "NativeAggregate",
     "NativeWindow",
+    "NotDecoded",
+    "StateBuffer",
     "aggregation_input",
     "native_aggregate",
     "result_types",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from decimal import ROUND_HALF_UP, Decimal, localcontext
 from typing import Any
 
 import numpy as np
@@ -13,6 +15,7 @@ from flow_jobs.aggregations.base import (
     PARTIAL_NUMBERS,
     AggregationInput,
     OneFunctionAggregator,
+    StateBuffer,
 )
 from flow_jobs.aggregations.partials import Merge, present
 from flow_jobs.aggregations.sum import float_sums, python_sum
@@ -43,14 +46,28 @@ class AvgAggregator(OneFunctionAggregator):
     state_class = Avg
     numeric_only = True
     partial_parts = ("nn", "dsum")  # Spark sums an average as DOUBLE
-    buffer_fields = ("sum", "count")
 
     def folds(self, value: DataType | None) -> bool:
         return isinstance(value, PARTIAL_NUMBERS)
 
-    def partial_value(self, buffer: list[Any]) -> Any:
-        total, n = buffer
-        return None if not n or total is None else total / n
+    def state_functions(self, merging: bool) -> tuple[str, ...]:
+        # merging: try_divide(try_sum(DOUBLE sums), sum(non-NULL counts)), ``merged``
+        return ("try_sum", "sum") if merging else ("try_avg",)
+
+    def open_value(self, a: AggregationInput, buffers: Sequence[StateBuffer], merging: bool) -> Any:
+        if merging:
+            total, n = buffers[0].fields["sum"], buffers[1].fields["sum"]
+        else:
+            total, n = buffers[0].fields["sum"], buffers[0].fields["count"]
+        if not n or total is None:
+            return None
+        result = avg_type(a.data_type)
+        if isinstance(total, Decimal) and isinstance(result, DecimalType):
+            with localcontext() as exact:  # Spark casts the quotient to the result's scale
+                exact.prec = 80
+                step = Decimal(1).scaleb(-result.scale)
+                return (total / n).quantize(step, rounding=ROUND_HALF_UP)
+        return total / n
 
     def result_types(self, a: AggregationInput) -> list[DataType]:
         return [avg_type(a.data_type)]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -73,6 +74,22 @@ StateInputs = dict[str, tuple[Column, DataType]]
 
 #: What ``inspect`` shows for an aggregate whose open value the state does not hold.
 NOT_DECODED = "n/a"
+
+
+@dataclass(frozen=True)
+class StateBuffer:
+    """One Spark aggregate function's buffer in an open native window's state, as the
+    compiled plan lays it out (``flow_jobs.runtime.inspect.buffers``): the function's
+    SQL name and its fields' values by name."""
+
+    function: str
+    fields: dict[str, Any]
+
+
+class NotDecoded(ValueError):
+    """Why ``inspect`` shows ``NOT_DECODED`` for an aggregate (its note says so)."""
+
+
 #: Numbers the Kafka reader sums and compares in its partials (``flow_jobs.io.combine``).
 PARTIAL_NUMBERS = (LongType, IntegerType, ShortType, ByteType, DoubleType)
 
@@ -80,9 +97,9 @@ PARTIAL_NUMBERS = (LongType, IntegerType, ShortType, ByteType, DoubleType)
 class Aggregator(ABC):
     """One aggregator: its native compile, its state-API implementation, its result
     types, the partial parts it merges when the reader pre-aggregates, and how ``inspect``
-    reads an open native window's value from Spark's aggregation buffer. Adding one is a
-    module of ``flow_jobs.aggregations`` and its entry in the registry there;
-    ``tests/test_aggregators.py`` checks that it has every part."""
+    reads an open native window's value from Spark's aggregation buffers, plain or
+    merging partials. Adding one is a module of ``flow_jobs.aggregations`` and its entry
+    in the registry there; ``tests/test_aggregators.py`` checks that it has every part."""
 
     name: ClassVar[str]
     native_form: ClassVar[str]  # what it compiles to in a native window (``--plan``)
@@ -94,18 +111,27 @@ class Aggregator(ABC):
     #: ``sum``, ``dsum``, ``min``, ``max``, ``first``, ``last``); None: a window holding
     #: it does not pre-aggregate.
     partial_parts: ClassVar[tuple[str, ...] | None] = None
-    #: The fields of Spark's aggregation buffer for its native aggregate, in order.
-    buffer_fields: ClassVar[tuple[str, ...]]
+    #: Why ``inspect`` shows no open value for it in any window, native or on the state
+    #: API (None: it shows one).
+    not_inspected: ClassVar[str | None] = None
 
     def folds(self, value: DataType | None) -> bool:
         """Whether the reader can pre-aggregate it over a column of type ``value``
         (None: no column), given ``partial_parts``."""
         return self.partial_parts is not None and value is not None
 
-    def partial_value(self, buffer: list[Any]) -> Any:
-        """An open native window's value from its ``buffer_fields`` (``inspect``), or
-        ``NOT_DECODED`` where the buffer does not hold it as such."""
-        return NOT_DECODED
+    @abstractmethod
+    def state_functions(self, merging: bool) -> tuple[str, ...]:
+        """The Spark aggregate functions (their SQL names) its native compile keeps in a
+        window's state, in the order of its expression; ``merging``: the window merges
+        the reader's partials (``NativeWindow.merge``). ``inspect`` checks the compiled
+        plan against them before ``open_value`` reads their buffers."""
+
+    @abstractmethod
+    def open_value(self, a: AggregationInput, buffers: Sequence[StateBuffer], merging: bool) -> Any:
+        """An open native window's value as it stands, from the buffers of its
+        ``state_functions`` (``inspect``); raises ``NotDecoded`` where they do not hold
+        it in a form inspect reads."""
 
     @abstractmethod
     def result_types(self, a: AggregationInput) -> list[DataType]:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from pyspark.sql import functions as F
@@ -13,6 +14,8 @@ from flow_jobs.aggregations.base import (
     Aggregator,
     NativeAggregate,
     NativeWindow,
+    NotDecoded,
+    StateBuffer,
     ordered_items,
 )
 from flow_jobs.operators.frame import to_python
@@ -34,7 +37,15 @@ class CollectAggregator(Aggregator):
     name = "collect"
     native_form = "array_sort(collect_list(struct(event_time, lane, pos, col))).col"
     state_form = "values in the events' total order"
-    buffer_fields = ("buf",)  # the sorted items: not decoded
+
+    def state_functions(self, merging: bool) -> tuple[str, ...]:
+        return ("collect_list",)  # it never pre-aggregates: no partial parts
+
+    def open_value(self, a: AggregationInput, buffers: Sequence[StateBuffer], merging: bool) -> Any:
+        raise NotDecoded(
+            "Spark keeps collect_list's items serialized in its own binary row format, "
+            "which inspect does not decode"
+        )
 
     def result_types(self, a: AggregationInput) -> list[DataType]:
         assert a.data_type is not None

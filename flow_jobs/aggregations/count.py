@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -9,7 +10,7 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, LongType
 
-from flow_jobs.aggregations.base import AggregationInput, OneFunctionAggregator
+from flow_jobs.aggregations.base import AggregationInput, OneFunctionAggregator, StateBuffer
 from flow_jobs.aggregations.partials import Merge, present
 from flow_jobs.operators.ranges import Context, Ranges, WindowAggregator, range_sum
 
@@ -30,13 +31,16 @@ class CountAggregator(OneFunctionAggregator):
     state_class = Count
     column_optional = True
     partial_parts = ("nn",)  # count(*) merges the partial's row count, ``n``
-    buffer_fields = ("count",)
 
     def folds(self, value: DataType | None) -> bool:
         return True
 
-    def partial_value(self, buffer: list[Any]) -> Any:
-        return buffer[0]
+    def state_functions(self, merging: bool) -> tuple[str, ...]:
+        return ("sum",) if merging else ("count",)  # merging: the sum of partial counts
+
+    def open_value(self, a: AggregationInput, buffers: Sequence[StateBuffer], merging: bool) -> Any:
+        (buffer,) = buffers
+        return buffer.fields["sum" if merging else "count"] or 0
 
     def result_types(self, a: AggregationInput) -> list[DataType]:
         return [LongType()]

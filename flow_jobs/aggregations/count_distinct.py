@@ -11,7 +11,7 @@ naming the window, once an open window's set passes its cap.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,11 +22,12 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, DataType, IntegralType, LongType, StringType
 
 from flow_jobs.aggregations.base import (
-    NOT_DECODED,
     AggregationInput,
     Aggregator,
     NativeAggregate,
     NativeWindow,
+    NotDecoded,
+    StateBuffer,
     StateInputs,
 )
 from flow_jobs.operators.frame import EventFrame, to_python
@@ -115,18 +116,23 @@ class CountDistinctAggregator(Aggregator):
     name = "count_distinct"
     native_form = "hll_sketch_agg + hll_sketch_estimate (exact: runs on the state API)"
     state_form = "datasketches hll_sketch HLL_8 (exact: a set, capped while open)"
-    buffer_fields = ("buf",)
 
-    def partial_value(self, buffer: list[Any]) -> Any:
-        """``hll_sketch_estimate`` of the partial sketch (a DataSketches HLL image)."""
-        if buffer[0] is None:
+    def state_functions(self, merging: bool) -> tuple[str, ...]:
+        return ("hll_sketch_agg",)  # it never pre-aggregates: no partial parts
+
+    def open_value(self, a: AggregationInput, buffers: Sequence[StateBuffer], merging: bool) -> Any:
+        """``hll_sketch_estimate`` of the sketch so far: Spark keeps its DataSketches HLL
+        image as the buffer."""
+        (buffer,) = buffers
+        image = buffer.fields["buf"]
+        if image is None:
             return 0
-        try:
-            from datasketches import hll_sketch
+        from datasketches import hll_sketch
 
-            return round(hll_sketch.deserialize(bytes(buffer[0])).get_estimate())
-        except Exception:  # not a sketch image after all: say so, do not guess
-            return NOT_DECODED
+        try:
+            return round(hll_sketch.deserialize(bytes(image)).get_estimate())
+        except (ValueError, RuntimeError) as e:  # not a sketch image: say so, do not guess
+            raise NotDecoded(f"its buffer is not a DataSketches HLL sketch ({e})") from e
 
     def result_types(self, a: AggregationInput) -> list[DataType]:
         return [LongType(), BinaryType()][: len(a.spec.output_names())]

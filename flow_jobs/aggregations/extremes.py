@@ -3,6 +3,7 @@ minimum / maximum (a sparse table). NaN is above every other value, as in Spark.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +17,7 @@ from flow_jobs.aggregations.base import (
     Aggregator,
     NativeAggregate,
     NativeWindow,
+    StateBuffer,
     simple,
 )
 from flow_jobs.operators.frame import Values
@@ -79,13 +81,16 @@ class ExtremeAggregator(Aggregator):
         self.native_form = f"{name}(col)"  # type: ignore[misc]
         self.state_form = f"range {name}imum (sparse table)"  # type: ignore[misc]
         self.partial_parts = ("nn", name)  # type: ignore[misc]
-        self.buffer_fields = (name,)  # type: ignore[misc]
 
     def folds(self, value: DataType | None) -> bool:
         return isinstance(value, (*PARTIAL_NUMBERS, StringType))
 
-    def partial_value(self, buffer: list[Any]) -> Any:
-        return buffer[0]
+    def state_functions(self, merging: bool) -> tuple[str, ...]:
+        return (self.name,)  # merging: the extreme of partial extremes and rows alike
+
+    def open_value(self, a: AggregationInput, buffers: Sequence[StateBuffer], merging: bool) -> Any:
+        (buffer,) = buffers
+        return buffer.fields[self.name]
 
     def result_types(self, a: AggregationInput) -> list[DataType]:
         assert a.data_type is not None

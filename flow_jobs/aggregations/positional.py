@@ -6,6 +6,7 @@ value)``; on the state API a range minimum / maximum of the order rank."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,7 @@ from flow_jobs.aggregations.base import (
     Aggregator,
     NativeAggregate,
     NativeWindow,
+    StateBuffer,
     ordered,
     simple,
 )
@@ -50,10 +52,16 @@ class PositionalAggregator(Aggregator):
         self.native_form = f"{pick}(struct(event_time, lane, pos, col)).col"  # type: ignore[misc]
         self.state_form = f"range {pick}imum of order rank"  # type: ignore[misc]
         self.partial_parts = (name,)  # type: ignore[misc]
-        self.buffer_fields = (pick,)  # type: ignore[misc]
+        self.pick = pick
 
-    def partial_value(self, buffer: list[Any]) -> Any:
-        return None if buffer[0] is None else buffer[0]["v"]
+    def state_functions(self, merging: bool) -> tuple[str, ...]:
+        # merging: a partial's first / last takes part in the same min / max
+        return (self.pick,)
+
+    def open_value(self, a: AggregationInput, buffers: Sequence[StateBuffer], merging: bool) -> Any:
+        (buffer,) = buffers
+        item = buffer.fields[self.pick]  # struct(t, lane, pos, v)
+        return None if item is None else item["v"]
 
     def result_types(self, a: AggregationInput) -> list[DataType]:
         assert a.data_type is not None

@@ -7,7 +7,7 @@ column."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +20,8 @@ from flow_jobs.aggregations.base import (
     Aggregator,
     NativeAggregate,
     NativeWindow,
+    NotDecoded,
+    StateBuffer,
     StateInputs,
     ordered_items,
 )
@@ -92,6 +94,10 @@ def resolve_function(path: str, key: str) -> Callable[..., Any]:
     return function
 
 
+#: Why ``inspect`` shows no open value for a reduce.
+_NOT_RUN = "inspect does not run the user's initializer and reducer"
+
+
 class ReduceAggregator(Aggregator):
     """Reduce: ``initializer(first)``, then ``reducer(aggregate, value)``."""
 
@@ -101,7 +107,13 @@ class ReduceAggregator(Aggregator):
     )
     state_form = "fold in the events' total order"
     column_optional = True
-    buffer_fields = ("buf",)  # the sorted items, folded when the window is emitted
+    not_inspected = _NOT_RUN
+
+    def state_functions(self, merging: bool) -> tuple[str, ...]:
+        return ("collect_list",)  # the sorted items, folded when the window is emitted
+
+    def open_value(self, a: AggregationInput, buffers: Sequence[StateBuffer], merging: bool) -> Any:
+        raise NotDecoded(_NOT_RUN)
 
     def result_types(self, a: AggregationInput) -> list[DataType]:
         return [_parse_type(a.spec.result_type or "", f"{a.key}.result_type")]

@@ -10,6 +10,7 @@ prefix sums.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,7 @@ from flow_jobs.aggregations.base import (
     PARTIAL_NUMBERS,
     AggregationInput,
     OneFunctionAggregator,
+    StateBuffer,
 )
 from flow_jobs.aggregations.partials import Merge
 from flow_jobs.operators.frame import Values
@@ -125,14 +127,17 @@ class SumAggregator(OneFunctionAggregator):
     state_class = Sum
     numeric_only = True
     partial_parts = ("sum",)
-    buffer_fields = ("sum",)
 
     def folds(self, value: DataType | None) -> bool:
         return isinstance(value, PARTIAL_NUMBERS)
 
-    def partial_value(self, buffer: list[Any]) -> Any:
-        # a DECIMAL sum's buffer adds isEmpty
-        return None if len(buffer) > 1 and buffer[1] else buffer[0]
+    def state_functions(self, merging: bool) -> tuple[str, ...]:
+        return ("try_sum",)  # merging: the try_sum of partial sums and rows alike
+
+    def open_value(self, a: AggregationInput, buffers: Sequence[StateBuffer], merging: bool) -> Any:
+        # try_sum over integers or DECIMAL keeps isEmpty beside the sum (its NULL when true)
+        (buffer,) = buffers
+        return None if buffer.fields.get("isEmpty") else buffer.fields["sum"]
 
     def result_types(self, a: AggregationInput) -> list[DataType]:
         return [sum_type(a.data_type)]

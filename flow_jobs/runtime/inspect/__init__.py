@@ -8,14 +8,17 @@ the watermark that batch ran under (Spark's offset log) and each source's waterm
 
 Where the partial aggregates come from:
 
-* native windows (tumbling, hopping, session on Spark's aggregation): the state value
-  is Spark's aggregation buffers, in the order of the spec's aggregations (each
-  aggregator's ``buffer_fields`` names the fields it keeps, and its ``partial_value``
-  reads them: ``avg`` keeps sum and count, ``first`` / ``last``
-  the least / greatest ``struct(event time, lane, position, value)``, an approximate
-  ``count_distinct`` its DataSketches HLL sketch). When the buffers are not laid out as
-  expected, every aggregate says "n/a" rather than guess; so do ``collect`` and
-  ``reduce``, whose buffers are Spark's own serialization;
+* native windows (tumbling, hopping, cumulate, session on Spark's aggregation): the
+  state value is Spark's aggregation buffers. Which buffers, in which order, is what
+  the pipeline's compiled plan says (``flow_jobs.runtime.inspect.buffers``): inspect
+  compiles it on its checkpoint as a run would, so a window that merges the Kafka
+  reader's partials (``flow_jobs.plan.combine``) is read in that layout, a plain one in
+  its own. Each aggregator reads its value from its buffers (``Aggregator.open_value``:
+  ``avg`` sum / count, ``first`` / ``last`` the least / greatest ``struct(event time,
+  lane, position, value)``, an approximate ``count_distinct`` its DataSketches HLL
+  sketch's estimate). ``collect`` and ``reduce`` show "n/a" (Spark's own serialization
+  of the items; the user's functions), and the report's note names each aggregate that
+  does and why;
 * state-API windows (sliding, count-based, reopening, current sessions, exact distinct
   counts): the value is flow-jobs' own (``flow_jobs.windows.processor``): the
   group's buffered events, from which each open window's aggregates are computed here
@@ -35,6 +38,7 @@ from flow_jobs.aggregations import NOT_DECODED
 from flow_jobs.io.checkpoint_files import CheckpointFiles, checkpoint_files, logged_batches
 from flow_jobs.locations import local_path
 from flow_jobs.runtime.checkpoint import checkpoint_location, read_offset_log
+from flow_jobs.runtime.inspect.buffers import NativeState, native_state
 from flow_jobs.runtime.inspect.joins import join_rows, temporal_rows
 from flow_jobs.runtime.inspect.report import (
     NO_STATE,
@@ -100,10 +104,26 @@ def inspect_state(
     if windows and spec.has_window:
         reader = reader.option("operatorId", max(r["operatorId"] for r in windows))
         if spec.window.engine == "native":
-            report.windows, report.open_windows = native_windows(reader, context)
+            plan = _compiled_state(spark, spec, checkpoint)
+            report.windows, report.open_windows = native_windows(reader, context, plan)
         else:
             report.windows, report.open_windows = state_windows(reader, context)
     return report
+
+
+def _compiled_state(spark: SparkSession, spec: PipelineSpec, checkpoint: str) -> NativeState | str:
+    """What the window's state holds, as the pipeline compiles on its checkpoint; or why
+    that is not known (the windows are still listed, their aggregates "n/a")."""
+    try:
+        return native_state(spark, spec, checkpoint)
+    # Compiling may meet whatever a run would (a registry or lookup out of reach, a spec
+    # Spark refuses): inspect still lists what it reads without it, and says why.
+    except Exception as e:
+        first = (str(e).strip().splitlines() or [""])[0]
+        return (
+            "the pipeline does not compile here, so the buffers its state keeps are "
+            f"unknown ({type(e).__name__}: {first}); `flow-jobs validate --plan` shows why"
+        )
 
 
 # -- where the state is --------------------------------------------------------------

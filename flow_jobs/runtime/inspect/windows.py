@@ -14,6 +14,7 @@ from flow_jobs.aggregations import AGGREGATORS, NOT_DECODED, AggregationInput
 from flow_jobs.operators.frame import EventFrame, Values
 from flow_jobs.operators.ranges import Context, Ranges
 from flow_jobs.plan.windows import state_window_key
+from flow_jobs.runtime.inspect.buffers import NativeState
 from flow_jobs.runtime.inspect.report import (
     DECODE_ALL_GROUPS,
     OpenWindow,
@@ -31,10 +32,16 @@ from flow_jobs.windows.processor import STATE_VARIABLE, load_blob
 # -- native windows ------------------------------------------------------------------
 
 
-def native_windows(reader: Any, c: Reading) -> tuple[list[OpenWindow], int | None]:
+def native_windows(
+    reader: Any, c: Reading, plan: NativeState | str
+) -> tuple[list[OpenWindow], int | None]:
+    """The open windows in Spark's aggregation state, each aggregate read by its
+    aggregator from the buffers the compiled plan says it keeps (``plan``: str, why the
+    plan could not be read: every aggregate is then "n/a")."""
     state = reader.load(c.report.checkpoint)
     w = c.window
-    session_kind = "session_window" in state.schema["value"].dataType.fieldNames()
+    value_type = state.schema["value"].dataType
+    session_kind = "session_window" in value_type.fieldNames()
     bounds = "value.session_window" if session_kind else f"key.{state_window_key(state)}"
     group_cols = {g: F.col(f"key.{g}") for g in w.group_by}
     state = filter_state(state, group_cols, c.window_groups)
@@ -50,58 +57,40 @@ def native_windows(reader: Any, c: Reading) -> tuple[list[OpenWindow], int | Non
         .limit(c.limit)
         .collect()
     )
-    skip = {"session_window", *w.group_by} if session_kind else set()
-    layout = _buffer_layout(
-        w.aggregations,
-        [f.name for f in state.schema["value"].dataType.fields if f.name not in skip],
-    )
-    if layout is None:
-        c.report.note = (
-            "the state's aggregation buffers are not laid out as expected: aggregates n/a"
-        )
+    fields = [(f.name, f.dataType.simpleString()) for f in value_type.fields]
+    unreadable = plan if isinstance(plan, str) else plan.mismatch(fields)
     windows = []
     for r in rows:
-        buffers = [v for f, v in zip(r["value"].__fields__, r["value"], strict=True)
-                   if f not in skip]  # fmt: skip
         rule, sources = c.explained(time_rule(c, r["end"]))
+        aggregates = (
+            plan.aggregates(list(r["value"]))
+            if isinstance(plan, NativeState) and unreadable is None
+            else dict.fromkeys((a.as_ for a in w.aggregations), NOT_DECODED)
+        )
         windows.append(
             OpenWindow(
                 as_datetime(r["start"]),
                 as_datetime(r["end"]),
                 {g: plain(r[f"g{i}"]) for i, g in enumerate(w.group_by)},
-                _native_aggregates(w.aggregations, layout, buffers),
+                aggregates,
                 rule,
                 sources,
             )
         )
+    if rows and unreadable is not None:
+        c.report.note = f"every aggregate shows {NOT_DECODED}: {unreadable}"
+    elif rows and isinstance(plan, NativeState) and plan.unread:
+        c.report.note = _unread_note(w.aggregations, plan.unread)
     return windows, total
 
 
-def _buffer_layout(aggs: Iterable[Aggregation], names: list[str]) -> list[slice] | None:
-    """Each aggregation's slice of the buffer fields; None when they do not match."""
-    layout, at = [], 0
-    for a in aggs:
-        expected = AGGREGATORS[a.agg].buffer_fields
-        width = len(expected)
-        if a.agg == "sum" and names[at + 1 : at + 2] == ["isEmpty"]:
-            width = 2
-        if tuple(names[at : at + len(expected)]) != expected:
-            return None
-        layout.append(slice(at, at + width))
-        at += width
-    return layout if at == len(names) else None
-
-
-def _native_aggregates(
-    aggs: list[Aggregation], layout: list[slice] | None, buffers: list[Any]
-) -> dict[str, Any]:
-    """Each aggregate's open value, read by its aggregator from its buffer fields."""
-    return {
-        a.as_: NOT_DECODED
-        if layout is None
-        else plain(AGGREGATORS[a.agg].partial_value(buffers[layout[i]]))
-        for i, a in enumerate(aggs)
-    }
+def _unread_note(aggregations: Iterable[Aggregation], unread: dict[str, str]) -> str:
+    """Which aggregates show "n/a", and why."""
+    return "; ".join(
+        f"{a.as_} = {a.agg}({a.column or ''}) shows {NOT_DECODED}: {unread[a.as_]}"
+        for a in aggregations
+        if a.as_ in unread
+    )
 
 
 # -- state-API windows ---------------------------------------------------------------
@@ -129,6 +118,9 @@ def state_windows(reader: Any, c: Reading) -> tuple[list[OpenWindow], int | None
     windows.sort(
         key=lambda x: (epoch_ms(x.end) if x.end else 0, epoch_ms(x.start) if x.start else 0)
     )
+    unread = {a.as_: AGGREGATORS[a.agg].not_inspected for a in w.aggregations}
+    if windows and any(unread.values()):
+        c.report.note = _unread_note(w.aggregations, {k: v for k, v in unread.items() if v})
     return windows[: c.limit], (len(windows) if every else None)
 
 
@@ -168,7 +160,8 @@ def _open_aggregates(c: Reading, frame: EventFrame, ranges: Ranges) -> list[dict
     """Each open window's aggregates as they stand, computed by the operator's own
     aggregators (``Aggregator.state``) over the group's state. The frame's column kinds
     come from their dtype, so a timestamp column shows as the epoch microseconds it
-    holds; ``reduce`` runs the user's functions, which ``inspect`` does not: "n/a"."""
+    holds; ``reduce`` runs the user's functions, which ``inspect`` does not: "n/a"
+    (``Aggregator.not_inspected``)."""
     kinds = {name: _kind(values) for name, values in frame.columns.items()}
     ctx = Context.of(frame, kinds, lambda i: f"open window {i}")
     out: list[dict[str, Any]] = [{} for _ in range(len(ranges))]
@@ -177,7 +170,7 @@ def _open_aggregates(c: Reading, frame: EventFrame, ranges: Ranges) -> list[dict
         given = AggregationInput(a, i, None, None, ())
         column = unit.state_column(given)
         values: Any = [NOT_DECODED] * len(ranges)
-        if a.agg != "reduce" and (column is None or column in frame.columns):
+        if unit.not_inspected is None and (column is None or column in frame.columns):
             operator = unit.state(given, column, c.spec.name)
             values = operator.compute(ctx, ranges)[0]
         for window, value in zip(out, values, strict=True):
