@@ -154,6 +154,9 @@ def _spark_home_without_python_zips() -> None:
     os.environ["SPARK_HOME"] = str(home)
 
 
+#: The Spark log levels at which Spark's own start-up notes and logs are shown.
+_VERBOSE = ("INFO", "DEBUG", "TRACE", "ALL")
+
 #: The driver JVM's log4j2 profile unless Spark's own is asked for (a verbose level).
 QUIET_LOG4J = Path(__file__).with_name("log4j2-quiet.properties")
 
@@ -163,7 +166,7 @@ def _quiet_start(settings: Mapping[str, str], master: str | None, level: str) ->
     output: flow-jobs's log4j2 profile (no "Using Spark's default log4j profile", no
     native-hadoop warning), and on a local master the loopback address to bind to (no
     "hostname resolves to a loopback address"). A verbose level keeps Spark's own."""
-    if level.upper() in ("INFO", "DEBUG", "TRACE", "ALL"):
+    if level.upper() in _VERBOSE:
         return {}
     if (master or "local[*]").startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -208,8 +211,22 @@ def build_spark_session(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(env.spark_log_level)
+    _quiet_query_context_logs(env.spark_log_level)
     register_sources(spark)
     return spark
+
+
+def _quiet_query_context_logs(level: str) -> None:
+    """PySpark logs each analysis error it raises as a JSON record with the JVM's whole
+    stack trace on stderr (its query-context loggers) before the caller sees the error;
+    flow-jobs reports that error in one line naming the key, so these records go unless
+    a verbose level asks for Spark's own logs."""
+    if level.upper() in _VERBOSE:
+        return
+    from pyspark.logger import PySparkLogger
+
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
 
 
 #: SQL settings of every pipeline session, before the spec's [spark] conf. ANSI mode
