@@ -19,7 +19,7 @@ from rich.table import Table
 from flow_jobs.cli_inspect import InspectUsageError, add_inspect_command
 from flow_jobs.errors import PlanError
 from flow_jobs.io.checkpoint_claim import IncompatibleSpec
-from flow_jobs.io.state_store import PipelineBusy, StateStore
+from flow_jobs.io.state_store import PipelineBusy, StateStore, refuse_incompatible
 from flow_jobs.io.state_store_location import state_store_schema, state_store_url
 from flow_jobs.locations import local_path
 from flow_jobs.runtime.checkpoint import retire_checkpoint
@@ -102,10 +102,10 @@ def _run(args: argparse.Namespace) -> int:
 
     previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     display = make_display(sys.stderr, quiet=args.quiet)
-    warming = _warm_state_store(spec)
     try:
-        runner = PipelineRunner(spec, stop_event=stop)  # the JVM starts meanwhile
-        warming.join()
+        # A spec its checkpoint cannot resume under is refused before the JVM starts.
+        refuse_incompatible(spec, args.spec)
+        runner = PipelineRunner(spec, stop_event=stop, spec_path=args.spec)
         summary = runner.run(available_now=args.available_now, display=display)
     except (PipelineFailed, IncompatibleSpec) as e:
         print(f"error: {redact(str(e))}", file=sys.stderr)
@@ -115,22 +115,6 @@ def _run(args: argparse.Namespace) -> int:
             signal.signal(signum, handler)
     print(summary.describe())
     return EXIT_OK
-
-
-def _warm_state_store(spec: PipelineSpec) -> threading.Thread:
-    """Opens the state store (the embedded Postgres's start, the migrations) on a thread
-    while the JVM starts: ``run`` opens it again, by then in milliseconds. A failure is
-    left to ``run``, which reports it as it always has."""
-
-    def warm() -> None:
-        try:
-            StateStore.for_spec(spec).close()
-        except Exception:  # run() opens it again and says what is wrong
-            logging.getLogger(__name__).debug("state store warm-up failed", exc_info=True)
-
-    thread = threading.Thread(target=warm, name="state-store-warm-up", daemon=True)
-    thread.start()
-    return thread
 
 
 def _store_for(args: argparse.Namespace) -> tuple[StateStore, PipelineSpec | None, str]:
