@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 from rich.table import Table
 
-from flow_jobs.cli_inspect import InspectUsageError, add_inspect_command
+from flow_jobs.cli_inspect import InspectUsageError, UnknownPipeline, add_inspect_command
 from flow_jobs.errors import PlanError
 from flow_jobs.io.checkpoint_claim import IncompatibleSpec
 from flow_jobs.io.state_store import PipelineBusy, StateStore, refuse_incompatible
@@ -138,12 +138,32 @@ def _store_for(args: argparse.Namespace) -> tuple[StateStore, PipelineSpec | Non
     return store, spec, name
 
 
+def _unknown(store: StateStore, name: str, command: str) -> int | None:
+    """EXIT_INVALID, with one line saying so and what to do, for a pipeline the store
+    has never registered (no run of it started there); None for a known one."""
+    names = store.pipeline_names()
+    if name in names:
+        return None
+    known = f"it knows {', '.join(names)}" if names else "it knows no pipeline yet"
+    print(
+        f"error: pipeline {name} is not in the state store (schema {store.schema}; {known}): "
+        f"check the name, or give the spec file (flow-jobs {command} {name} --spec "
+        "SPEC.toml) if its state store is another one; a pipeline is registered by its "
+        "first run",
+        file=sys.stderr,
+    )
+    return EXIT_INVALID
+
+
 def _reset(args: argparse.Namespace) -> int:
     try:
         replay_from = aware_instant(args.replay_from, "--from") if args.replay_from else None
     except ValueError as e:
         raise UsageError(str(e)) from None
     store, spec, name = _store_for(args)
+    unknown = _unknown(store, name, "reset")
+    if unknown is not None:
+        return unknown
     checkpoint = spec.checkpoint_location() if spec is not None else args.checkpoint
     if checkpoint is None:
         print(
@@ -183,6 +203,9 @@ def _reset(args: argparse.Namespace) -> int:
 
 def _show(args: argparse.Namespace) -> int:
     store, _spec, name = _store_for(args)
+    unknown = _unknown(store, name, "state show")
+    if unknown is not None:
+        return unknown
     rows = store.recent_batches(name, args.limit)
     if not rows:
         print(f"pipeline {name}: no batches in the ledger ({store.schema})")
@@ -383,7 +406,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (UsageError, InspectUsageError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except SpecError as e:
+    except (SpecError, UnknownPipeline) as e:
         print(f"error: {redact(str(e))}", file=sys.stderr)
         return EXIT_INVALID
     except PlanError as e:  # found compiling with Spark: where, as a spec error says it

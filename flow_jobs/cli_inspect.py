@@ -29,6 +29,10 @@ class InspectUsageError(ValueError):
     """A command line ``inspect`` refuses (the CLI's exit code 2)."""
 
 
+class UnknownPipeline(LookupError):
+    """No spec of that name where ``inspect`` looks (the CLI's exit code 1)."""
+
+
 def add_inspect_command(commands: Any) -> argparse.ArgumentParser:
     inspect = commands.add_parser(
         "inspect",
@@ -107,7 +111,7 @@ def resolve_spec(pipeline: str, spec_file: str | None) -> PipelineSpec:
         if spec.name == pipeline:
             return spec
         names.append(spec.name)
-    raise InspectUsageError(
+    raise UnknownPipeline(
         f"no spec named {pipeline!r} in {folder}/ (found: {', '.join(names) or 'none'}); "
         "give the spec file (flow-jobs inspect PATH.toml) or --spec PATH.toml"
     )

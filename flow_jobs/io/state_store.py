@@ -315,6 +315,13 @@ class StateStore:
                 (Jsonb(list(key)), name),
             )
 
+    def pipeline_names(self) -> list[str]:
+        """Every pipeline the store has registered (a run's start registers it)."""
+        with self.connect() as conn:
+            return [
+                r[0] for r in conn.execute(self.q("SELECT name FROM {s}.pipelines ORDER BY name"))
+            ]
+
     def natural_key(self, name: str) -> list[str] | None:
         with self.connect() as conn:
             row = conn.execute(
