@@ -24,7 +24,8 @@ def run_metadata(runner: Any, spec: PipelineSpec, summary: Any) -> dict[str, Any
         "global_watermark": summary.watermark or "",
         "batches": summary.batches,
         "target": f"{spec.target.kind} {spec.target.describe()}",
-        "target_version": summary.target_version or "",
+        # as the run's summary line and `flow-jobs state show` say it ("Delta version 7")
+        "target_commit": summary.target_commit_text,
         "query_id": summary.query_id,
     }
     ledger = runner.ledger

@@ -18,6 +18,7 @@ from rich.table import Table
 
 from flow_jobs.cli_inspect import InspectUsageError, UnknownPipeline, add_inspect_command
 from flow_jobs.errors import PlanError
+from flow_jobs.io.batch import describe_commit
 from flow_jobs.io.checkpoint_claim import IncompatibleSpec
 from flow_jobs.io.state_store import PipelineBusy, StateStore, refuse_incompatible
 from flow_jobs.io.state_store_location import state_store_schema, state_store_url
@@ -238,7 +239,7 @@ def format_batches(rows: list[dict[str, Any]]) -> Table:
         return "-" if value is None else str(value)
 
     header = ("v", "batch", "end offsets", "watermark", "lag", "in", "out", "late", "dlq",
-              "target version", "committed")  # fmt: skip
+              "target commit", "committed")  # fmt: skip
     body = [
         (
             r["state_version"],
@@ -250,7 +251,7 @@ def format_batches(rows: list[dict[str, Any]]) -> Table:
             r["output_rows"],
             count(r["late_rows"]),
             r["dead_lettered_rows"],
-            r["target_version"] or "-",
+            describe_commit(r["target_kind"], r["target_version"]),
             ts(r["committed_at"]),
         )
         for r in rows

@@ -329,6 +329,7 @@ def test_the_ledger_table_shows_offsets_not_heartbeats() -> None:
         "output_rows": 0,
         "late_rows": 0,
         "dead_lettered_rows": 0,
+        "target_kind": "delta",
         "target_version": None,
         "committed_at": None,
     }
