@@ -10,18 +10,22 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import psycopg
-from rich.table import Table
 
-from flow_jobs.cli_inspect import InspectUsageError, UnknownPipeline, add_inspect_command
+from flow_jobs.cli_inspect import InspectUsageError, add_inspect_command
+from flow_jobs.cli_store import (
+    StoreUsageError,
+    UnknownPipeline,
+    add_show_commands,
+    add_store_options,
+    require_known,
+    store_for,
+)
 from flow_jobs.errors import PlanError
-from flow_jobs.io.batch import describe_commit
 from flow_jobs.io.checkpoint_claim import IncompatibleSpec
-from flow_jobs.io.state_store import PipelineBusy, StateStore, refuse_incompatible
-from flow_jobs.io.state_store_location import state_store_schema, state_store_url
+from flow_jobs.io.state_store import PipelineBusy, refuse_incompatible
 from flow_jobs.locations import local_path
 from flow_jobs.runtime.checkpoint import retire_checkpoint
 from flow_jobs.runtime.display import configure_logging, make_display
@@ -29,13 +33,16 @@ from flow_jobs.runtime.pack import DEFAULT_ARCHIVE, pack
 from flow_jobs.secrets import redact
 from flow_jobs.spec import SpecError, load_spec
 from flow_jobs.spec.models import PipelineSpec, aware_instant
-from flow_jobs.tables import show, table
 
 Handler = Callable[[argparse.Namespace], int]
 
 
 class UsageError(ValueError):
     """A command line the CLI refuses (exit code 2, like argparse's own)."""
+
+
+#: The other commands' own refusals of a command line (exit code 2).
+USAGE_ERRORS = (UsageError, InspectUsageError, StoreUsageError)
 
 
 EXIT_OK = 0
@@ -118,53 +125,13 @@ def _run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _store_for(args: argparse.Namespace) -> tuple[StateStore, PipelineSpec | None, str]:
-    """The state store a NAME (or a spec file) lives in: ``--url-file``, else the spec's
-    ``[state_store]``, else ``FLOW_STATE_STORE_URL``, else the embedded one."""
-    if getattr(args, "url", None):
-        raise UsageError(
-            "--url is not accepted: a password on the command line shows in `ps` and the "
-            "shell history; set FLOW_STATE_STORE_URL or give --url-file PATH"
-        )
-    spec = load_spec(args.pipeline) if args.pipeline.endswith(".toml") else None
-    if spec is None and args.spec:
-        spec = load_spec(args.spec)
-    name = spec.name if spec is not None else args.pipeline
-    if getattr(args, "url_file", None):
-        url = Path(args.url_file).read_text(encoding="utf-8").strip()
-    else:
-        url = state_store_url(spec)
-    store = StateStore(url, args.schema or state_store_schema(spec))
-    store.migrate()
-    return store, spec, name
-
-
-def _unknown(store: StateStore, name: str, command: str) -> int | None:
-    """EXIT_INVALID, with one line saying so and what to do, for a pipeline the store
-    has never registered (no run of it started there); None for a known one."""
-    names = store.pipeline_names()
-    if name in names:
-        return None
-    known = f"it knows {', '.join(names)}" if names else "it knows no pipeline yet"
-    print(
-        f"error: pipeline {name} is not in the state store (schema {store.schema}; {known}): "
-        f"check the name, or give the spec file (flow-jobs {command} {name} --spec "
-        "SPEC.toml) if its state store is another one; a pipeline is registered by its "
-        "first run",
-        file=sys.stderr,
-    )
-    return EXIT_INVALID
-
-
 def _reset(args: argparse.Namespace) -> int:
     try:
         replay_from = aware_instant(args.replay_from, "--from") if args.replay_from else None
     except ValueError as e:
         raise UsageError(str(e)) from None
-    store, spec, name = _store_for(args)
-    unknown = _unknown(store, name, "reset")
-    if unknown is not None:
-        return unknown
+    store, spec, name = store_for(args)
+    require_known(store, name, "reset")
     checkpoint = spec.checkpoint_location() if spec is not None else args.checkpoint
     if checkpoint is None:
         print(
@@ -200,63 +167,6 @@ def _reset(args: argparse.Namespace) -> int:
             "keep their rows"
         )
     return EXIT_OK
-
-
-def _show(args: argparse.Namespace) -> int:
-    store, _spec, name = _store_for(args)
-    unknown = _unknown(store, name, "state show")
-    if unknown is not None:
-        return unknown
-    rows = store.recent_batches(name, args.limit)
-    if not rows:
-        print(f"pipeline {name}: no batches in the ledger ({store.schema})")
-        return EXIT_OK
-    show(format_batches(rows), "(* a replayed batch: its write was already committed)")
-    return EXIT_OK
-
-
-def format_batches(rows: list[dict[str, Any]]) -> Table:
-    """The ledger's rows as a table, oldest first."""
-
-    def offsets(value: dict[str, Any] | None) -> str:
-        if not value:
-            return "-"
-        parts = []
-        for source, topics in value.items():
-            for topic, partitions in topics.items():
-                if topic.startswith("_"):  # "_data_loss", "_heartbeat": not offsets
-                    continue
-                parts.append(f"{source}:" + ",".join(f"{p}={o}" for p, o in partitions.items()))
-        return " ".join(parts)
-
-    def ts(value: Any) -> str:
-        return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else "-"
-
-    def lag(value: Any) -> str:
-        return f"{value.total_seconds():.0f}s" if value is not None else "-"
-
-    def count(value: Any) -> str:
-        return "-" if value is None else str(value)
-
-    header = ("v", "batch", "end offsets", "watermark", "lag", "in", "out", "late", "dlq",
-              "target commit", "committed")  # fmt: skip
-    body = [
-        (
-            r["state_version"],
-            f"{r['batch_id']}{'*' if r['replayed'] else ''}",
-            offsets(r["end_offsets"]),
-            ts(r["global_watermark"]),
-            lag(r["watermark_lag"]),
-            count(r["input_rows"]),
-            r["output_rows"],
-            count(r["late_rows"]),
-            r["dead_lettered_rows"],
-            describe_commit(r["target_kind"], r["target_version"]),
-            ts(r["committed_at"]),
-        )
-        for r in rows
-    ]
-    return table(header, body, right=("in", "out", "late", "dlq"))
 
 
 def _pack(args: argparse.Namespace) -> int:
@@ -329,24 +239,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_inspect_command(commands)
 
-    def store_options(command: argparse.ArgumentParser) -> None:
-        command.add_argument("pipeline", help="the pipeline's name, or its spec file")
-        command.add_argument("--spec", help="the spec file (its [state_store] and checkpoint)")
-        command.add_argument(
-            "--url-file",
-            help="a file holding the state store's URL (else the spec's, else "
-            "$FLOW_STATE_STORE_URL, else the embedded one)",
-        )
-        # Accepted only to refuse it: a password on the command line shows in `ps` and the
-        # shell history (and argparse would echo an unknown option with its value).
-        command.add_argument("--url", help=argparse.SUPPRESS)
-        command.add_argument("--schema", help="the state store's schema (default flow_jobs)")
-
     reset = commands.add_parser(
         "reset",
         help="start a new checkpoint generation (after an incompatible spec change)",
     )
-    store_options(reset)
+    add_store_options(reset)
     reset.add_argument("--checkpoint", help="the checkpoint to move aside, without a spec")
     reset.add_argument(
         "--from",
@@ -376,13 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pack.set_defaults(handler=_pack)
 
-    state = commands.add_parser("state", help="read the state store")
-    state_commands = state.add_subparsers(dest="state_command", required=True)
-    show = state_commands.add_parser("show", help="the ledger's recent batches as a table")
-    store_options(show)
-    show.add_argument("--limit", type=int, default=20, help="how many batches (default 20)")
-    show.set_defaults(handler=_show)
-    for command in [*commands.choices.values(), *state_commands.choices.values()]:
+    add_show_commands(commands, lambda command: _verbosity(command, suppress=True))
+    for command in commands.choices.values():
         _verbosity(command, suppress=True)
     return parser
 
@@ -404,7 +296,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(level)
     try:
         return int(args.handler(args))
-    except (UsageError, InspectUsageError) as e:
+    except USAGE_ERRORS as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except (SpecError, UnknownPipeline) as e:

@@ -13,6 +13,7 @@ import psycopg
 from rich.console import Console
 
 from flow_jobs import tables
+from flow_jobs.cli_store import UnknownPipeline
 from flow_jobs.runtime.inspect import (
     NO_STATE,
     NOT_DECODED,
@@ -27,10 +28,6 @@ from flow_jobs.spec.models import PipelineSpec
 
 class InspectUsageError(ValueError):
     """A command line ``inspect`` refuses (the CLI's exit code 2)."""
-
-
-class UnknownPipeline(LookupError):
-    """No spec of that name where ``inspect`` looks (the CLI's exit code 1)."""
 
 
 def add_inspect_command(commands: Any) -> argparse.ArgumentParser:

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from flow_jobs.cli import format_batches
+from flow_jobs.cli_store import format_batches
 from flow_jobs.kafka.heartbeats import IDLE_FOR_THE_RUN_MS
 from flow_jobs.runtime.idleness import IdleSources, replay_targets
 from flow_jobs.runtime.runner import PipelineRunner

@@ -55,10 +55,10 @@ def test_an_unknown_pipeline_exits_1_naming_the_known_ones(
     assert main(["state", "show", "no-such-pipeline"]) == 1
     assert "(schema " + schema + "; it knows sensor-sessions)" in capsys.readouterr().err
     assert main(["state", "show", "sensor-sessions"]) == 0  # known, no batch yet
-    assert (
-        capsys.readouterr().out
-        == f"pipeline sensor-sessions: no batches in the ledger ({schema})\n"
-    )
+    assert capsys.readouterr().out.splitlines() == [
+        f"pipeline sensor-sessions: ledger {schema}.batches in {postgres_url} (psql it, or --psql)",
+        f"pipeline sensor-sessions: no batches in the ledger ({schema})",
+    ]
 
     assert main(["inspect", "no-such-pipeline"]) == 1
     assert capsys.readouterr().err.splitlines() == [

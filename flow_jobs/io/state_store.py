@@ -170,6 +170,11 @@ class StateStore:
         store.migrate()
         return store
 
+    @property
+    def url(self) -> str:
+        """The database's URL, password and all: for a client, never for a log."""
+        return self._url
+
     def __repr__(self) -> str:  # never the URL: it may hold a password
         return f"StateStore(schema={self.schema!r})"
 
