@@ -5,6 +5,7 @@ naming the file, the key and what to do. ``--plan``'s own errors name the file t
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -147,6 +148,45 @@ def test_a_dedup_key_its_source_lacks_is_refused_even_beside_sql() -> None:
     )
     doc["transform"]["dedup"] = [{"keys": ["sensor", "_event_ts"], "within_ms": 1000}]
     load_spec_from(doc)
+
+
+NUMBERS_OR_NOT = ["STRING", "BOOLEAN", "TIMESTAMP", "DATE", "INTERVAL DAY", "BINARY",
+                  "ARRAY<INT>", "TINYINT", "INT", "BIGINT", "FLOAT", "DOUBLE",
+                  "DECIMAL(5,2)"]  # fmt: skip
+
+
+def test_sum_and_avg_of_a_declared_column_that_is_not_a_number_are_refused(
+    spark: SparkSession,
+) -> None:
+    """As the plan refuses them (``aggregation_input``, on a frame of that type), with
+    the same key and words."""
+    from flow_jobs.aggregations import aggregation_input
+    from flow_jobs.errors import PlanError
+    from flow_jobs.spec.models import Aggregation
+
+    for declared in NUMBERS_OR_NOT:
+        for agg in ("sum", "avg", "max"):
+            doc = window_spec(f"sensor STRING, temp {declared}, ts BIGINT")
+            doc["transform"]["window"]["aggregations"] = [
+                {"agg": "count", "as": "n"}, {"agg": agg, "column": "temp", "as": "t"}]  # fmt: skip
+            frame = spark.createDataFrame([], f"temp {declared}")
+            try:
+                aggregation_input(Aggregation(agg=agg, column="temp", as_="t"), 1, frame)
+                planned = None
+            except PlanError as e:
+                planned = str(e)
+            try:
+                load_spec_from(doc)
+                loaded = None
+            except SpecError as e:
+                loaded = str(e)
+            fix = "declare it a number in the source's schema, or cast it in [transform].sql"
+            expected = None if planned is None else f"spec.toml: {planned}: {fix}"
+            assert loaded == expected, (declared, agg)
+    assert planned is None  # DECIMAL: a number
+    refused = "aggregations[0].column: avg needs a numeric column; 'temp' is string: declare"
+    with pytest.raises(SpecError, match=re.escape(refused)):
+        load_spec_from(window_spec("sensor STRING, temp STRING, ts BIGINT"))
 
 
 def test_the_python_facade_refuses_the_same() -> None:

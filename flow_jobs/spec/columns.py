@@ -103,6 +103,28 @@ def check_columns(spec: PipelineSpec) -> None:
         refuse("transform.window.group_by", source, [*window.group_by])
         for a in window.aggregations:
             refuse(f"transform.window.aggregations.{a.as_}.column", source, [a.column])
+        _numeric_inputs(spec, types.get(source, {}))
+
+
+#: Spark's numeric types, as their ``simpleString`` starts.
+_NUMERIC = ("tinyint", "smallint", "int", "bigint", "float", "double", "decimal(")
+
+
+def _numeric_inputs(spec: PipelineSpec, types: dict[str, str]) -> None:
+    """An aggregator that takes numbers only (sum, avg) over a column the source
+    declares, as the plan refuses it (``flow_jobs.aggregations.aggregation_input``)."""
+    from flow_jobs.aggregations import AGGREGATORS  # Spark's API: imported when needed
+
+    for i, a in enumerate(spec.window.aggregations):
+        declared = types.get(a.column) if a.column else None
+        if declared is None or not AGGREGATORS[a.agg].numeric_only:
+            continue
+        if not declared.startswith(_NUMERIC) or declared.startswith("interval"):
+            raise key_error(
+                f"transform.window.aggregations[{i}].column",
+                f"{a.agg} needs a numeric column; {a.column!r} is {declared}: declare it a "
+                "number in the source's schema, or cast it in [transform].sql",
+            )
 
 
 def check_event_time_types(spec: PipelineSpec) -> None:
