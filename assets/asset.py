@@ -29,7 +29,7 @@ from assets.naming import (
     topic_key,
 )
 from assets.resources import SPEC_RESOURCES, resolve
-from assets.run import PipelineRunConfig, run_pipeline
+from assets.run import PipelineRunConfig, refuse_incompatible_spec, run_pipeline
 from flow_jobs.spec.models import PipelineSpec
 
 
@@ -91,8 +91,9 @@ def pipeline_asset(spec: PipelineSpec, spec_path: Path) -> AssetsDefinition:
         context: AssetExecutionContext, config: PipelineRunConfig
     ) -> Iterator[MaterializeResult]:
         resolved = resolve(spec, context.resources)
+        refuse_incompatible_spec(resolved, spec_path)  # before Spark starts
         spark = context.resources.spark.spark_session
-        runner, summary = run_pipeline(context, resolved, config.mode, spark)
+        runner, summary = run_pipeline(context, resolved, config.mode, spark, spec_path)
         yield MaterializeResult(asset_key=target, metadata=run_metadata(runner, resolved, summary))
         where = (
             resolved.dead_letter_path() if resolved.dead_letter.kind == "delta" else "state store"

@@ -8,7 +8,7 @@ from typing import Any
 
 from dagster import MetadataValue
 
-from flow_jobs.spec.models import PipelineSpec, revealed
+from flow_jobs.spec.models import PipelineSpec
 
 PREVIEW_ROWS = 10
 
@@ -24,7 +24,8 @@ def run_metadata(runner: Any, spec: PipelineSpec, summary: Any) -> dict[str, Any
         "global_watermark": summary.watermark or "",
         "batches": summary.batches,
         "target": f"{spec.target.kind} {spec.target.describe()}",
-        "target_version": summary.target_version or "",
+        # as the run's summary line and `flow-jobs state show` say it ("Delta version 7")
+        "target_commit": summary.target_commit_text,
         "query_id": summary.query_id,
     }
     ledger = runner.ledger
@@ -46,30 +47,12 @@ def run_metadata(runner: Any, spec: PipelineSpec, summary: Any) -> dict[str, Any
 
 def preview_rows(spec: PipelineSpec, runner: Any) -> list[dict[str, Any]]:
     """The newest rows of the target (by its first natural-key columns)."""
-    key = list(runner.compiled.natural_key)
-    if spec.target.kind == "delta":
-        from flow_jobs.io.delta import quoted, read_delta
+    from flow_jobs.io.target_rows import NoTargetYet, newest_rows
 
-        order = ", ".join(f"{quoted(c)} DESC NULLS LAST" for c in key[:2])
-        sql = f"SELECT * FROM t ORDER BY {order} LIMIT {PREVIEW_ROWS}"
-        options = revealed(spec.target.storage_options)
-        return read_delta(spec.target.path, options, sql).to_pylist()
-    if spec.target.kind == "postgres" and runner.ledger is not None:
-        from psycopg import sql
-
-        order = sql.SQL(", ").join(
-            sql.SQL("{} DESC NULLS LAST").format(sql.Identifier(c)) for c in key[:2]
-        )
-        with runner.ledger.connect() as conn:
-            cur = conn.execute(
-                sql.SQL("SELECT * FROM {} ORDER BY {} LIMIT %s").format(
-                    sql.Identifier(spec.target.schema_name, spec.target.table), order
-                ),
-                (PREVIEW_ROWS,),
-            )
-            names = [d.name for d in cur.description or []]
-            return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
-    return []
+    try:
+        return newest_rows(spec, runner.compiled.natural_key, runner.ledger, PREVIEW_ROWS)
+    except NoTargetYet:
+        return []
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:

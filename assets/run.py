@@ -14,11 +14,13 @@ import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Literal
 
 from dagster import AssetExecutionContext, Config, DagsterExecutionInterruptedError, Failure
 
-from flow_jobs.io.state_store import PipelineBusy
+from flow_jobs.io.checkpoint_claim import IncompatibleSpec
+from flow_jobs.io.state_store import PipelineBusy, refuse_incompatible
 from flow_jobs.runtime.display import Lines
 from flow_jobs.secrets import RedactingFilter
 from flow_jobs.spec.models import PipelineSpec
@@ -55,14 +57,28 @@ def logs_to(dagster_log: Any) -> Iterator[None]:
         root.removeHandler(handler)
 
 
+def refuse_incompatible_spec(spec: PipelineSpec, spec_path: Path | None = None) -> None:
+    """A spec its checkpoint cannot resume under fails the step before Spark starts,
+    with the reset that works for it (``--spec`` the file Dagster loaded)."""
+    try:
+        refuse_incompatible(spec, str(spec_path) if spec_path else None)
+    except IncompatibleSpec as e:  # nothing ran: a retry would be refused the same way
+        raise Failure(description=str(e), allow_retries=False) from None
+
+
 def run_pipeline(
-    context: AssetExecutionContext, spec: PipelineSpec, mode: str, spark: Any
+    context: AssetExecutionContext,
+    spec: PipelineSpec,
+    mode: str,
+    spark: Any,
+    spec_path: Path | None = None,
 ) -> tuple[Any, Any]:
     """Run the pipeline to its end (or the run's termination): (runner, run summary)."""
     from flow_jobs.runtime.runner import PipelineRunner
 
     stop = threading.Event()
-    runner = PipelineRunner(spec, spark, stop_event=stop)
+    path = str(spec_path) if spec_path else None
+    runner = PipelineRunner(spec, spark, stop_event=stop, spec_path=path)
     outcome: dict[str, Any] = {}
 
     def work() -> None:
@@ -86,7 +102,7 @@ def run_pipeline(
             stop.set()
             worker.join()
             raise
-    if isinstance(outcome.get("error"), PipelineBusy):
+    if isinstance(outcome.get("error"), PipelineBusy | IncompatibleSpec):
         # A clear step failure, not a stack trace: nothing ran, nothing to retry now.
         raise Failure(description=str(outcome["error"]), allow_retries=False) from None
     if "error" in outcome:

@@ -10,18 +10,23 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import psycopg
-from rich.table import Table
 
 from flow_jobs.cli_inspect import InspectUsageError, add_inspect_command
+from flow_jobs.cli_store import (
+    StoreUsageError,
+    UnknownPipeline,
+    add_show_commands,
+    add_store_options,
+    require_known,
+    store_for,
+)
 from flow_jobs.errors import PlanError
 from flow_jobs.io.checkpoint_claim import IncompatibleSpec
 from flow_jobs.io.delta import TargetError
-from flow_jobs.io.state_store import PipelineBusy, StateStore
-from flow_jobs.io.state_store_location import state_store_schema, state_store_url
+from flow_jobs.io.state_store import PipelineBusy, refuse_incompatible
 from flow_jobs.locations import local_path
 from flow_jobs.runtime.checkpoint import retire_checkpoint
 from flow_jobs.runtime.display import configure_logging, make_display
@@ -30,13 +35,16 @@ from flow_jobs.runtime.preflight import SourceUnavailable, check_sources
 from flow_jobs.secrets import redact
 from flow_jobs.spec import SpecError, load_spec
 from flow_jobs.spec.models import PipelineSpec, aware_instant
-from flow_jobs.tables import show, table
 
 Handler = Callable[[argparse.Namespace], int]
 
 
 class UsageError(ValueError):
     """A command line the CLI refuses (exit code 2, like argparse's own)."""
+
+
+#: The other commands' own refusals of a command line (exit code 2).
+USAGE_ERRORS = (UsageError, InspectUsageError, StoreUsageError)
 
 
 EXIT_OK = 0
@@ -76,11 +84,7 @@ def _validate(args: argparse.Namespace) -> int:
         if source.registry_format:  # its schema is the registry's: reachable, mappable
             from flow_jobs.plan.sources import payload_schema
 
-            if source.schema_ddl:  # Spark parses the DDL that must agree with it
-                from flow_jobs.runtime.session import session_for
-
-                session_for(spec.spark)
-            payload_schema(source, i)
+            payload_schema(source, i)  # and a declared schema agrees with it (no JVM)
     print(f"{args.spec}: valid — {_describe(spec)}")
     for warning in spec.warnings():
         print(f"warning: {warning}")
@@ -111,11 +115,10 @@ def _run(args: argparse.Namespace) -> int:
     SUMMARY_LOG.setLevel(logging.WARNING)  # printed below, on stdout: once
     previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     display = make_display(sys.stderr, quiet=args.quiet)
-    warming = _warm_state_store(spec)
     try:
-        # the JVM starts meanwhile
-        runner = PipelineRunner(spec, stop_event=stop, sources_checked=True)
-        warming.join()
+        # A spec its checkpoint cannot resume under is refused before the JVM starts.
+        refuse_incompatible(spec, args.spec)
+        runner = PipelineRunner(spec, stop_event=stop, sources_checked=True, spec_path=args.spec)
         summary = runner.run(available_now=args.available_now, display=display)
     except (PipelineFailed, IncompatibleSpec) as e:
         print(f"error: {redact(str(e))}", file=sys.stderr)
@@ -128,49 +131,13 @@ def _run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _warm_state_store(spec: PipelineSpec) -> threading.Thread:
-    """Opens the state store (the embedded Postgres's start, the migrations) on a thread
-    while the JVM starts: ``run`` opens it again, by then in milliseconds. A failure is
-    left to ``run``, which reports it as it always has."""
-
-    def warm() -> None:
-        try:
-            StateStore.for_spec(spec).close()
-        except Exception:  # run() opens it again and says what is wrong
-            logging.getLogger(__name__).debug("state store warm-up failed", exc_info=True)
-
-    thread = threading.Thread(target=warm, name="state-store-warm-up", daemon=True)
-    thread.start()
-    return thread
-
-
-def _store_for(args: argparse.Namespace) -> tuple[StateStore, PipelineSpec | None, str]:
-    """The state store a NAME (or a spec file) lives in: ``--url-file``, else the spec's
-    ``[state_store]``, else ``FLOW_STATE_STORE_URL``, else the embedded one."""
-    if getattr(args, "url", None):
-        raise UsageError(
-            "--url is not accepted: a password on the command line shows in `ps` and the "
-            "shell history; set FLOW_STATE_STORE_URL or give --url-file PATH"
-        )
-    spec = load_spec(args.pipeline) if args.pipeline.endswith(".toml") else None
-    if spec is None and args.spec:
-        spec = load_spec(args.spec)
-    name = spec.name if spec is not None else args.pipeline
-    if getattr(args, "url_file", None):
-        url = Path(args.url_file).read_text(encoding="utf-8").strip()
-    else:
-        url = state_store_url(spec)
-    store = StateStore(url, args.schema or state_store_schema(spec))
-    store.migrate()
-    return store, spec, name
-
-
 def _reset(args: argparse.Namespace) -> int:
     try:
         replay_from = aware_instant(args.replay_from, "--from") if args.replay_from else None
     except ValueError as e:
         raise UsageError(str(e)) from None
-    store, spec, name = _store_for(args)
+    store, spec, name = store_for(args)
+    require_known(store, name, "reset")
     checkpoint = spec.checkpoint_location() if spec is not None else args.checkpoint
     if checkpoint is None:
         print(
@@ -206,60 +173,6 @@ def _reset(args: argparse.Namespace) -> int:
             "keep their rows"
         )
     return EXIT_OK
-
-
-def _show(args: argparse.Namespace) -> int:
-    store, _spec, name = _store_for(args)
-    rows = store.recent_batches(name, args.limit)
-    if not rows:
-        print(f"pipeline {name}: no batches in the ledger ({store.schema})")
-        return EXIT_OK
-    show(format_batches(rows), "(* a replayed batch: its write was already committed)")
-    return EXIT_OK
-
-
-def format_batches(rows: list[dict[str, Any]]) -> Table:
-    """The ledger's rows as a table, oldest first."""
-
-    def offsets(value: dict[str, Any] | None) -> str:
-        if not value:
-            return "-"
-        parts = []
-        for source, topics in value.items():
-            for topic, partitions in topics.items():
-                if topic.startswith("_"):  # "_data_loss", "_heartbeat": not offsets
-                    continue
-                parts.append(f"{source}:" + ",".join(f"{p}={o}" for p, o in partitions.items()))
-        return " ".join(parts)
-
-    def ts(value: Any) -> str:
-        return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else "-"
-
-    def lag(value: Any) -> str:
-        return f"{value.total_seconds():.0f}s" if value is not None else "-"
-
-    def count(value: Any) -> str:
-        return "-" if value is None else str(value)
-
-    header = ("v", "batch", "end offsets", "watermark", "lag", "in", "out", "late", "dlq",
-              "target version", "committed")  # fmt: skip
-    body = [
-        (
-            r["state_version"],
-            f"{r['batch_id']}{'*' if r['replayed'] else ''}",
-            offsets(r["end_offsets"]),
-            ts(r["global_watermark"]),
-            lag(r["watermark_lag"]),
-            count(r["input_rows"]),
-            r["output_rows"],
-            count(r["late_rows"]),
-            r["dead_lettered_rows"],
-            r["target_version"] or "-",
-            ts(r["committed_at"]),
-        )
-        for r in rows
-    ]
-    return table(header, body, right=("in", "out", "late", "dlq"))
 
 
 def _pack(args: argparse.Namespace) -> int:
@@ -332,24 +245,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_inspect_command(commands)
 
-    def store_options(command: argparse.ArgumentParser) -> None:
-        command.add_argument("pipeline", help="the pipeline's name, or its spec file")
-        command.add_argument("--spec", help="the spec file (its [state_store] and checkpoint)")
-        command.add_argument(
-            "--url-file",
-            help="a file holding the state store's URL (else the spec's, else "
-            "$FLOW_STATE_STORE_URL, else the embedded one)",
-        )
-        # Accepted only to refuse it: a password on the command line shows in `ps` and the
-        # shell history (and argparse would echo an unknown option with its value).
-        command.add_argument("--url", help=argparse.SUPPRESS)
-        command.add_argument("--schema", help="the state store's schema (default flow_jobs)")
-
     reset = commands.add_parser(
         "reset",
         help="start a new checkpoint generation (after an incompatible spec change)",
     )
-    store_options(reset)
+    add_store_options(reset)
     reset.add_argument("--checkpoint", help="the checkpoint to move aside, without a spec")
     reset.add_argument(
         "--from",
@@ -379,15 +279,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pack.set_defaults(handler=_pack)
 
-    state = commands.add_parser("state", help="read the state store")
-    state_commands = state.add_subparsers(dest="state_command", required=True)
-    show = state_commands.add_parser("show", help="the ledger's recent batches as a table")
-    store_options(show)
-    show.add_argument("--limit", type=int, default=20, help="how many batches (default 20)")
-    show.set_defaults(handler=_show)
-    for command in [*commands.choices.values(), *state_commands.choices.values()]:
+    add_show_commands(commands, lambda command: _verbosity(command, suppress=True))
+    for command in commands.choices.values():
         _verbosity(command, suppress=True)
     return parser
+
+
+def _spec_file(args: argparse.Namespace) -> str | None:
+    """The spec file a command was given, as given."""
+    pipeline = getattr(args, "pipeline", None)
+    if pipeline and pipeline.endswith(".toml"):
+        return str(pipeline)
+    spec = getattr(args, "spec", None)
+    return str(spec) if spec else None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -398,11 +302,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(level)
     try:
         return int(args.handler(args))
-    except (UsageError, InspectUsageError) as e:
+    except USAGE_ERRORS as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except (SpecError, PlanError, SourceUnavailable) as e:
+    except (SpecError, UnknownPipeline, SourceUnavailable) as e:
         print(f"error: {redact(str(e))}", file=sys.stderr)
+        return EXIT_INVALID
+    except PlanError as e:  # found compiling with Spark: where, as a spec error says it
+        origin = _spec_file(args)
+        print(f"error: {origin + ': ' if origin else ''}{redact(str(e))}", file=sys.stderr)
         return EXIT_INVALID
     except psycopg.Error as e:  # connect_postgres has masked any password already
         print(f"error: state store: {redact(str(e)).strip()}", file=sys.stderr)

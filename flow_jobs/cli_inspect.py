@@ -13,6 +13,7 @@ import psycopg
 from rich.console import Console
 
 from flow_jobs import tables
+from flow_jobs.cli_store import UnknownPipeline
 from flow_jobs.runtime.inspect import (
     NO_STATE,
     NOT_DECODED,
@@ -107,7 +108,7 @@ def resolve_spec(pipeline: str, spec_file: str | None) -> PipelineSpec:
         if spec.name == pipeline:
             return spec
         names.append(spec.name)
-    raise InspectUsageError(
+    raise UnknownPipeline(
         f"no spec named {pipeline!r} in {folder}/ (found: {', '.join(names) or 'none'}); "
         "give the spec file (flow-jobs inspect PATH.toml) or --spec PATH.toml"
     )

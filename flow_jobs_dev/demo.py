@@ -48,7 +48,7 @@ def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> Any:
 
 
 def show(spec: Any, runner: Any, summary: Any, ledger: list[dict[str, Any]], rows: int) -> None:
-    from flow_jobs.cli import format_batches
+    from flow_jobs.cli_store import format_batches
 
     windows = read_delta(spec.target.path, revealed(spec.target.storage_options)).to_pylist()
     windows.sort(key=lambda r: (r["window_start"], r["user_id"] or ""))

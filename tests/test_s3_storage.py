@@ -232,7 +232,7 @@ def test_a_pipeline_into_s3_writes_the_windows_it_writes_locally(
     ledger = StateStore.for_spec(on_s3)
     batches = ledger.recent_batches(on_s3.name)
     assert sum(b["dead_lettered_rows"] for b in batches) == 2
-    assert batches[-1]["target_version"] == str(summary.target_version)
+    assert batches[-1]["target_version"] == str(summary.target_commit)
     for table in ("windows", "dead_letters"):
         assert s3.keys(f"{prefix}/{table}/_delta_log/")
 

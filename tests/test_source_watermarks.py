@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from flow_jobs.cli import format_batches
+from flow_jobs.cli_store import format_batches
 from flow_jobs.kafka.heartbeats import IDLE_FOR_THE_RUN_MS
 from flow_jobs.runtime.idleness import IdleSources, replay_targets
 from flow_jobs.runtime.runner import PipelineRunner
@@ -329,6 +329,7 @@ def test_the_ledger_table_shows_offsets_not_heartbeats() -> None:
         "output_rows": 0,
         "late_rows": 0,
         "dead_lettered_rows": 0,
+        "target_kind": "delta",
         "target_version": None,
         "committed_at": None,
     }

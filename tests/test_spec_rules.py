@@ -757,7 +757,7 @@ def test_every_aggregator_name_has_its_unit() -> None:
 
 
 def test_ddl_columns_reads_top_level_names() -> None:
-    from flow_jobs.spec.columns import ddl_columns
+    from flow_jobs.spec.ddl import ddl_columns
 
     ddl = (
         "user_id STRING, `odd name` INT, m MAP<STRING, ARRAY<INT>>, "

@@ -189,7 +189,7 @@ def test_an_incompatible_spec_change_is_refused_until_reset(
         PipelineRunner(changed, spark).run(available_now=True)
     message = str(refused.value)
     assert "transform.window.duration_ms: 10000 -> 5000" in message
-    assert f"flow-jobs reset {spec.name}" in message
+    assert f"`flow-jobs reset {spec.name} --spec SPEC.toml`" in message
     changes = message.split(" — ")[1].split(". Revert")[0]
     assert changes == "transform.window.duration_ms: 10000 -> 5000"  # safe keys not named
 
@@ -368,7 +368,7 @@ def test_a_reorder_of_aggregations_is_refused_while_windows_are_open(
         message = str(refused.value)
         changes = message.split(" — ")[1].split(". Revert")[0]
         assert changes == 'transform.window.aggregations.order: ["total", "hi"] -> ["hi", "total"]'
-        assert f"`flow-jobs reset {spec.name}`" in message
+        assert f"`flow-jobs reset {spec.name} --spec SPEC.toml`" in message
     assert not (workdir / "moved").exists()  # refused before anything was written
 
     send(broker.bootstrap_servers, topic, to_records(events[250:]))

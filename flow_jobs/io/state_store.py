@@ -46,23 +46,31 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from flow_jobs.io import postgres_pool
-from flow_jobs.io.checkpoint_claim import IncompatibleSpec, claim_checkpoint
+from flow_jobs.io.checkpoint_claim import (
+    check_claim,
+    claim_checkpoint,
+    spec_changed,
+)
 from flow_jobs.io.ledger_schema import DEFAULT_SCHEMA, MIGRATIONS, SCHEMA_NAME
 from flow_jobs.io.state_store_location import state_store_schema, state_store_url
 from flow_jobs.io.waits import DEFAULT_RETRY_FOR_MS, state_store_away, wait_out
 from flow_jobs.secrets import connect_postgres
-from flow_jobs.spec.fingerprint import (
-    changed_fields,
-    comparable,
-    earlier_fingerprint,
-    fingerprint_fields,
-    fingerprint_of,
-)
+from flow_jobs.spec.fingerprint import earlier_fingerprint, fingerprint_fields, fingerprint_of
 from flow_jobs.spec.models import PipelineSpec
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+def refuse_incompatible(spec: PipelineSpec, spec_path: str | None = None) -> None:
+    """``StateStore.check_resumable`` on the spec's state store, opened for it: what a run
+    (the CLI's, the facade's, Dagster's) asks before it starts Spark."""
+    store = StateStore.for_spec(spec)
+    try:
+        store.check_resumable(spec, spec_path)
+    finally:
+        store.close()
 
 
 class PipelineBusy(RuntimeError):
@@ -162,6 +170,11 @@ class StateStore:
         store.migrate()
         return store
 
+    @property
+    def url(self) -> str:
+        """The database's URL, password and all: for a client, never for a log."""
+        return self._url
+
     def __repr__(self) -> str:  # never the URL: it may hold a password
         return f"StateStore(schema={self.schema!r})"
 
@@ -217,9 +230,10 @@ class StateStore:
 
     # -- pipelines and fingerprints --------------------------------------------------
 
-    def open_pipeline(self, spec: PipelineSpec) -> PipelineState:
+    def open_pipeline(self, spec: PipelineSpec, spec_path: str | None = None) -> PipelineState:
         """Register the pipeline, or check that its checkpoint may resume under ``spec``:
         the ledger's fingerprint for this name, then the checkpoint's own marker.
+        ``spec_path``: the spec file as the user gave it, for the reset a refusal names.
 
         A fingerprint an earlier flow-jobs stored without the order fields
         (``flow_jobs.spec.fingerprint.ORDER_KEYS``) that equals this spec's without them
@@ -246,7 +260,7 @@ class StateStore:
                     (spec.name, fingerprint, Jsonb(fields)),
                 )
                 # A refusal rolls the registration back with it.
-                claim_checkpoint(location, spec.name, fingerprint, earlier)
+                claim_checkpoint(location, spec.name, fingerprint, earlier, spec_path)
                 return PipelineState(spec.name, 0, fingerprint)
             state_version, stored, stored_fields, replay_from = row
             upgraded = stored is not None and stored != fingerprint and stored == earlier
@@ -272,18 +286,32 @@ class StateStore:
                     fingerprint,
                 )
             elif stored is not None and stored != fingerprint:
-                stored_fields = stored_fields or {}
-                changes = changed_fields(stored_fields, comparable(stored_fields, fields))
-                raise IncompatibleSpec(
-                    f"pipeline {spec.name}: the spec changed in ways its checkpoint "
-                    f"(state version {state_version}, fingerprint {stored}) cannot resume "
-                    f"under — {'; '.join(changes)}. Revert the change, or run "
-                    f"`flow-jobs reset {spec.name}` to start a new checkpoint generation "
-                    "(the old checkpoint is kept; the new one re-reads its sources from "
-                    "starting_offsets and MERGEs into the same target)"
-                )
-            claim_checkpoint(location, spec.name, fingerprint, earlier)
+                raise spec_changed(spec, state_version, stored, stored_fields, fields, spec_path)
+            claim_checkpoint(location, spec.name, fingerprint, earlier, spec_path)
             return PipelineState(spec.name, int(state_version), fingerprint, replay_from)
+
+    def check_resumable(self, spec: PipelineSpec, spec_path: str | None = None) -> None:
+        """What ``open_pipeline`` refuses (``IncompatibleSpec``), read only: a ledger
+        fingerprint the spec's differs from, a local checkpoint marked by another
+        pipeline or fingerprint. A run asks this before it starts Spark, so a refused
+        spec change costs opening the store, not a JVM's start; ``open_pipeline`` judges
+        again as it registers the run (a change made in between)."""
+        fields = fingerprint_fields(spec)
+        fingerprint = fingerprint_of(fields)
+        earlier = earlier_fingerprint(fields)
+        with self.connect() as conn:
+            row = conn.execute(
+                self.q(
+                    "SELECT state_version, fingerprint, fingerprint_fields "
+                    "FROM {s}.pipelines WHERE name = %s"
+                ),
+                (spec.name,),
+            ).fetchone()
+        if row is not None:
+            state_version, stored, stored_fields = row
+            if stored is not None and stored not in (fingerprint, earlier):
+                raise spec_changed(spec, state_version, stored, stored_fields, fields, spec_path)
+        check_claim(spec.checkpoint_location(), spec.name, fingerprint, earlier, spec_path)
 
     def record_natural_key(self, name: str, key: Sequence[str]) -> None:
         with self.connect() as conn:
@@ -291,6 +319,13 @@ class StateStore:
                 self.q("UPDATE {s}.pipelines SET natural_key = %s WHERE name = %s"),
                 (Jsonb(list(key)), name),
             )
+
+    def pipeline_names(self) -> list[str]:
+        """Every pipeline the store has registered (a run's start registers it)."""
+        with self.connect() as conn:
+            return [
+                r[0] for r in conn.execute(self.q("SELECT name FROM {s}.pipelines ORDER BY name"))
+            ]
 
     def natural_key(self, name: str) -> list[str] | None:
         with self.connect() as conn:

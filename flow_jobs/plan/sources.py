@@ -59,6 +59,8 @@ from flow_jobs.plan.event_time import (
     event_time_of,
 )
 from flow_jobs.plan.late_rows import LATE, late_condition, late_reason
+from flow_jobs.spec.ddl import Column as DeclaredColumn
+from flow_jobs.spec.ddl import parse_schema
 from flow_jobs.spec.models import EVENT_TS, KAFKA_COLUMN, KafkaSource
 
 _PAYLOAD = "__flow_payload"
@@ -336,8 +338,8 @@ def registry_payload(reader: str, source: KafkaSource, index: int) -> StructType
         derived = from_arrow_schema(format_module(source.format).payload_schema(reader))
     except PayloadSchemaError as e:
         raise PlanError(f"sources[{index}].{where}", f"{source.reader_subject}: {e}") from None
-    if source.schema_ddl:
-        declared = _declared_schema(source, index)
+    if source.schema_ddl:  # read as the spec read it (flow_jobs.spec.ddl): no JVM
+        declared = parse_schema(source.schema_ddl).columns
         origin = "avro_schema" if where == "avro_schema" else f"subject {source.reader_subject}"
         difference = schema_difference(declared, derived, origin)
         if difference:
@@ -345,18 +347,22 @@ def registry_payload(reader: str, source: KafkaSource, index: int) -> StructType
     return derived
 
 
-def schema_difference(declared: StructType, derived: StructType, origin: str) -> str | None:
-    """Where a declared schema and a registry's disagree (the first field), or None."""
-    theirs = {f.name: f.dataType for f in derived.fields}
-    for field in declared.fields:
+def schema_difference(
+    declared: Sequence[DeclaredColumn], derived: StructType, origin: str
+) -> str | None:
+    """Where a declared schema and a registry's disagree (the first field, by name and
+    Spark type), or None."""
+    theirs = {f.name: f.dataType.simpleString() for f in derived.fields}
+    for field in declared:
         if field.name not in theirs:
             return f"field {field.name} is not in the schema of {origin}"
-        if theirs[field.name] != field.dataType:
+        if theirs[field.name] != field.type:
             return (
-                f"field {field.name} is {field.dataType.simpleString()} here and "
-                f"{theirs[field.name].simpleString()} in the schema of {origin}"
+                f"field {field.name} is {field.type} here and {theirs[field.name]} in the "
+                f"schema of {origin}"
             )
-    missing = [name for name in theirs if name not in declared.fieldNames()]
+    names = {field.name for field in declared}
+    missing = [name for name in theirs if name not in names]
     if missing:
         return f"the schema of {origin} has field {missing[0]}, which schema does not declare"
     return None
@@ -391,7 +397,8 @@ def _decode_json(
     where it decoded the record (``in_reader``: ``_undecoded`` is FALSE) and ``from_json``
     only for the rest; the CASE evaluates ``from_json`` for those rows alone."""
     assert source.schema_ddl is not None
-    ddl = f"{source.schema_ddl.strip().rstrip(',')}, {_CORRUPT} STRING"
+    # on a line of its own: a schema may end in a "-- comment", which would swallow it
+    ddl = f"{source.schema_ddl.strip().rstrip(',')}\n, {_CORRUPT} STRING"
     try:
         payload = F.from_json(
             F.col("value").cast("string"), ddl, {"columnNameOfCorruptRecord": _CORRUPT}

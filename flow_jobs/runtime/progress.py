@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from flow_jobs.io.batch import describe_commit
 from flow_jobs.io.ledger import BatchLedger
 from flow_jobs.runtime.caps import StateSizeWatch
 from flow_jobs.runtime.display import Snapshot, SourceExtent
@@ -45,7 +46,9 @@ class RunSummary:
     dead_lettered: int
     late_rows: int  # behind the watermark: dropped, or dead-lettered with late_data = "dlq"
     watermark: str | None
-    target_version: str | None
+    #: the newest target commit of the run (``flow_jobs.io.batch.describe_commit``), as
+    #: its batch's ledger row records it
+    target_commit: str | None
     ended_by: str
     #: rows a session row emitted "current" replaced (its earlier bounds)
     windows_superseded: int = 0
@@ -53,6 +56,12 @@ class RunSummary:
     duplicates: int = 0
     #: broker outages seen while the run lasted, per source (flow_jobs.runtime.outages)
     source_outages: dict[str, int] = field(default_factory=dict)
+    target_kind: str = "delta"
+
+    @property
+    def target_commit_text(self) -> str:
+        """The newest target commit, as every output says it ("Delta version 7")."""
+        return describe_commit(self.target_kind, self.target_commit)
 
     def describe(self) -> str:
         return (
@@ -63,8 +72,7 @@ class RunSummary:
             f"{self.dead_lettered} dead-lettered, {self.late_rows} late rows, "
             f"{_duplicates(self.duplicates)}"
             f"{_outages(self.source_outages)}"
-            f"watermark {self.watermark or '-'}, target version "
-            f"{self.target_version if self.target_version is not None else '-'} "
+            f"watermark {self.watermark or '-'}, last commit {self.target_commit_text} "
             f"({self.ended_by})"
         )
 
@@ -92,6 +100,7 @@ class ProgressTracker:
         idle: IdleSources | None = None,
     ) -> None:
         self.pipeline = spec.name
+        self.target_kind = spec.target.kind
         self.idle = idle
         self.outcomes = outcomes  # the sink's, by batch id; taken here once reported
         self.ledger = ledger
@@ -221,7 +230,8 @@ class ProgressTracker:
                 "already written (replayed batch skipped)"
                 if m.skipped
                 else f"{m.inserted + m.updated} rows written ({m.inserted} new, "
-                f"{m.updated} updated{_superseded(m.superseded)}), target version {m.version}"
+                f"{m.updated} updated{_superseded(m.superseded)}), committed in "
+                f"{describe_commit(self.target_kind, m.version)}"
             )
         log.info(
             "%s batch %s: %s rows in, %s; %s dead-lettered, %s late rows, "
@@ -237,6 +247,8 @@ class ProgressTracker:
         )
 
     def summary(self, query_id: str, target_version: str | None, ended_by: str) -> RunSummary:
+        """The run's figures; its target commit the newest batch's, else
+        ``target_version`` (the target's as it stands: a run that wrote no batch)."""
         newest = self.newest
         totals = self._with_unreported()
         return RunSummary(
@@ -249,11 +261,12 @@ class ProgressTracker:
             dead_lettered=totals.dead_lettered,
             late_rows=totals.late_rows,
             watermark=watermark(newest) if newest else None,
-            target_version=target_version,
+            target_commit=totals.last_commit or target_version,
             ended_by=ended_by,
             windows_superseded=totals.windows_superseded,
             duplicates=totals.duplicates,
             source_outages=dict(self._outages),
+            target_kind=self.target_kind,
         )
 
 
@@ -271,6 +284,7 @@ class _Totals:
     windows_superseded: int = 0
     dead_lettered: int = 0
     write_seconds: float = 0.0  # the sink's writes (the MERGE, the upsert, the produce)
+    last_commit: str | None = None  # the newest batch's target commit
 
     def add(self, progress: Progress, outcome: BatchOutcome | None) -> None:
         self.batches += 1
@@ -281,6 +295,8 @@ class _Totals:
             self.add_outcome(outcome)
 
     def add_outcome(self, outcome: BatchOutcome) -> None:
+        """A batch's outcome; batches come in order (the unreported ones last)."""
+        self.last_commit = outcome.commit or self.last_commit
         self.dead_lettered += outcome.dead_lettered
         self.write_seconds += outcome.write_seconds
         merge = outcome.merge

@@ -81,10 +81,14 @@ class PipelineRunner:
         spark: SparkSession | None = None,
         stop_event: threading.Event | None = None,
         sources_checked: bool = False,
+        spec_path: str | None = None,
     ) -> None:
         self.spec = spec
         #: whether ``check_sources`` passed already (the CLI checks before the JVM starts)
         self.sources_checked = sources_checked
+        #: the spec file as the user gave it (None: built in Python), for the reset an
+        #: incompatible spec's refusal names
+        self.spec_path = spec_path
         self.checkpoint = checkpoint_location(spec.checkpoint_location())
         self.spark = pipeline_session(
             spark or session_for(spec.spark),
@@ -168,8 +172,9 @@ class PipelineRunner:
         display.close(snapshot) if final else display.update(snapshot)
 
     def _run(self, ledger: StateStore, available_now: bool) -> RunSummary:
-        # Refuses a checkpoint whose spec changed incompatibly (IncompatibleSpec).
-        state = ledger.open_pipeline(self.spec)
+        # Refuses a checkpoint whose spec changed incompatibly (IncompatibleSpec): asked
+        # before Spark started (state_store.refuse_incompatible), judged again here.
+        state = ledger.open_pipeline(self.spec, self.spec_path)
         if state.replay_from is not None and not has_committed_batch(self.checkpoint):
             self._start_sources_at(state.replay_from)
         ledger.record_natural_key(self.spec.name, self.compiled.natural_key)

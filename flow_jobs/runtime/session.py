@@ -217,8 +217,22 @@ def build_spark_session(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(env.spark_log_level)
+    _quiet_query_context_logs(env.spark_log_level)
     register_sources(spark)
     return spark
+
+
+def _quiet_query_context_logs(level: str) -> None:
+    """PySpark logs each analysis error it raises as a JSON record with the JVM's whole
+    stack trace on stderr (its query-context loggers) before the caller sees the error;
+    flow-jobs reports that error in one line naming the key, so these records go unless
+    a verbose level asks for Spark's own logs."""
+    if _verbose(level):
+        return
+    from pyspark.logger import PySparkLogger
+
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
 
 
 #: SQL settings of every pipeline session, before the spec's [spark] conf. ANSI mode

@@ -45,6 +45,9 @@ class BatchOutcome:
     dead_lettered: int
     seconds: float  # the whole call: running the micro-batch, then writing it
     write_seconds: float  # of which writing: the target, the ledger and the dead letters
+    #: the target commit its ledger row records (``flow_jobs.io.batch.describe_commit``),
+    #: also where it wrote no row; None for a replayed batch
+    commit: str | None = None
 
 
 class WindowBatchSink:
@@ -218,6 +221,7 @@ class WindowBatchSink:
                 dead,
                 done - started,
                 done - computed,
+                written.version,
             )
 
 

@@ -1,41 +1,172 @@
-"""The column names a spec can be checked against without Spark: where a window or a
-join reads a source directly (no ``[transform] sql``, no lookups), every column it names
-must be in that source's declared schema. ``flow-jobs validate`` then fails on a typo
-at once, naming the key, instead of ``--plan`` or the first run failing in Spark's
-analyzer. With a SQL pre-stage the columns are the SQL's to define: Spark checks them.
-
-Our own reader of Spark's DDL (only the top-level column names): no library parses it
-outside the JVM, and this needs no more than splitting at top-level commas.
+"""What a spec can check of its columns without Spark, against the sources' declared
+schemas (``flow_jobs.spec.ddl``): the columns a window, a join, a temporal join or a
+dedup reads straight from a source, and the event time's type. ``flow-jobs validate``
+then names the key at once, where ``--plan`` or the run would fail in Spark's analyzer.
+Columns computed by ``[transform].sql`` are the SQL's to define: Spark checks them.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-_NAME = re.compile(r"\s*(`(?:[^`]|``)+`|[^\s:`]+)")
+from flow_jobs.spec.base import EVENT_TS, KAFKA_COLUMN, key_error
+from flow_jobs.spec.ddl import EPOCH_MILLIS, TIMESTAMPS, DdlError, parse_schema, unknown
 
+if TYPE_CHECKING:
+    from flow_jobs.spec.models import PipelineSpec
 
-def ddl_columns(ddl: str) -> list[str]:
-    """The top-level column names of a Spark DDL string ("a STRING, b STRUCT<x: INT>")."""
-    names, depth, start = [], 0, 0
-    for i, ch in enumerate(ddl + ","):
-        if ch in "<(":
-            depth += 1
-        elif ch in ">)":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            field = ddl[start:i]
-            start = i + 1
-            match = _NAME.match(field)
-            if match and field.strip():
-                name = match.group(1)
-                names.append(name[1:-1].replace("``", "`") if name.startswith("`") else name)
-    return names
+#: What a raw source's view holds (``flow_jobs.plan.sources.RAW_COLUMNS``), typed.
+RAW_COLUMNS = {
+    "key": "binary",
+    "value": "binary",
+    "topic": "string",
+    "partition": "int",
+    "offset": "bigint",
+    "timestamp": "timestamp",
+    "headers": "array<struct<key:string,value:binary>>",
+}
 
 
-def unknown(named: Iterable[str | None], known: Iterable[str]) -> list[str]:
-    """The names in ``named`` that are not in ``known`` (Spark resolves them without
-    regard to case)."""
-    have = {k.lower() for k in known}
-    return [n for n in named if n is not None and n.lower() not in have]
+def declared_types(spec: PipelineSpec) -> dict[str, dict[str, str]]:
+    """Each source's view columns whose type the spec declares, by source name: a
+    schema's columns (Spark's ``simpleString``) with ``_event_ts``; a source whose
+    schema is a registry's (read when the query starts) is left out."""
+    out: dict[str, dict[str, str]] = {}
+    for source in spec.sources:
+        if source.format == "raw":
+            out[source.name] = RAW_COLUMNS | {EVENT_TS: "timestamp"}
+        elif source.schema_ddl:
+            try:
+                columns = parse_schema(source.schema_ddl).columns
+            except DdlError:  # the source's own rule names it
+                continue
+            out[source.name] = {c.name: c.type for c in columns} | {EVENT_TS: "timestamp"}
+    return out
+
+
+def check_columns(spec: PipelineSpec) -> None:
+    """Refuse a column a window, join or temporal join reads straight from a source
+    (no ``[transform].sql``, no lookups) that the source's schema lacks, and a dedup key
+    the source's view lacks (a dedup runs on the view, before any SQL)."""
+    types = declared_types(spec)
+    t = spec.transform
+
+    def refuse(key: str, source: str, names: list[str | None]) -> None:
+        if source not in types:
+            return
+        known = [*types[source], KAFKA_COLUMN]
+        missing = unknown(names, known)
+        if missing:
+            shown = [c for c in types[source] if c != EVENT_TS]
+            raise key_error(
+                key,
+                f"{missing[0]!r} is not a column of source {source!r} (its schema: "
+                f"{', '.join(shown)}); name one of its columns, or compute it in "
+                "[transform].sql",
+            )
+
+    for i, dedup in enumerate(t.dedup):
+        source = spec.dedup_source(dedup)
+        for j, name in enumerate(dedup.keys):
+            if source in types and name not in [*types[source], KAFKA_COLUMN]:
+                shown = ", ".join(c for c in types[source] if c != EVENT_TS)
+                raise key_error(
+                    f"transform.dedup[{i}].keys[{j}]",
+                    f"{name!r} is not a column of source {source!r} (its view: {shown}, "
+                    f"{EVENT_TS}); a dedup runs before [transform].sql, on the source's "
+                    "own columns",
+                )
+    if t.sql or t.lookups:
+        return
+    join, window, temporal = t.join, t.window, t.temporal_join
+    if temporal is not None:
+        for side in ("stream", "version"):
+            source = temporal.side_source(side)
+            refuse(f"transform.temporal_join.{side}_keys", source, [*temporal.side_keys(side)])
+            refuse(
+                f"transform.temporal_join.{side}_event_time_column",
+                source,
+                [temporal.side_event_time(side)],
+            )
+    if join is not None:
+        for side in ("left", "right"):
+            source = join.left_source if side == "left" else join.right_source
+            keys = join.left_keys if side == "left" else join.right_keys
+            refuse(f"transform.join.{side}_keys", source, [*keys])
+            if join.time_mode == "event":
+                column = join.side_event_time(side)
+                refuse(f"transform.join.{side}_event_time_column", source, [column])
+    elif window is not None and len(spec.sources) == 1:
+        source = spec.sources[0].name
+        if window.time_mode == "event":
+            refuse("transform.window.event_time_column", source, [window.event_time_column])
+        refuse("transform.window.group_by", source, [*window.group_by])
+        for a in window.aggregations:
+            refuse(f"transform.window.aggregations.{a.as_}.column", source, [a.column])
+        _numeric_inputs(spec, types.get(source, {}))
+
+
+#: Spark's numeric types, as their ``simpleString`` starts.
+_NUMERIC = ("tinyint", "smallint", "int", "bigint", "float", "double", "decimal(")
+
+
+def _numeric_inputs(spec: PipelineSpec, types: dict[str, str]) -> None:
+    """An aggregator that takes numbers only (sum, avg) over a column the source
+    declares, as the plan refuses it (``flow_jobs.aggregations.aggregation_input``)."""
+    from flow_jobs.aggregations import AGGREGATORS  # Spark's API: imported when needed
+
+    for i, a in enumerate(spec.window.aggregations):
+        declared = types.get(a.column) if a.column else None
+        if declared is None or not AGGREGATORS[a.agg].numeric_only:
+            continue
+        if not declared.startswith(_NUMERIC) or declared.startswith("interval"):
+            raise key_error(
+                f"transform.window.aggregations[{i}].column",
+                f"{a.agg} needs a numeric column; {a.column!r} is {declared}: declare it a "
+                "number in the source's schema, or cast it in [transform].sql",
+            )
+
+
+def check_event_time_types(spec: PipelineSpec) -> None:
+    """Where a source's schema declares the event-time column, it must be a TIMESTAMP
+    or epoch milliseconds: the sources check each record's event time before any SQL
+    (``flow_jobs.plan.sources``), so a STRING there fails the plan even where
+    ``[transform].sql`` casts it under the same name."""
+    types = declared_types(spec)
+    t = spec.transform
+    index = {s.name: i for i, s in enumerate(spec.sources)}
+    uses: list[tuple[str, str, str]] = []  # (spec key, source, column)
+    if t.join is not None:
+        if t.join.time_mode == "event":
+            for side in ("left", "right"):
+                override = f"{side}_event_time_column"
+                key = override if getattr(t.join, override) else "event_time_column"
+                source = t.join.left_source if side == "left" else t.join.right_source
+                uses.append((f"transform.join.{key}", source, t.join.side_event_time(side)))
+    elif t.temporal_join is not None:
+        temporal = t.temporal_join
+        for side in ("stream", "version"):
+            override = f"{side}_event_time_column"
+            key = override if getattr(temporal, override) else "event_time_column"
+            column = temporal.side_event_time(side)
+            uses.append((f"transform.temporal_join.{key}", temporal.side_source(side), column))
+    elif t.window is not None and t.window.time_mode == "event":
+        column = t.window.event_time_column
+        uses += [("transform.window.event_time_column", s.name, column) for s in spec.sources]
+    for key, source, column in uses:
+        declared = types.get(source, {}).get(column)
+        if declared is None or declared in (*TIMESTAMPS, *EPOCH_MILLIS):
+            continue
+        where = f"sources[{index[source]}].schema"
+        fix = f"declare it TIMESTAMP (ISO-8601 text) or BIGINT (epoch milliseconds) in {where}"
+        if t.window is not None and t.join is None:
+            fix += (
+                f", or compute a TIMESTAMP under another name in [transform].sql (e.g. "
+                f"SELECT *, to_timestamp({column}) AS event_time FROM {source}) and name "
+                "that column here"
+            )
+        raise key_error(
+            key,
+            f"{column!r} is {declared.upper()} in {where}; an event time is a TIMESTAMP or "
+            f"epoch milliseconds (BIGINT, INT, SMALLINT, TINYINT): {fix}",
+        )

@@ -44,6 +44,7 @@ from flow_jobs.spec.base import (
     resolve_import_path,
     revealed,
 )
+from flow_jobs.spec.columns import check_columns, check_event_time_types
 from flow_jobs.spec.running import (
     REFUSED_SPARK_CONF,
     REFUSED_SPARK_CONF_SAFE,
@@ -197,7 +198,8 @@ class PipelineSpec(SpecModel):
                 "a SQL pre-stage must combine them (e.g. a UNION ALL of the source views)"
             )
         self._dedup_rules()
-        self._check_columns()
+        check_columns(self)
+        check_event_time_types(self)
         if self.ranks_current and self.target.kind == "kafka":
             raise key_error(
                 "target.kind",
@@ -286,62 +288,6 @@ class PipelineSpec(SpecModel):
     def dedup_key(self, dedup: DedupSpec) -> str:
         """Its spec key, for errors: ``transform.dedup[i]``."""
         return f"transform.dedup[{self.transform.dedup.index(dedup)}]"
-
-    def _check_columns(self) -> None:
-        """Columns a window or join reads straight from a source's declared schema must
-        be in it (``spec.columns``); with a SQL pre-stage or lookups Spark checks them."""
-        from flow_jobs.spec.columns import ddl_columns, unknown
-
-        t = self.transform
-        if t.sql or t.lookups:
-            return
-        declared = {
-            s.name: [*ddl_columns(s.schema_ddl), EVENT_TS, KAFKA_COLUMN]
-            for s in self.sources
-            if s.format == "json" and s.schema_ddl
-        }
-
-        def refuse(key: str, source: str, names: list[str]) -> None:
-            missing = unknown(names, declared[source])
-            if missing:
-                raise key_error(
-                    key,
-                    f"{missing[0]!r} is not a column of source {source!r} (its schema: "
-                    f"{', '.join(declared[source][:-2])}); name one of its columns, or "
-                    "compute it in [transform].sql",
-                )
-
-        join, window, temporal = t.join, t.window, t.temporal_join
-        if temporal is not None:
-            for side in ("stream", "version"):
-                source = temporal.side_source(side)
-                if source not in declared:
-                    continue
-                refuse(f"transform.temporal_join.{side}_keys", source, temporal.side_keys(side))
-                refuse(
-                    f"transform.temporal_join.{side}_event_time_column",
-                    source,
-                    [temporal.side_event_time(side)],
-                )
-        if join is not None:
-            sides = {
-                "left": (join.left_source, join.left_keys, join.left_event_time_column),
-                "right": (join.right_source, join.right_keys, join.right_event_time_column),
-            }
-            for side, (source, keys, time_column) in sides.items():
-                if source not in declared:
-                    continue
-                refuse(f"transform.join.{side}_keys", source, keys)
-                if join.time_mode == "event":
-                    column = time_column or join.event_time_column
-                    refuse(f"transform.join.{side}_event_time_column", source, [column])
-        elif window is not None and len(self.sources) == 1 and self.sources[0].name in declared:
-            source = self.sources[0].name
-            if window.time_mode == "event":
-                refuse("transform.window.event_time_column", source, [window.event_time_column])
-            refuse("transform.window.group_by", source, list(window.group_by))
-            for a in window.aggregations:
-                refuse(f"transform.window.aggregations.{a.as_}.column", source, [a.column])
 
     @property
     def supersedes_sessions(self) -> bool:

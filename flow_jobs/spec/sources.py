@@ -27,6 +27,7 @@ from flow_jobs.spec.base import (
     epoch_ms,
     key_error,
 )
+from flow_jobs.spec.ddl import DdlError, parse_schema
 
 
 class StartingTimestamp(SpecModel):
@@ -266,14 +267,27 @@ class KafkaSource(SpecModel):
         if self.format == "raw" and ddl:
             raise key_error("schema", 'format = "raw" has no schema; remove it')
         self._registry_rules()
-        for reserved in (EVENT_TS, KAFKA_COLUMN):
-            if ddl and re.search(rf"(^|,)\s*`?{reserved}`?\s", ddl):
+        if ddl:
+            self._schema_rules(ddl)
+        return self
+
+    def _schema_rules(self, ddl: str) -> None:
+        """The schema is Spark DDL Spark's JSON decoder takes (``flow_jobs.spec.ddl``:
+        read without Spark; the run's parse stays the final word), without the columns
+        every view adds."""
+        try:
+            schema = parse_schema(ddl)
+        except DdlError as e:
+            raise key_error("schema", str(e)) from None
+        if self.format == "json" and schema.not_json:
+            raise key_error("schema", schema.not_json[0])
+        for column in schema.columns:
+            if column.name in (EVENT_TS, KAFKA_COLUMN):
                 raise key_error(
                     "schema",
-                    f"schema declares a payload column named {reserved!r}, which collides "
-                    "with a column every source view carries; rename it in the schema",
+                    f"schema declares a payload column named {column.name!r}, which "
+                    "collides with a column every source view carries; rename it in the schema",
                 )
-        return self
 
     def _registry_rules(self) -> None:
         fmt = self.format
