@@ -137,8 +137,17 @@ def run_state_show(args: argparse.Namespace) -> int:
     if not rows:
         print(f"pipeline {name}: no batches in the ledger ({store.schema})")
         return 0
-    tables.show(format_batches(rows), "(* a replayed batch: its write was already committed)")
+    tables.show(format_batches(rows), *batch_notes(rows))
     return 0
+
+
+def batch_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """What the ledger's table needs said under it: its generation column, and the
+    replayed batches' star where one shows."""
+    notes = ["(gen: the checkpoint generation; `flow-jobs reset` starts the next)"]
+    if any(r["replayed"] for r in rows):
+        notes.append("(* a replayed batch: its write was already committed)")
+    return notes
 
 
 def format_batches(rows: list[dict[str, Any]]) -> Table:
@@ -164,7 +173,7 @@ def format_batches(rows: list[dict[str, Any]]) -> Table:
     def count(value: Any) -> str:
         return "-" if value is None else str(value)
 
-    header = ("v", "batch", "end offsets", "watermark", "lag", "in", "out", "late", "dlq",
+    header = ("gen", "batch", "end offsets", "watermark", "lag", "in", "out", "late", "dlq",
               "target commit", "committed")  # fmt: skip
     body = [
         (

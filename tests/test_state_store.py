@@ -153,6 +153,8 @@ def test_the_ledger_records_every_batch(
     shown = capsys.readouterr().out
     assert f"{topic}" not in shown  # sources are shown by name
     assert "clicks:0=300,1=300" in shown and shown.count("\n") >= 5
+    assert "(gen: the checkpoint generation; `flow-jobs reset` starts the next)" in shown
+    assert "replayed" not in shown  # no batch was: no word of it
 
 
 def test_an_incompatible_spec_change_is_refused_until_reset(
@@ -550,3 +552,12 @@ def test_a_marker_without_the_order_is_upgraded_where_the_ledger_has_no_row(
     assert ledger.open_pipeline(spec).fingerprint == current
     marker = json.loads((Path(spec.checkpoint_location()) / CHECKPOINT_MARKER).read_text())
     assert marker["fingerprint"] == current
+
+
+def test_the_ledger_table_explains_its_star_only_where_a_row_has_one() -> None:
+    from flow_jobs.cli_store import batch_notes
+
+    gen = "(gen: the checkpoint generation; `flow-jobs reset` starts the next)"
+    star = "(* a replayed batch: its write was already committed)"
+    assert batch_notes([{"replayed": False}, {"replayed": False}]) == [gen]
+    assert batch_notes([{"replayed": False}, {"replayed": True}]) == [gen, star]
