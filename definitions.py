@@ -26,7 +26,7 @@ from pathlib import Path
 from dagster import Definitions, load_from_defs_folder
 
 from assets.deployment import deployment_resources
-from assets.factory import checks_job, with_topics
+from assets.factory import checks_job, with_check_definitions, with_topics
 from flow_jobs.settings import Settings
 
 ROOT = Path(__file__).parent
@@ -35,6 +35,6 @@ PIPELINES_DIR = Settings.from_env().pipelines_dir or ROOT / "pipelines"
 resources = deployment_resources()
 
 defs = Definitions.merge(
-    with_topics(load_from_defs_folder(path_within_project=ROOT)),
+    with_topics(with_check_definitions(load_from_defs_folder(path_within_project=ROOT))),
     Definitions(jobs=[checks_job()], resources=resources),
 )
