@@ -22,6 +22,7 @@ from flow_jobs.errors import PlanError
 from flow_jobs.io.lookup_sources import DeltaTableSource, PostgresTableSource
 from flow_jobs.kafka.source import KafkaDataSource
 from flow_jobs.locations import is_uri
+from flow_jobs.runtime.driver_jvm import start_driver_jvm
 from flow_jobs.runtime.pack import ARCHIVE_ALIAS, PYTHON_NAME
 from flow_jobs.settings import Settings
 from flow_jobs.spec.models import PipelineSpec, SparkSpec
@@ -231,6 +232,8 @@ def build_spark_session(
     for key, value in settings.items():
         builder = builder.config(key, value)
     interrupt = signal.getsignal(signal.SIGINT)
+    if SparkContext._gateway is None:  # no JVM in this process yet
+        start_driver_jvm({"spark.master": master, "spark.app.name": app_name, **settings})
     spark = builder.getOrCreate()
     if starting:
         _keep_interrupt_handler(interrupt)
