@@ -130,6 +130,10 @@ def test_continuous_run_stops_gracefully_on_a_signal(
     noisy = [
         line
         for line in seen
-        if "threw an exception" in line or "Traceback" in line or "reentrant" in line
+        if "threw an exception" in line
+        or "Traceback" in line
+        or "reentrant" in line
+        # query.stop() cancels the query's job group, which has no job between triggers
+        or "Failed to cancel job group" in line
     ]
     assert not noisy, "".join(seen)[-6000:]
