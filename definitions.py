@@ -1,5 +1,5 @@
-"""Dagster entry point: ``dagster dev -w workspace.yaml``, and what ``dg`` loads
-(``[tool.dg.project]`` in pyproject.toml). It only assembles.
+"""Dagster entry point: what ``dg dev`` serves (``[tool.dg.project]`` in
+pyproject.toml), and ``dagster dev -w workspace.yaml``. It only assembles.
 
 The pipelines come from the component folder ``assets/defs/``: its ``pipelines``
 component takes every ``pipelines/*.toml`` (``FLOW_JOBS_PIPELINES_DIR`` picks another
