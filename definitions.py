@@ -1,5 +1,5 @@
-"""Dagster entry point: ``dagster dev -w workspace.yaml``, and what ``dg`` loads
-(``[tool.dg.project]`` in pyproject.toml). It only assembles.
+"""Dagster entry point: what ``dg dev`` serves (``[tool.dg.project]`` in
+pyproject.toml), and ``dagster dev -w workspace.yaml``. It only assembles.
 
 The pipelines come from the component folder ``assets/defs/``: its ``pipelines``
 component takes every ``pipelines/*.toml`` (``FLOW_JOBS_PIPELINES_DIR`` picks another
@@ -26,7 +26,7 @@ from pathlib import Path
 from dagster import Definitions, load_from_defs_folder
 
 from assets.deployment import deployment_resources
-from assets.factory import checks_job, with_topics
+from assets.factory import checks_job, with_check_definitions, with_topics
 from flow_jobs.settings import Settings
 
 ROOT = Path(__file__).parent
@@ -35,6 +35,6 @@ PIPELINES_DIR = Settings.from_env().pipelines_dir or ROOT / "pipelines"
 resources = deployment_resources()
 
 defs = Definitions.merge(
-    with_topics(load_from_defs_folder(path_within_project=ROOT)),
+    with_topics(with_check_definitions(load_from_defs_folder(path_within_project=ROOT))),
     Definitions(jobs=[checks_job()], resources=resources),
 )

@@ -10,7 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dagster import AssetKey, AssetSelection, Definitions, define_asset_job
+from dagster import (
+    AssetChecksDefinition,
+    AssetKey,
+    AssetSelection,
+    Definitions,
+    define_asset_job,
+)
 
 from assets.asset import pipeline_asset, topic_spec
 from assets.checks import pipeline_checks
@@ -58,6 +64,44 @@ def with_topics(defs: Definitions) -> Definitions:
                     readers.setdefault(dep.asset_key, set()).add(spec.key.to_user_string())
     topics = [topic_spec(key, sorted(names)) for key, names in sorted(readers.items())]
     return Definitions.merge(defs, Definitions(assets=topics))
+
+
+def with_check_definitions(defs: Definitions) -> Definitions:
+    """``defs`` with each asset check an ``AssetChecksDefinition`` again.
+
+    dg's component loader adds its metadata (the defs.yaml, the component) to every
+    definition it loads (``Definitions.with_definition_metadata_update``), and Dagster
+    1.13 rebuilds each check there as a plain ``AssetsDefinition``; the repository then
+    converts it back through an argument in beta (``execution_type``), which warned
+    (``BetaWarning``) in every process loading the code location (Dagster's comment on
+    ``Definitions.asset_checks`` calls it their bug, dagster-io/dagster#22064). Rebuilt
+    with the public ``AssetChecksDefinition.create`` from the same op, check specs (the
+    loader's metadata in them), subsetting and resources (the loader's checks are whole,
+    never subsets), there is nothing to convert."""
+    checks = [
+        checks_def
+        if isinstance(checks_def, AssetChecksDefinition)
+        else AssetChecksDefinition.create(
+            keys_by_input_name=checks_def.node_keys_by_input_name,
+            node_def=checks_def.node_def,
+            check_specs_by_output_name=checks_def.node_check_specs_by_output_name,
+            can_subset=checks_def.can_subset,
+            resource_defs=checks_def.resource_defs,
+        )
+        for checks_def in defs.asset_checks or ()
+    ]
+    return Definitions(
+        assets=defs.assets,
+        asset_checks=checks,
+        schedules=defs.schedules,
+        sensors=defs.sensors,
+        jobs=defs.jobs,
+        resources=defs.resources,
+        executor=defs.executor,
+        loggers=defs.loggers,
+        metadata=defs.metadata,
+        component_tree=defs.component_tree,
+    )
 
 
 def checks_job() -> Any:

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from dagster import ConfigurableResource
+from dagster_pyspark import LazyPySparkResource
 from pydantic import Field
-from pyspark.sql import SparkSession
 
 from flow_jobs.io.state_store import StateStore
 from flow_jobs.io.state_store_location import state_store_schema, state_store_url
@@ -22,13 +22,14 @@ from flow_jobs.locations import is_uri, on_object_store
 from flow_jobs.spec.models import PipelineSpec
 
 
-class SparkResource(ConfigurableResource):
-    """The SparkSession a run's pipelines share: flow-jobs's set-up (UTC, RocksDB state
-    store, the Kafka Python data source), on ``master``, with the executors' archive on
-    a cluster. Lazy: the session starts the first time a run asks for it, and is
-    Spark's own ``getOrCreate`` one per process (a JVM holds one SparkContext), so
-    nothing is set up for runs that do not use it and nothing is torn down between
-    them. A plain ``ConfigurableResource``: every field takes an ``EnvVar``."""
+class SparkResource(LazyPySparkResource):
+    """The SparkSession a run's pipelines share: dagster-pyspark's ``LazyPySparkResource``
+    (the session starts the first time a step asks for ``spark_session`` or
+    ``spark_context``, so runs that do not use it start no JVM) with flow-jobs' set-up
+    (``build_spark_session``: UTC, the RocksDB state store, a quiet start, the Kafka
+    Python data source registered, the executors' archive on a cluster) on ``master``.
+    Spark's own ``getOrCreate`` makes it one session per process (a JVM holds one
+    SparkContext): nothing is torn down between runs. Every field takes an ``EnvVar``."""
 
     master: str | None = Field(
         default=None, description="Spark master; default $FLOW_JOBS_SPARK_MASTER or local[*]"
@@ -38,19 +39,27 @@ class SparkResource(ConfigurableResource):
         description="the executors' environment from `flow-jobs pack`, shipped through "
         "spark.archives; default $FLOW_JOBS_SPARK_ARCHIVE (none: executors use this Python)",
     )
+    # Narrower than LazyPySparkResource's dict[str, Any]: Dagster resolves an EnvVar
+    # among a dict's values only when they are typed str.
     spark_config: dict[str, str] = Field(
         default_factory=dict,
-        description="Spark settings for the session (static ones apply "
-        "only when this resource starts it)",
+        description="Spark settings for the session (static ones apply only when this "
+        "resource starts it); values may be EnvVar('...')",
     )
 
-    @property
-    def spark_session(self) -> SparkSession:
-        from flow_jobs.runtime.session import build_spark_session
+    @classmethod
+    def _is_dagster_maintained(cls) -> bool:
+        return False  # LazyPySparkResource says True of itself; this subclass is ours
 
-        return build_spark_session(
-            self.master, self.spark_config, app_name="flow-jobs-dagster", archive=self.archive
-        )
+    def _init_session(self) -> None:
+        """LazyPySparkResource's hook behind ``spark_session`` and ``spark_context``: the
+        session built by flow-jobs rather than from ``spark_config`` alone."""
+        if self._spark_session is None:
+            from flow_jobs.runtime.session import build_spark_session
+
+            self._spark_session = build_spark_session(
+                self.master, self.spark_config, app_name="flow-jobs-dagster", archive=self.archive
+            )
 
 
 class KafkaResource(ConfigurableResource):

@@ -82,7 +82,7 @@ def main() -> int:
             chromium_screenshot(f"http://127.0.0.1:{port}{path}", ROOT / "docs" / name)
             print(f"docs/{name} <- {path}")
     finally:
-        os.killpg(demo.pid, signal.SIGINT)  # the demo stops dagster dev, then the broker
+        os.killpg(demo.pid, signal.SIGINT)  # the demo stops dg dev, then the broker
         demo.wait(120)
         shutil.rmtree(ROOT / ".demo-ui", ignore_errors=True)
     return 0

@@ -30,8 +30,12 @@ class EmbeddedBroker(Service):
         port: int | None = None,
         log_path: str | Path | None = None,
         advertised_port: int | None = None,
+        process_group: bool = False,
     ) -> None:
+        """``process_group``: the broker in a process group of its own, which a terminal's
+        Ctrl-C does not reach: it runs until ``stop()``."""
         self.port = port or free_port()
+        self.process_group = process_group
         self.log_path = Path(log_path) if log_path else None
         #: the port clients are told to connect to (a proxy in front: ``flow_jobs_dev.faults``)
         self.advertised_port = advertised_port or self.port
@@ -58,6 +62,7 @@ class EmbeddedBroker(Service):
             ],
             stdout=out,
             stderr=subprocess.STDOUT,
+            process_group=0 if self.process_group else None,
         )
         deadline = time.monotonic() + timeout_s
         admin = AdminClient(

@@ -96,6 +96,25 @@ def test_available_now_shows_a_progress_bar_on_a_terminal(
         assert noise not in text, noise
 
 
+def test_the_driver_jvm_s_own_lines_still_reach_stderr() -> None:
+    """Its stderr goes through flow-jobs (``runtime.jvm_output``) to leave out the
+    incubator note; a line the JVM logs still arrives."""
+    script = (
+        "from flow_jobs.runtime.session import build_spark_session\n"
+        "spark = build_spark_session('local[1]', {'spark.ui.enabled': 'false'})\n"
+        "log4j = spark.sparkContext._jvm.org.apache.logging.log4j\n"
+        "log4j.LogManager.getLogger('flow-jobs-test').warn('a line from the JVM')\n"
+        "print(spark.range(3).count())\n"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=240
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "3"
+    assert "WARN flow-jobs-test: a line from the JVM" in ran.stderr, ran.stderr
+    assert "incubator" not in ran.stderr, ran.stderr
+
+
 def test_without_a_terminal_progress_is_plain_lines(
     spark: SparkSession,
     broker: EmbeddedBroker,

@@ -1,14 +1,11 @@
-"""End to end through Dagster itself: ``dagster dev`` serves definitions.py, a run is
-launched through its GraphQL API, processes the data, records its metadata and
-evaluates the asset's checks."""
+"""End to end through Dagster itself: ``dg dev`` serves the checkout's project
+(definitions.py), a run is launched through its GraphQL API, processes the data, records
+its metadata and evaluates the asset's checks."""
 
 from __future__ import annotations
 
 import os
 import random
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,11 +14,11 @@ from flow_jobs.io.state_store import StateStore
 from flow_jobs.spec.models import PipelineSpec
 from flow_jobs_dev.broker import EmbeddedBroker
 from flow_jobs_dev.dagster_ui import (
+    DagsterDev,
     await_run,
     dagster_client,
     launch_asset_run,
     query,
-    wait_for_repository,
 )
 from flow_jobs_dev.producer import Record
 from flow_jobs_dev.service import free_port
@@ -77,17 +74,10 @@ def test_a_run_launched_through_dagster_graphql_succeeds_with_its_checks(
         "FLOW_JOBS_SPARK_MASTER": "local[2]",
     }
     log = (workdir / "dagster.log").open("wb")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "dagster", "dev", "-w", "workspace.yaml", "-p", str(port)],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    server = DagsterDev(ROOT, port, env, log_level="info", output=log)
     try:
+        repository = server.start().repository
         client = dagster_client(port)
-        repository = wait_for_repository(client, server)
         run_id = launch_asset_run(client, repository, "target", "available_now")
         status = await_run(client, run_id)
         assert status == "SUCCESS", (workdir / "dagster.log").read_text()[-5000:]
@@ -140,6 +130,5 @@ def test_a_run_launched_through_dagster_graphql_succeeds_with_its_checks(
         keys = [(r["window_start"], r["window_end"], r["user_id"]) for r in target]
         assert len(keys) == len(set(keys))
     finally:
-        os.killpg(server.pid, signal.SIGTERM)  # dagster dev stops its webserver and daemon
-        server.wait(60)
+        server.stop()  # dg dev, its webserver, daemon, code servers and runs
         log.close()

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
+import warnings
 from pathlib import Path
 
-from dagster import AssetKey
+from dagster import AssetChecksDefinition, AssetKey
 
 from assets.naming import asset_name, code_version, dead_letter_key, topic_key
 from flow_jobs.spec import load_spec
@@ -39,6 +41,25 @@ def test_definitions_has_one_asset_per_spec() -> None:
             "natural_key_unique",
             "target_fresh",
         }
+
+
+def test_loading_the_code_location_warns_of_nothing() -> None:
+    """What a code server does with definitions.py's component folder: no BetaWarning
+    (Dagster 1.13 turned the component's checks into plain assets definitions, then
+    converted them back through a constructor argument in beta), no other warning, and
+    every check an ``AssetChecksDefinition`` that kept the component's metadata."""
+    import definitions
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        defs = importlib.reload(definitions).defs  # built again, not the cached repository
+        defs.get_repository_def().asset_graph  # noqa: B018 (what a code server builds)
+    assert [f"{w.category.__name__}: {w.message}" for w in caught] == []
+    assert defs.asset_checks
+    for checks_def in defs.asset_checks:
+        assert isinstance(checks_def, AssetChecksDefinition)
+        for spec in checks_def.check_specs:
+            assert "dagster/component_origin" in spec.metadata
 
 
 def test_a_spec_change_changes_the_code_version(tmp_path: Path) -> None:

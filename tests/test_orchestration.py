@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
 from dagster import (
     AssetChecksDefinition,
     AssetCheckSeverity,
@@ -19,13 +20,16 @@ from dagster import (
     DagsterInstance,
     DagsterRun,
     DagsterRunStatus,
+    EnvVar,
     RunRequest,
     SkipReason,
+    build_resources,
     build_schedule_context,
     build_sensor_context,
     instance_for_test,
     materialize,
 )
+from dagster_pyspark import LazyPySparkResource
 from deltalake import write_deltalake
 from pyspark.sql import SparkSession
 
@@ -50,6 +54,7 @@ from assets.schedules import MONITOR_TAG, monitoring_schedule, pipeline_schedule
 from assets.sensors import pipeline_sensor
 from flow_jobs.io.delta import read_delta
 from flow_jobs.io.state_store import StateStore
+from flow_jobs.kafka.source import KafkaDataSource
 from flow_jobs.spec import load_spec
 from flow_jobs.spec.models import PipelineSpec
 from flow_jobs_dev.broker import EmbeddedBroker
@@ -98,6 +103,25 @@ def _checks(spec_path: Path) -> list[AssetChecksDefinition]:
 
 def _ledger() -> StateStore:
     return StateStore(os.environ["FLOW_STATE_STORE_URL"], os.environ["FLOW_STATE_STORE_SCHEMA"])
+
+
+def test_the_spark_resource_is_dagster_pysparks_lazy_one_with_flow_jobs_set_up(
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``SparkResource`` is dagster-pyspark's ``LazyPySparkResource``: its
+    ``spark_session`` and ``spark_context`` are flow-jobs' session (the Kafka data source
+    registered), with its ``spark_config`` applied, an ``EnvVar`` among them resolved."""
+    monkeypatch.setenv("FLOW_TEST_MARKER", "from-the-environment")
+    resource = SparkResource(
+        master="local[2]", spark_config={"flow.test.marker": EnvVar("FLOW_TEST_MARKER")}
+    )
+    assert isinstance(resource, LazyPySparkResource)
+    with build_resources({"spark": resource}) as built:
+        session = built.spark.spark_session
+        assert built.spark.spark_context is session.sparkContext
+    assert session.conf.get("flow.test.marker") == "from-the-environment"
+    manager = session._jsparkSession.sessionState().dataSourceManager()
+    assert manager.dataSourceExists(KafkaDataSource.name())
 
 
 def test_materialize_runs_the_pipeline_and_evaluates_its_checks(

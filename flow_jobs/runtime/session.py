@@ -6,10 +6,14 @@ import hashlib
 import logging
 import os
 import shutil
+import signal
 import sys
 import tempfile
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
@@ -180,6 +184,25 @@ def _quiet_start(settings: Mapping[str, str], master: str | None, level: str) ->
     return {"spark.driver.extraJavaOptions": f"{given} {option}".strip()}
 
 
+#: What ``signal.getsignal`` answers: a function, SIG_DFL / SIG_IGN, or None (set in C).
+InterruptHandler = Callable[[int, FrameType | None], Any] | int | None
+
+
+def _keep_interrupt_handler(handler: InterruptHandler) -> None:
+    """Put back the SIGINT handler that PySpark's new SparkContext replaced with its own.
+
+    PySpark's handler cancels every job through py4j from inside the signal handler,
+    which runs on the main thread between two bytecodes: when the main thread is itself
+    in a py4j call (a run awaiting its query, ``inspect`` reading state), the handler's
+    call reads that thread's connection again, and Ctrl-C prints three tracebacks
+    ("reentrant call", a Py4JError, KeyboardInterrupt) instead of stopping. flow-jobs'
+    entry points answer SIGINT themselves: ``flow-jobs run`` and the demo stop after the
+    batch in flight, a Dagster step on Dagster's interrupt."""
+    if handler is None or threading.current_thread() is not threading.main_thread():
+        return  # set outside Python (nothing to put back), or PySpark installed none
+    signal.signal(signal.SIGINT, handler)
+
+
 def build_spark_session(
     master: str | None = None,
     conf: Mapping[str, str] | None = None,
@@ -208,14 +231,18 @@ def build_spark_session(
         **(archive_conf(archive) if archive else {}),
         **(conf or {}),
     }
-    if SparkContext._active_spark_context is None:
+    starting = SparkContext._active_spark_context is None
+    if starting:
         settings.update(_quiet_start(settings, master, env.spark_log_level))
         if not _verbose(env.spark_log_level):
             conf = SparkConf().setAll(list(settings.items()))
             launch_filtered_gateway(conf.setAppName(app_name).setMaster(master))
     for key, value in settings.items():
         builder = builder.config(key, value)
+    interrupt = signal.getsignal(signal.SIGINT)
     spark = builder.getOrCreate()
+    if starting:
+        _keep_interrupt_handler(interrupt)
     spark.sparkContext.setLogLevel(env.spark_log_level)
     _quiet_query_context_logs(env.spark_log_level)
     register_sources(spark)
