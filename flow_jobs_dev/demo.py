@@ -59,7 +59,7 @@ def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> Any:
 
 
 def show(spec: Any, runner: Any, summary: Any, ledger: list[dict[str, Any]], rows: int) -> None:
-    from flow_jobs.cli_store import format_batches
+    from flow_jobs.cli_store import batch_notes, format_batches
 
     windows = read_delta(spec.target.path, revealed(spec.target.storage_options)).to_pylist()
     windows.sort(key=lambda r: (r["window_start"], r["user_id"] or ""))
@@ -75,7 +75,7 @@ def show(spec: Any, runner: Any, summary: Any, ledger: list[dict[str, Any]], row
         print(f"  {d['topic']}[{d['partition']}]@{d['offset']}: {d['reason']}: {d['value']!r}")
     print()
     print(f"the ledger (embedded Postgres, {runner.ledger.schema}.batches), last batches:")
-    tables.show(format_batches(ledger))
+    tables.show(format_batches(ledger), *batch_notes(ledger))
     print()
     print(summary.describe())
     print("windows still open (end > watermark) are emitted once later events close them:")
@@ -224,8 +224,9 @@ def demo(args: argparse.Namespace, stop: threading.Event) -> tuple[int, str]:
         os.environ["FLOW_DATA_DIR"] = str(data_dir)
         spec = load_spec(SPEC)
 
-        from flow_jobs.runtime.runner import PipelineRunner
+        from flow_jobs.runtime.runner import SUMMARY_LOG, PipelineRunner
 
+        SUMMARY_LOG.setLevel(logging.WARNING)  # the demo prints it, under its tables
         runner = PipelineRunner(spec, stop_event=stop)
         # The progress display `flow-jobs run` shows (a bar on a terminal).
         summary = runner.run(available_now=True, display=make_display(sys.stderr))
