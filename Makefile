@@ -35,7 +35,7 @@ $(QUIX_STAMP): tests/quix/requirements.txt
 
 ## demo: start an embedded broker, produce sample clicks, run pipelines/clicks_per_minute.toml, print the windows (UI=1: then serve the Dagster UI on :3000)
 demo: $(STAMP)
-	$(PY) -m flow_jobs_dev.demo $(if $(UI),--ui,)
+	$(PY) -m flow_jobs_dev.demo $(if $(UI),--ui,) $(DEMO_ARGS)
 
 ## broker: the embedded Kafka-protocol broker on its own, until Ctrl-C (PORT=9092), to try your own events
 broker: $(STAMP)

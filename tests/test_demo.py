@@ -5,13 +5,17 @@ work as printed."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+import pty
+import re
 import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import termios
 import threading
 import time
 from collections.abc import Iterator
@@ -40,12 +44,57 @@ def _environment(venv_on_path: bool) -> dict[str, str]:
     return env
 
 
-def _lines(process: subprocess.Popen[str], into: list[str], ready: threading.Event) -> None:
-    assert process.stdout is not None
-    for line in process.stdout:
-        into.append(line.rstrip("\n"))
-        if READY in line:
-            ready.set()
+class Terminal:
+    """A pseudo-terminal that is the controlling terminal of the session a command runs
+    in, as a shell's is: what it writes comes back as lines (its escapes stripped), and
+    ``ctrl_c`` types Ctrl-C, which the terminal turns into SIGINT for its foreground
+    process group, whichever that is then."""
+
+    def __init__(self, command: list[str], env: dict[str, str], ready: str) -> None:
+        self.leader, follower = pty.openpty()
+
+        def take_terminal() -> None:
+            os.setsid()
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+        self.process = subprocess.Popen(
+            command, cwd=ROOT, env={**env, "COLUMNS": "200", "TERM": "xterm"},
+            stdin=follower, stdout=follower, stderr=follower, preexec_fn=take_terminal,
+        )  # fmt: skip
+        os.close(follower)
+        self.lines: list[str] = []
+        self.ready = threading.Event()
+        self._reader = threading.Thread(target=self._read, args=(ready,), daemon=True)
+        self._reader.start()
+
+    def _read(self, ready: str) -> None:
+        pending = ""
+        while True:
+            try:
+                chunk = os.read(self.leader, 65536)
+            except OSError:  # every process holding the terminal is gone
+                break
+            if not chunk:
+                break
+            pending += chunk.decode(errors="replace")
+            *complete, pending = re.split(r"\r?\n", pending)
+            for line in complete:
+                self.lines.append(ESCAPES.sub("", line).rstrip("\r"))
+                if ready in line:
+                    self.ready.set()
+        if pending:
+            self.lines.append(ESCAPES.sub("", pending))
+
+    def ctrl_c(self) -> None:
+        os.write(self.leader, b"\x03")
+
+    def close(self) -> None:
+        self._reader.join(timeout=10)
+        os.close(self.leader)
+
+
+#: A terminal's control sequences (colours, cursor moves) in what a command writes.
+ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 
 
 def _running(processes: list[psutil.Process]) -> list[str]:
@@ -69,15 +118,18 @@ def _embedded_postgres(data_dir: Path) -> list[psutil.Process]:
 
 
 def _stop_what_is_left(demo: subprocess.Popen[str]) -> None:
-    """After a failure: the demo stopped as a user would, else killed with everything it
-    started (the Dagster server and the broker run in process groups of their own)."""
+    """After a failure: make and the demo stopped as a user would, else killed with
+    everything they started (the Dagster server and the broker run in process groups of
+    their own)."""
     if demo.poll() is not None:
         return
     try:
         family = [psutil.Process(demo.pid), *psutil.Process(demo.pid).children(recursive=True)]
     except psutil.NoSuchProcess:
         family = []
-    os.killpg(demo.pid, signal.SIGINT)
+    for process in family[:2]:  # make, and the demo in a process group of its own
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.send_signal(signal.SIGINT)
     try:
         demo.wait(timeout=90)
     except subprocess.TimeoutExpired:
@@ -98,24 +150,17 @@ def data_dir() -> Iterator[Path]:
 
 
 def test_ctrl_c_stops_the_ui_demo_quietly_and_its_hints_work(data_dir: Path) -> None:
+    """``make demo UI=1`` in a terminal, then Ctrl-C typed there: make says nothing of
+    it (the demo takes the terminal's foreground for its own process group)."""
     port = free_port()
     env = _environment(venv_on_path=False)
-    demo = subprocess.Popen(
-        [sys.executable, "-m", "flow_jobs_dev.demo", "--ui", "--ui-port", str(port),
-         "--data-dir", str(data_dir), "--events", "600", "--rows", "3"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,  # a terminal's process group, the demo its leader
-    )  # fmt: skip
-    lines: list[str] = []
-    ready = threading.Event()
-    reader = threading.Thread(target=_lines, args=(demo, lines, ready), daemon=True)
-    reader.start()
+    args = f"--ui-port {port} --data-dir {data_dir} --events 600 --rows 3"
+    terminal = Terminal(
+        ["make", "--no-print-directory", "demo", "UI=1", f"DEMO_ARGS={args}"], env, READY
+    )
+    demo, lines = terminal.process, terminal.lines
     try:
-        while not ready.wait(1):
+        while not terminal.ready.wait(1):
             assert demo.poll() is None, "\n".join(lines[-60:])
         wait_for_repository(dagster_client(port), demo, timeout_s=5)  # served, not just said
         started = [p for p in psutil.Process(demo.pid).children(recursive=True) if _running([p])]
@@ -125,18 +170,19 @@ def test_ctrl_c_stops_the_ui_demo_quietly_and_its_hints_work(data_dir: Path) -> 
         assert all(n in names for n in ("dg dev", "dagster_webserver", "dagster._daemon", "tansu"))
         before = len(lines)
         sent = time.monotonic()
-        os.killpg(demo.pid, signal.SIGINT)  # Ctrl-C, to the terminal's process group
+        terminal.ctrl_c()
         code = demo.wait(timeout=60)
         took = time.monotonic() - sent
     finally:
         _stop_what_is_left(demo)
-    reader.join(timeout=10)
+        terminal.close()
     output = "\n".join(lines)
     assert code == 0, output[-4000:]
     assert took < 45, f"{took:.1f} s to stop"
-    for noise in ("Warning", "WARN", "Traceback"):
+    for noise in ("Warning", "WARN", "Traceback", "Interrupt", "make:"):
         assert noise not in output, output
-    after = [line for line in lines[before:] if line.strip()]
+    # (the terminal echoes the Ctrl-C as ^C where the cursor is)
+    after = [line.removeprefix("^C") for line in lines[before:] if line.strip("^C \t")]
     assert len(after) == 1 and after[0].startswith("stopped the Dagster UI"), after
     assert _running(started) == [], "still running after the demo"
     assert _running(postgres) == [] and _embedded_postgres(data_dir) == []
