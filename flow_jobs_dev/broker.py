@@ -13,13 +13,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from flow_jobs.kafka.logs import librdkafka_logger
-from flow_jobs_dev.service import Service, free_port, port_free
+from flow_jobs_dev.service import Service, free_port, port_free, the_terminal
 
 
 class EmbeddedBroker(Service):
@@ -133,21 +133,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: the broker did not start on port {args.port}: {e}")
         return 1
     try:
-        address = broker.bootstrap_servers
-        print(f"broker: tansu on {address} (topics in memory; Ctrl-C stops it)")
-        send = f"make produce FILE=events.jsonl TOPIC=events BROKER={address}"
-        print(f"  send a JSON-lines file: {send}")
-        print(f'  a spec reaches it with: bootstrap_servers = "{address}"')
-        sys.stdout.flush()
-        while not stopped and broker.running:
-            time.sleep(0.2)
-        if not stopped:
-            print("error: the broker exited")
-            return 1
+        with the_terminal():
+            serve(broker, lambda: stopped)
     finally:
         broker.stop()
+    if not stopped:
+        print("error: the broker exited")
+        return 1
     print("broker stopped")
     return 0
+
+
+def serve(broker: EmbeddedBroker, stopped: Callable[[], bool]) -> None:
+    """Say where the broker is, then wait until ``stopped`` or it exits."""
+    address = broker.bootstrap_servers
+    print(f"broker: tansu on {address} (topics in memory; Ctrl-C stops it)")
+    send = f"make produce FILE=events.jsonl TOPIC=events BROKER={address}"
+    print(f"  send a JSON-lines file: {send}")
+    print(f'  a spec reaches it with: bootstrap_servers = "{address}"')
+    sys.stdout.flush()
+    while not stopped() and broker.running:
+        time.sleep(0.2)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ exits 0 when stopped on request (and ``make`` says nothing of a 0).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import os
 import shlex
@@ -41,6 +40,7 @@ from flow_jobs.spec.models import revealed
 from flow_jobs_dev.broker import EmbeddedBroker
 from flow_jobs_dev.producer import produce
 from flow_jobs_dev.sample_events import sample_clicks
+from flow_jobs_dev.service import the_terminal
 
 SPEC = Path(__file__).with_name("clicks_per_minute.toml")
 
@@ -101,43 +101,6 @@ def stop_on_signals(stop: threading.Event) -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-
-
-@contextmanager
-def the_terminal() -> Iterator[None]:
-    """Ctrl-C for the demo's process group alone, while it runs in a terminal's
-    foreground: under `make demo`, make shares that group, and make reports a Ctrl-C it
-    receives itself as "make: *** [demo] Interrupt" whatever the demo then does. So the
-    demo takes the terminal's foreground for a group of its own, as a shell does for a
-    job, and gives it back as it ends."""
-    fd = sys.stdin.fileno() if sys.stdin is not None else -1
-    try:
-        before = os.tcgetpgrp(fd)
-    except OSError:  # not a terminal, or none of ours
-        before = None
-    if before is None or before != os.getpgrp():
-        yield  # not in the foreground: nothing to take
-        return
-    with _no_ttou():
-        if os.getpgrp() != os.getpid():
-            os.setpgid(0, 0)
-        os.tcsetpgrp(fd, os.getpgrp())
-    try:
-        yield
-    finally:
-        with _no_ttou(), contextlib.suppress(OSError):  # the group may be gone already
-            os.tcsetpgrp(fd, before)
-
-
-@contextmanager
-def _no_ttou() -> Iterator[None]:
-    """A process group not in the foreground that sets the terminal's foreground gets
-    SIGTTOU, which would stop it: ignored while it does."""
-    previous = signal.signal(signal.SIGTTOU, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTTOU, previous)
 
 
 def flow_jobs_command(cwd: Path) -> str:

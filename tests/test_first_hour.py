@@ -327,3 +327,46 @@ def test_a_target_that_cannot_be_created_is_one_line(
         f"error: Delta table {workdir}/a-file/table cannot be created: Not a directory; name "
         "a place the run can write in target.path"
     ]
+
+
+def test_make_broker_and_make_produce_as_the_readme_gives_them(workdir: Path) -> None:
+    """``make broker`` in a terminal, ``make produce`` beside it, then Ctrl-C: the
+    records are there, make says nothing of the Ctrl-C, and the broker stops."""
+    from tests.test_demo import Terminal
+
+    port = free_port()
+    events = workdir / "readings.jsonl"
+    events.write_text(
+        "".join(json.dumps({"device": f"d{i % 3}", "t": i}) + "\n" for i in range(50))
+    )
+    address = f"127.0.0.1:{port}"
+    terminal = Terminal(
+        ["make", "--no-print-directory", "broker", f"PORT={port}"], dict(os.environ), address
+    )
+    try:
+        assert terminal.ready.wait(60), terminal.lines
+        produce = ["produce", f"FILE={events}", "TOPIC=readings", f"BROKER={address}", "KEY=device"]
+        sent = subprocess.run(
+            ["make", "--no-print-directory", *produce], capture_output=True, text=True, timeout=120
+        )
+        assert sent.returncode == 0, sent.stderr
+        assert sent.stdout.strip().endswith(
+            f"sent 50 records from {events} to topic 'readings' (created, 2 partitions) on "
+            f"{address}; per partition " + sent.stdout.split("per partition ")[-1].strip()
+        )
+        options = KafkaSourceOptions(bootstrap_servers=address, topic="readings")
+        asking = Consumer({**options.consumer_config(), **ASKING_CONFIG})
+        try:
+            ends = read_watermarks(asking, options)
+        finally:
+            asking.close()
+        assert sum(high for _low, high in ends.values()) == 50
+        terminal.ctrl_c()
+        code = terminal.process.wait(timeout=60)
+    finally:
+        if terminal.process.poll() is None:
+            terminal.process.kill()
+        terminal.close()
+    text = "\n".join(terminal.lines)
+    assert code == 0, text
+    assert "broker stopped" in text and "make:" not in text and "Traceback" not in text, text
