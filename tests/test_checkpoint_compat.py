@@ -4,9 +4,9 @@ Each fixture under ``tests/fixtures/checkpoints/<name>/`` was made by the releas
 in its ``made_by``: a pipeline ran over phase 1 of its events (leaving open state: held
 rows, open windows, kept versions), its checkpoint was kept, then it ran on over phase
 2 and its target's rows were kept as ``expected.json``. The test gives a fresh broker the
-same events at the same offsets, copies the checkpoint, runs phase 2 with today's code
-and finds the same rows: the operators read the state the earlier release wrote, and
-go on as it would have.
+same events at the same offsets, copies the checkpoint (where Spark's metadata names its
+own place, the copy's), runs phase 2 with today's code and finds the same rows: the
+operators read the state the earlier release wrote, and go on as it would have.
 
 ``FLOW_WRITE_CHECKPOINT_FIXTURES=1 pytest tests/test_checkpoint_compat.py`` writes the
 fixtures anew (only ever with the release whose state they pin).
@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 from datetime import datetime
@@ -176,6 +177,34 @@ def _temporal_phases(rng: random.Random) -> list[dict[str, list[Record]]]:
     return out
 
 
+#: Where a fixture's checkpoint was, in the files that name it: Spark's operator metadata
+#: (``state/<op>/_metadata/v2/<batch>``) keeps the state schema files' absolute paths.
+PLACE = "file:@CHECKPOINT@"
+_NAMED_PLACE = re.compile(r"file:[^\"]*?/checkpoint(?=/state/)")
+
+
+def _metadata_files(checkpoint: Path) -> list[Path]:
+    return [p for p in checkpoint.glob("state/*/_metadata/v2/*") if not p.name.startswith(".")]
+
+
+def _unplace(checkpoint: Path) -> None:
+    """A checkpoint that can move: its own absolute path as ``PLACE``. The checksum file
+    of a file changed goes (Hadoop checks a file against its checksum where there is one)."""
+    for path in _metadata_files(checkpoint):
+        path.write_text(_NAMED_PLACE.sub(PLACE, path.read_text()))
+        path.with_name(f".{path.name}.crc").unlink(missing_ok=True)
+
+
+def _place(checkpoint: Path) -> None:
+    """A moved checkpoint where it now is (``_unplace``'s other half)."""
+    for path in _metadata_files(checkpoint):
+        path.write_text(
+            path.read_text().replace(
+                PLACE, checkpoint.resolve().as_uri().replace("file:///", "file:/")
+            )
+        )
+
+
 def _rows(path: Path) -> list[dict[str, Any]]:
     def plain(value: Any) -> Any:
         return value.isoformat() if isinstance(value, datetime) else value
@@ -206,11 +235,13 @@ def test_a_checkpoint_of_the_last_release_resumes_and_writes_what_it_wrote(
             PipelineRunner(spec, spark).run(available_now=True)
             shutil.rmtree(fixture, ignore_errors=True)
             shutil.copytree(workdir / "checkpoint", fixture / "checkpoint")
+            _unplace(fixture / "checkpoint")
             shutil.rmtree(workdir / "target")
             for topic, records in second.items():
                 send(broker.bootstrap_servers, topic, records)
         else:
             shutil.copytree(fixture / "checkpoint", workdir / "checkpoint")
+            _place(workdir / "checkpoint")
             _serve(broker, [first, second])
         PipelineRunner(spec, spark).run(available_now=True)
     written = _rows(workdir / "target")
