@@ -22,6 +22,13 @@ from flow_jobs.runtime.session import build_spark_session
 from flow_jobs_dev.broker import EmbeddedBroker
 from flow_jobs_dev.service import free_port
 
+# pytest-xdist runs its workers with COLUMNS=80 for their own reports; the CLI sizes
+# its piped tables by $COLUMNS (flow_jobs.tables), so the suite sees what a user's pipe
+# sees without it.
+if "PYTEST_XDIST_WORKER" in os.environ:
+    os.environ.pop("COLUMNS", None)
+    os.environ.pop("LINES", None)
+
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:

@@ -141,8 +141,9 @@ def test_without_a_terminal_progress_is_plain_lines(
     logs = "\n".join(r.getMessage() for r in caplog.records)
     logged = [int(m) for m in re.findall(r"cli-check batch (\d+): ", logs)]
     assert logged == list(range(len(logged))) and len(logged) >= 4
-    assert lines[0].endswith("; batch 0") and "; watermark -; " in lines[0]
-    assert lines[-1].endswith(f"; batch {logged[-1]}")
+    shown = [int(line.rsplit("; batch ", 1)[1]) for line in lines]
+    assert set(shown) <= set(logged) and shown[-1] == logged[-1]
+    assert ("; watermark -; " in lines[0]) == (shown[0] == 0)  # none before batch 1 ran
     assert re.search(r"cli-check batch 0: 60 rows in, .* watermark -$", logs, re.M)
     assert "1970-01-01" not in err + logs
     summary = [line for line in (err + out).splitlines() if line.startswith("pipeline cli-check:")]

@@ -15,6 +15,7 @@ from pyspark.sql import SparkSession
 from flow_jobs.cli import main
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.secrets import redact
+from flow_jobs_dev.broker import EmbeddedBroker
 from flow_jobs_dev.service import free_port
 from tests.support import make_spec
 
@@ -84,16 +85,24 @@ def test_spec_and_cli_errors_never_print_the_password(
         _assert_clean(out.out, out.err, caplog.text)
 
 
-def test_a_failing_run_prints_no_secret_anywhere(workdir: Path) -> None:
-    """One subprocess, as a user runs it: every byte of stdout and stderr (Spark's and
-    the JVM's included) is searched."""
+@pytest.mark.parametrize("failing", ["broker", "state-store"])
+def test_a_failing_run_prints_no_secret_anywhere(
+    failing: str, broker: EmbeddedBroker, topic: str, workdir: Path
+) -> None:
+    """One subprocess, as a user runs it, with -v: every byte of stdout and stderr
+    (Spark's and the JVM's included) is searched. It fails before its query at the
+    broker (an address nothing answers on, the SASL password in the client config) or,
+    with a broker that answers, at the state store (the password in its URL)."""
+    address = "127.0.0.1:9" if failing == "broker" else broker.bootstrap_servers
+    source = make_spec(workdir, address, topic, WINDOW).to_document()["sources"][0]
     spec = _spec_file(
         workdir,
-        "unreachable-ledger",
+        "unreachable",
         state_store={"url": _closed_url()},
         sources=[
             {
-                **make_spec(workdir, "127.0.0.1:9", "t", WINDOW).to_document()["sources"][0],
+                **source,
+                "connect_timeout_ms": 2_000,
                 "client_config": {"sasl.password": SECRET, "sasl.username": "flow"},
             }
         ],
@@ -105,7 +114,11 @@ def test_a_failing_run_prints_no_secret_anywhere(workdir: Path) -> None:
         timeout=300,
     )
     assert done.returncode != 0
-    assert "error: state store:" in done.stderr, done.stderr[-3000:]
+    said = {
+        "broker": "error: source 'clicks': no Kafka broker answered",
+        "state-store": "error: state store:",
+    }
+    assert said[failing] in done.stderr, done.stderr[-3000:]
     _assert_clean(done.stdout, done.stderr)
 
 

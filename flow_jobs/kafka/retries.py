@@ -51,6 +51,10 @@ def is_transient(err: Any) -> bool:
     return err.code() in codes or bool(err.retriable())
 
 
+class BrokerUnavailable(RuntimeError):
+    """A source's brokers failed ``retries`` tries in a row."""
+
+
 class Backoff:
     """Exponential backoff over consecutive transient errors, ``retries`` at most."""
 
@@ -66,7 +70,7 @@ class Backoff:
         """Wait before the next try, or raise once ``retries`` tries in a row failed."""
         self.failures += 1
         if self.failures > self.retries:
-            raise RuntimeError(
+            raise BrokerUnavailable(
                 f"{what}: {err} ({self.retries} retries with backoff exhausted; raise "
                 f"{self.setting} if the broker needs longer to recover)"
             )

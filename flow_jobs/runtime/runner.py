@@ -62,9 +62,9 @@ _PYTHON_ERROR = re.compile(
     r"^(flow_jobs\.[\w.]*\.[A-Z]\w*"
     r"|[A-Za-z_][\w.]*(Error|Exception|RunLockLost|StoreUnreachable|PipelineBusy)): "
 )
-#: The class of an error raised by flow-jobs itself (or a plain RuntimeError or
-#: ValueError): its message is written for the user, and the class name adds nothing.
-_OUR_ERROR_CLASS = re.compile(r"^(flow_jobs\.[\w.]*\.[A-Z]\w*|RuntimeError|ValueError): ")
+#: The class of an error raised by flow-jobs itself: its message is written for the
+#: user, and the class name adds nothing (a user's own code's errors keep theirs).
+_OUR_ERROR_CLASS = re.compile(r"^flow_jobs\.[\w.]*\.[A-Z]\w*: ")
 _STREAM_FAILED = re.compile(r"^\[STREAM_FAILED\] Query \[[^]]*\] terminated with exception: ")
 
 
