@@ -104,14 +104,23 @@ def divert(
     """The frame without the rows that have a reason (the first of ``reasons`` whose
     condition holds; a reason of None keeps the row), which ``tap`` collects: an
     observation (``DataFrame.observe``) of each such row's reason and Kafka record,
-    read by the driver after the batch ran (``flow_jobs.io.dead_letters``)."""
+    read by the driver after the batch ran (``flow_jobs.io.dead_letters``).
+
+    Each row gets only the number of its reason, a CASE of cheap conditions that stays in
+    Spark's generated code; the reason's words are made in the observation, for the rows
+    it collects alone: a reason that parses the payload again
+    (``flow_jobs.plan.json_reasons``) would take the whole projection out of it."""
+    which: Column = F.lit(None).cast("int")
+    for number, (condition, text) in reversed(list(enumerate(reasons))):
+        which = F.when(condition, F.lit(None if text is None else number)).otherwise(which)
     reason: Column = F.lit(None).cast("string")
-    for condition, text in reversed(reasons):  # the first that holds; None: keep the row
-        value = F.lit(text).cast("string") if text is None or isinstance(text, str) else text
-        reason = F.when(condition, value).otherwise(reason)
+    for number, (_, text) in enumerate(reasons):
+        if text is not None:
+            words = F.lit(text) if isinstance(text, str) else text
+            reason = F.when(F.col(_REASON) == number, words.cast("string")).otherwise(reason)
     fields = fields or {c: F.col(c) for c in _RECORD_FIELDS}
     collected = {
-        "reason": F.col(_REASON),
+        "reason": reason,
         "topic": fields["topic"].cast("string"),
         "partition": fields["partition"].cast("int"),
         "offset": fields["offset"].cast("bigint"),
@@ -123,7 +132,7 @@ def divert(
     record = F.struct(*(collected[name].alias(name) for name in TAPPED_FIELDS))
     bad = F.col(_REASON).isNotNull()
     return (
-        frame.withColumn(_REASON, reason)
+        frame.withColumn(_REASON, which.cast("int"))
         # collect_list skips the NULL of every row kept: only bad rows are collected.
         # Spark's optimizer pushes no filter below an observation (a [transform].sql
         # WHERE on a column a bad row lacks would lose it without a dead letter):
