@@ -20,3 +20,8 @@ RECORD_SCHEMA = pa.schema(
         ("headers", HEADERS_TYPE),
     ]
 )
+
+#: A value a dead letter's reason shows is cut to this many characters, the last one an
+#: ellipsis (the record's bytes are in the dead letter whole).
+SHOWN_CHARS = 40
+ELLIPSIS = "…"

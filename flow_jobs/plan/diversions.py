@@ -14,6 +14,7 @@ from flow_jobs.io.dead_letters import HEADERS_DDL, TAPPED_FIELDS, DeadLetterTap
 from flow_jobs.kafka.schema import BATCH_TIME
 from flow_jobs.plan.event_time import (
     EPOCH_MILLIS_TYPES,
+    ISO_MILLIS,
     EventTime,
     epoch_ms_out_of_range,
     event_time_of,
@@ -26,25 +27,34 @@ _RECORD_FIELDS = ("topic", "partition", "offset", "key", "value", "timestamp", "
 Reason = tuple[Column, str | Column | None]  # (condition, the dead letter's reason)
 
 
-def out_of_range_reason(name: str) -> str:
-    return (
-        f"event time {name} is out of range: epoch milliseconds outside years 1-9999 "
-        "(a value in micro- or nanoseconds?)"
+def out_of_range_reason(name: str, value: Column) -> Column:
+    """The reason of an epoch-ms event time ``value`` outside Spark's TIMESTAMP range."""
+    return F.concat(
+        F.lit(f"event time {name} = "),
+        value.cast("string"),
+        F.lit(
+            " is out of range: epoch milliseconds outside years 1-9999 "
+            "(a value in micro- or nanoseconds?)"
+        ),
     )
 
 
 def time_reasons(
-    event_time: Column, name: str, skew: int, missing: str, now: Column
+    event_time: Column, name: str, skew: int, missing: str | Column, now: Column
 ) -> list[Reason]:
-    """A NULL event time, and one too far ahead of the micro-batch's processing time
-    ``now`` (the reader's ``BATCH_TIME``, or ``current_timestamp()`` after the SQL)."""
+    """A NULL event time (``missing``: why it is, or the whole reason as a Column), and
+    one too far ahead of the micro-batch's processing time ``now`` (the reader's
+    ``BATCH_TIME``, or ``current_timestamp()`` after the SQL), named with its value."""
+    if isinstance(missing, str):
+        missing = F.lit(f"missing event time: {name} is {missing}")
+    ahead = F.concat(
+        F.lit(f"event time {name} = "),
+        F.date_format(event_time, ISO_MILLIS),
+        F.lit(f" is more than max_event_time_skew_ms={skew} ahead of processing time"),
+    )
     return [
-        (event_time.isNull(), f"missing event time: {name} is {missing}"),
-        (
-            F.unix_millis(event_time) > F.unix_millis(now) + F.lit(skew),
-            f"event time {name} is more than max_event_time_skew_ms={skew} ahead of "
-            "processing time",
-        ),
+        (event_time.isNull(), missing),
+        (F.unix_millis(event_time) > F.unix_millis(now) + F.lit(skew), ahead),
     ]
 
 
@@ -70,7 +80,8 @@ def divert_after_sql(frame: DataFrame, settings: EventTime, tap: DeadLetterTap) 
     event_time = event_time_of(F.col(name), data_type, settings.key, name)
     reasons = []
     if isinstance(data_type, EPOCH_MILLIS_TYPES):
-        reasons.append((epoch_ms_out_of_range(F.col(name)), out_of_range_reason(name)))
+        out_of_range = out_of_range_reason(name, F.col(name))
+        reasons.append((epoch_ms_out_of_range(F.col(name)), out_of_range))
     # The SQL's rows keep no reader column: current_timestamp(), the same instant.
     now = F.col(BATCH_TIME) if BATCH_TIME in frame.columns else F.current_timestamp()
     reasons += time_reasons(
