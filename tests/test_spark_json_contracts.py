@@ -52,7 +52,7 @@ def test_a_field_of_the_wrong_type_is_null_and_the_record_corrupt_the_rest_kept(
 ) -> None:
     """A root field that does not fit its type is NULL, the record is corrupt, every
     other field keeps its value: the first field present in the payload but NULL once
-    decoded is the one that failed (``json_reasons._level_reason``)."""
+    decoded is the one that failed (``json_reasons._first_failure``)."""
     rest = '"name": "n", "tags": [1, 2]'
     cases = {  # the payload's field -> the field that fails
         '"temp": "hot", "ts": 1': "temp",  # a string for a DOUBLE

@@ -11,7 +11,7 @@ decoded alone to see whether it fails. What each field held comes from two more 
 of the payload: every field as STRING (its JSON text as ``from_json`` reads it: the same
 quotes, ``NaN`` and duplicate keys) and as VARIANT (whether it is a string, to show it
 quoted). They run only for a record already marked corrupt (a CASE branch), each once
-per record (``_parsed_once``), never for the good rows. The Arrow decoder in the reader
+per record (``_let``), never for the good rows. The Arrow decoder in the reader
 leaves every record it rejects to ``from_json`` (``flow_jobs.io.json_decode``), so every
 JSON reason is decided here.
 
@@ -32,6 +32,7 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
+    BooleanType,
     ByteType,
     DataType,
     IntegerType,
@@ -69,10 +70,10 @@ def type_name(data_type: DataType) -> str:
 
 def shown(text: Column) -> Column:
     """A value's text as a reason shows it: one line, at most ``SHOWN_CHARS`` characters
-    (``flow_jobs.records.shown`` in Python)."""
+    (``flow_jobs.records.shown`` in Python); ``text`` appears once in the expression."""
     one_line = F.trim(F.regexp_replace(text, r"\p{Cntrl}+", " "))
-    cut = F.concat(F.substring(one_line, 1, SHOWN_CHARS - 1), F.lit(ELLIPSIS))
-    return F.when(F.length(one_line) > SHOWN_CHARS, cut).otherwise(one_line)
+    longer = rf"(?s)^(.{{{SHOWN_CHARS - 1}}}).{{2,}}$"  # the first 39 of 41 or more
+    return F.regexp_replace(one_line, longer, f"$1{ELLIPSIS}")
 
 
 def decode_reasons(value: Column, decoded: Column, schema: StructType, index: int) -> list[Reason]:
@@ -107,30 +108,33 @@ def malformed_reason(value: Column, decoded: Column, schema: StructType, index: 
     strings = StructType([*_as(schema, StringType()), StructField(CORRUPT_RECORD, StringType())])
     unexplained = f"malformed JSON: not an object matching sources[{index}].schema: "
 
-    def reason(as_text: Column, as_variant: Column) -> Column:
+    def reason(parsed: Column) -> Column:
+        as_text, as_variant = parsed["text"], parsed["variant"]
         shape = F.when(  # not an object at all: STRING fields take any value
             F.from_json(text, VariantType()).isNull(),  # NULL where the text is not JSON
             F.concat(F.lit("malformed JSON: not parseable: "), shown(text)),
         ).otherwise(F.concat(F.lit("malformed JSON: not an object, got "), shown(text)))
-        fields = _level_reason(as_text, as_variant, decoded, schema, "")
+        failure = _let(_first_failure(as_text, as_variant, decoded, schema, ""), _worded)
         return F.when(as_text.getField(CORRUPT_RECORD).isNotNull(), shape).otherwise(
-            F.coalesce(fields, F.concat(F.lit(unexplained), shown(text)))
+            F.coalesce(failure, F.concat(F.lit(unexplained), shown(text)))
         )
 
-    return _parsed_once(
-        F.from_json(text, strings, _CORRUPT_OPTIONS),
-        F.from_json(text, StructType(_as(schema, VariantType()))),
-        reason,
+    parses = F.struct(
+        F.from_json(text, strings, _CORRUPT_OPTIONS).alias("text"),
+        F.from_json(text, StructType(_as(schema, VariantType()))).alias("variant"),
     )
+    return _let(parses, reason)
 
 
-def _level_reason(
+def _first_failure(
     as_text: Column, as_variant: Column, decoded: Column, schema: StructType, prefix: str
 ) -> Column:
-    """The reason of the first field of one level of the payload that failed (a struct's
-    own fields right after it), or NULL: ``as_text`` / ``as_variant`` the level's values as
-    JSON text / VARIANT, ``decoded`` what ``from_json`` made of them."""
-    reasons = []
+    """The first field of one level of the payload that failed (a struct's own fields
+    right after it), or NULL, as a struct ``_worded`` words: ``as_text`` / ``as_variant``
+    the level's values as JSON text / VARIANT, ``decoded`` what ``from_json`` made of
+    them. Each field adds a condition and its constants, no more: the plan's optimizer
+    goes through all of it every micro-batch."""
+    failures = []
     for field in schema.fields:
         if isinstance(field.dataType, StringType):
             continue  # a STRING takes any JSON value (as its text): it never fails
@@ -145,42 +149,61 @@ def _level_reason(
             schema_alone = StructType([field, StructField(CORRUPT_RECORD, StringType())])
             corrupt = F.from_json(alone, schema_alone, _CORRUPT_OPTIONS).getField(CORRUPT_RECORD)
             failed = failed | corrupt.isNotNull()
-        value = as_variant.getField(field.name)
-        reason = _field_reason(path, field.dataType, raw, value)
-        reasons.append(F.when(raw.isNotNull() & failed, reason))
+        failure = F.struct(
+            F.lit(f"field {path}: expected {type_name(field.dataType)}, got ").alias("label"),
+            raw.alias("text"),
+            as_variant.getField(field.name).alias("variant"),
+            F.lit(isinstance(field.dataType, _INTEGRAL)).alias("integral"),
+        )
+        failures.append(F.when(raw.isNotNull() & failed, failure))
         if isinstance(field.dataType, StructType):  # from_json kept the fields that fit
             inner = field.dataType
-            nested = _parsed_once(
-                F.from_json(raw, StructType(_as(inner, StringType()))),
-                F.from_json(raw, StructType(_as(inner, VariantType()))),
-                lambda t, v, got=got, inner=inner, path=path: _level_reason(
-                    t, v, got, inner, f"{path}."
-                ),
+            parses = F.struct(
+                F.from_json(raw, StructType(_as(inner, StringType()))).alias("text"),
+                F.from_json(raw, StructType(_as(inner, VariantType()))).alias("variant"),
             )
-            reasons.append(F.when(raw.isNotNull() & got.isNotNull(), nested))
-    return F.coalesce(*reasons) if reasons else F.lit(None).cast(StringType())
+            nested = _let(parses, _within(got, inner, f"{path}."))
+            failures.append(F.when(raw.isNotNull() & got.isNotNull(), nested))
+    if not failures:
+        return F.lit(None).cast(_FAILURE)
+    return F.coalesce(*failures) if len(failures) > 1 else failures[0]
 
 
-def _field_reason(path: str, data_type: DataType, raw: Column, value: Column) -> Column:
-    """``field <path>: expected <TYPE>, got <value>``: a string quoted as JSON writes it,
-    any other value as ``from_json`` read its text."""
+def _within(decoded: Column, schema: StructType, prefix: str) -> Callable[[Column], Column]:
+    """``_first_failure`` of a nested struct, for ``_let`` (a lambda of one argument)."""
+    return lambda parsed: _first_failure(parsed["text"], parsed["variant"], decoded, schema, prefix)
+
+
+#: what ``_first_failure`` finds: the reason's words up to the value, the value's JSON
+#: text and VARIANT, whether the field is an integer
+_FAILURE = StructType(
+    [
+        StructField("label", StringType()),
+        StructField("text", StringType()),
+        StructField("variant", VariantType()),
+        StructField("integral", BooleanType()),
+    ]
+)
+
+
+def _worded(failure: Column) -> Column:
+    """``field <path>: expected <TYPE>, got <value>`` (NULL for no failure): a string
+    quoted as JSON writes it, any other value as ``from_json`` read its text; an integer
+    too big for its type says so."""
+    value = failure["variant"]
     is_string = F.coalesce(F.schema_of_variant(value) == F.lit("STRING"), F.lit(False))
-    got = F.when(is_string, F.to_json(value)).otherwise(raw)
-    parts = [F.lit(f"field {path}: expected {type_name(data_type)}, got "), shown(got)]
-    if isinstance(data_type, _INTEGRAL):  # an integer token fails only by its size
-        too_big = ~is_string & raw.rlike(r"^-?[0-9]+$")
-        parts.append(F.when(too_big, F.lit(" (out of range)")).otherwise(F.lit("")))
-    return F.concat(*parts)
+    got = F.when(is_string, F.to_json(value)).otherwise(failure["text"])
+    # an integer token fails an integer type only by its size
+    too_big = failure["integral"] & ~is_string & failure["text"].rlike(r"^-?[0-9]+$")
+    hint = F.when(too_big, F.lit(" (out of range)")).otherwise(F.lit(""))
+    return F.concat(failure["label"], shown(got), hint)
 
 
-def _parsed_once(
-    as_text: Column, as_variant: Column, body: Callable[[Column, Column], Column]
-) -> Column:
-    """``body(as_text, as_variant)`` with each parse evaluated once, however often the body
-    refers to it: the argument of a lambda (Spark has no let), where an expression
-    repeated in a CASE's conditions is evaluated again in each."""
-    both = F.array(F.struct(as_text.alias("text"), as_variant.alias("variant")))
-    return F.transform(both, lambda parsed: body(parsed["text"], parsed["variant"]))[0]
+def _let(value: Column, body: Callable[[Column], Column]) -> Column:
+    """``body(value)`` with ``value`` evaluated once, however often the body refers to it
+    (an expression repeated in a CASE is evaluated again in each place): the argument
+    of a lambda, since Spark has no let."""
+    return F.transform(F.array(value), body)[0]
 
 
 def _as(schema: StructType, data_type: DataType) -> list[StructField]:
