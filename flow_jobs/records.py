@@ -3,6 +3,8 @@ dead letter keeps them (``flow_jobs.io.dead_letters``)."""
 
 from __future__ import annotations
 
+import re
+
 import pyarrow as pa
 
 #: A record's Kafka headers, in order (NULL: none): kept so a dead letter carries them.
@@ -20,3 +22,17 @@ RECORD_SCHEMA = pa.schema(
         ("headers", HEADERS_TYPE),
     ]
 )
+
+#: A value a dead letter's reason shows is cut to this many characters, the last one an
+#: ellipsis (the record's bytes are in the dead letter whole).
+SHOWN_CHARS = 40
+ELLIPSIS = "…"
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+
+
+def shown(text: str) -> str:
+    """A value's text as a dead letter's reason shows it: one line (control characters
+    as a space), at most ``SHOWN_CHARS`` characters; what ``flow_jobs.plan.json_reasons``
+    does in Spark."""
+    line = _CONTROL.sub(" ", text).strip(" ")
+    return line if len(line) <= SHOWN_CHARS else line[: SHOWN_CHARS - 1] + ELLIPSIS

@@ -73,7 +73,8 @@ def show(spec: Any, runner: Any, summary: Any, ledger: list[dict[str, Any]], row
     print()
     print(f"dead letters: {len(dead)} in {spec.dead_letter_path()}")
     for d in sorted(dead, key=lambda r: (r["partition"], r["offset"])):
-        print(f"  {d['topic']}[{d['partition']}]@{d['offset']}: {d['reason']}: {d['value']!r}")
+        where = f"{d['topic']}[{d['partition']}]@{d['offset']}"
+        print(f"  {where}: {d['reason']} (value {d['value']!r})")
     print()
     print(f"the ledger (embedded Postgres, {runner.ledger.schema}.batches), last batches:")
     tables.show(format_batches(ledger), *batch_notes(ledger))

@@ -112,7 +112,11 @@ def test_every_record_that_cannot_be_decoded_has_a_reason(
     assert "no schema id" in found[1]
     assert "magic byte 1" in found[2]
     assert "schema id 4242 is not in the registry" in found[3]
-    assert found[4].startswith(f"undecodable Avro body (schema id {schema_id})")
+    # the field where the body breaks, the cause without the reader's object address
+    assert found[4].startswith(
+        f"undecodable Avro body (schema id {schema_id}): field page (null | string): "
+    ), found[4]
+    assert " at 0x" not in found[4]
     assert "1 bytes left over" in found[5]
     assert "does not resolve to the reader's" in found[6]
     assert found[7] is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from flow_jobs_dev.broker import EmbeddedBroker
 from flow_jobs_dev.producer import Record
 from tests.reference import reference_windows
 from tests.support import (
+    CLICK_SCHEMA,
     assert_same_windows,
     fresh_checkpoint,
     make_spec,
@@ -24,18 +26,43 @@ from tests.support import (
     send,
 )
 
-MALFORMED = "malformed JSON: not an object matching sources[0].schema"
+T = 1_700_000_030_000  # an event time among the good rows
+LONG = "a value far longer than a reason shows of it, cut short"
+#: (payload, its dead letter's reason) for any JSON schema of the clicks; the reasons
+#: name the field, the type the schema declares and the value, cut to 40 characters.
 BAD_PAYLOADS: list[tuple[bytes | None, str]] = [
-    (b"{broken", MALFORMED),
-    (b"[1, 2]", MALFORMED),
-    (b"42", MALFORMED),
-    (b'{"user_id": "a", "ts": "soon"}', MALFORMED),
+    (b'{"user_id": "a", "page": ', 'malformed JSON: not parseable: {"user_id": "a", "page":'),
+    (b"{broken", "malformed JSON: not parseable: {broken"),
+    (b"[1, 2]", "malformed JSON: not an object, got [1, 2]"),
+    (b"42", "malformed JSON: not an object, got 42"),
+    (b"null", "malformed JSON: not an object, got null"),
+    (b'{"user_id": "a", "amount": "hot", "ts": %d}' % T,
+     'field amount: expected DOUBLE, got "hot"'),
+    (b'{"user_id": "a", "ts": "1795000000000"}', 'field ts: expected BIGINT, got "1795000000000"'),
+    (b'{"user_id": "a", "ts": "soon"}', 'field ts: expected BIGINT, got "soon"'),
+    (b'{"user_id": "a", "qty": 99999999999999999999, "ts": %d}' % T,
+     "field qty: expected BIGINT, got 99999999999999999999 (out of range)"),
+    (b'{"user_id": "a", "qty": 2.5, "ts": %d}' % T, "field qty: expected BIGINT, got 2.5"),
+    (b'{"user_id": "a", "amount": [1, 2], "ts": %d}' % T,
+     "field amount: expected DOUBLE, got [1,2]"),
+    (b'{"user_id": "a", "qty": {"n": 1}, "ts": %d}' % T, 'field qty: expected BIGINT, got {"n":1}'),
+    (json.dumps({"user_id": "a", "amount": LONG, "ts": T}).encode(),
+     f'field amount: expected DOUBLE, got "{LONG[:38]}…'),
     (None, "null payload (a tombstone)"),
     (b"", "empty payload"),
-    (b'{"user_id": "a", "amount": 1.0}', "missing event time: ts is absent or NULL"),
-    (b'{"user_id": "a", "ts": null}', "missing event time: ts is absent or NULL"),
-]
-FUTURE = "event time ts is more than max_event_time_skew_ms=300000 ahead of processing time"
+    (b" \n", "malformed JSON: not parseable: only blanks"),
+    (b'{"user_id": "a", "amount": 1.0}', "missing event time: ts is absent"),
+    (b'{"user_id": "a", "ts": null}', "missing event time: ts is null"),
+    (b'{"user_id": "a", "ts": 9000000000000000000}',
+     "event time ts = 9000000000000000000 is out of range: epoch milliseconds outside years "
+     "1-9999 (a value in micro- or nanoseconds?)"),
+]  # fmt: skip
+#: the schema Arrow decodes in the reader (``decoder = "auto"``); CLICK_SCHEMA's TIMESTAMP
+#: leaves every record to from_json
+ARROW_SCHEMA = "user_id STRING, page STRING, amount DOUBLE, qty BIGINT, ts BIGINT"
+#: a payload only CLICK_SCHEMA's ``at`` rejects
+BAD_AT = (b'{"user_id": "a", "ts": %d, "at": "yesterday"}' % T,
+          'field at: expected TIMESTAMP, got "yesterday"')  # fmt: skip
 AGGREGATIONS = [
     ("count", None, "n"),
     ("sum", "amount", "amount_sum"),
@@ -49,26 +76,41 @@ FILTER_SQL = "SELECT user_id, page, amount, ts FROM clicks WHERE user_id IS NOT 
 
 
 @pytest.mark.parametrize(
-    "sql, per_trigger",
-    [(None, None), (FILTER_SQL, 40)],
-    ids=["one-batch", "sql-filter-small-batches"],
+    "sql, per_trigger, schema",
+    [
+        (None, None, CLICK_SCHEMA),
+        (FILTER_SQL, 40, CLICK_SCHEMA),
+        (None, None, ARROW_SCHEMA),
+        (None, 40, ARROW_SCHEMA),
+    ],
+    ids=["one-batch", "sql-filter-small-batches", "arrow-one-batch", "arrow-small-batches"],
 )
 def test_bad_records_land_in_the_dead_letter_table(
     sql: str | None,
     per_trigger: int | None,
+    schema: str,
     spark: SparkSession,
     broker: EmbeddedBroker,
     topic: str,
     workdir: Path,
 ) -> None:
+    """Every bad record is a dead letter whose reason names what failed, the same whether
+    Arrow decoded the good records in the reader or from_json did them all."""
     rng = random.Random(7)
     good = random_clicks(rng, 600, step_ms=500, disorder_ms=2_000)
     far_future = int(time.time() * 1000) + 86_400_000
-    bad = [*BAD_PAYLOADS, (json.dumps({"user_id": "a", "ts": far_future}).encode(), FUTURE)]
+    at = datetime.fromtimestamp(far_future / 1000, UTC).isoformat(timespec="milliseconds")
+    future = (
+        f"event time ts = {at.replace('+00:00', 'Z')} is more than "
+        "max_event_time_skew_ms=300000 ahead of processing time"
+    )
+    bad = [*BAD_PAYLOADS, (json.dumps({"user_id": "a", "ts": far_future}).encode(), future)]
+    if schema == CLICK_SCHEMA:
+        bad.append(BAD_AT)
     # Interleave: bad records at known places among the good ones.
     stream: list[tuple[bytes | None, str | None]] = [(json.dumps(e).encode(), None) for e in good]
     for i, item in enumerate(bad):
-        stream.insert(37 + i * 61, item)
+        stream.insert(17 + i * 29, item)
     records, expected_dead, next_offset = [], {}, [0, 0]
     for i, (value, reason) in enumerate(stream):
         partition = i % 2
@@ -97,6 +139,7 @@ def test_bad_records_land_in_the_dead_letter_table(
         topic,
         window,
         sql=sql,
+        schema=schema,
         source={"max_offsets_per_trigger": per_trigger} if per_trigger else None,
     )
 

@@ -169,9 +169,51 @@ def test_every_protobuf_record_that_cannot_be_decoded_has_a_reason(
     assert found[0] is None
     assert "its record is a shop.Address, the reader reads shop.Order" in found[1]
     assert "truncated message indexes" in found[2]
-    assert found[3].startswith("undecodable Protobuf body (schema id 1): DecodeError")
+    assert found[3] == (
+        "undecodable Protobuf body (schema id 1): field ts (google.protobuf.Timestamp, "
+        "number 1): the body ends inside its length (DecodeError)"
+    )
     assert "schema id 4242 is not in the registry" in found[4]
     assert "magic byte 7" in found[5]
+
+
+def test_a_protobuf_body_that_breaks_names_the_field_where_it_does() -> None:
+    """protobuf's parser names no field; the walk of the wire format after it refused a
+    body does (``flow_jobs.io.formats.protobuf_wire``), inside a message field too."""
+    from flow_jobs.io.formats.protobuf_wire import where_it_breaks
+
+    address = descriptor_pb2.DescriptorProto(
+        name="Address", field=[field("city", 1, F.TYPE_STRING), field("zip", 2, F.TYPE_INT64)]
+    )
+    order = descriptor_pb2.DescriptorProto(
+        name="Order",
+        field=[
+            field("id", 1, F.TYPE_STRING),
+            field("qty", 2, F.TYPE_INT64),
+            field("address", 3, F.TYPE_MESSAGE, type_name=".shop.Address"),
+            field("price", 4, F.TYPE_DOUBLE),
+        ],
+    )
+    classes = message_classes("wire.proto", "shop", [address, order])
+    good = classes["Order"](
+        id="o1", qty=3, address=classes["Address"](city="Oslo", zip=5), price=1.5
+    ).SerializeToString()
+    address_at = good.index(b"\x1a")
+    bodies = {
+        good[:-3]: "field price (double, number 4): the body ends inside its value",
+        good[:3]: "field id (string, number 1): its 2 bytes run past the body's end",
+        good + b"\x0f": "after field price: a tag of field number 1, wire type 7",
+        b"\x10" + b"\xff" * 11: "field qty (int64, number 2): its value is a varint longer "
+        "than 10 bytes",
+        good[:address_at] + b"\x1a\x04\x0a\x02\xc3\x28": "field address.city (string, number "
+        "1): not UTF-8 (invalid continuation byte at byte 0)",
+    }
+    descriptor = classes["Order"].DESCRIPTOR
+    for body, where in bodies.items():
+        with pytest.raises(Exception):  # noqa: B017 - protobuf's DecodeError
+            classes["Order"].FromString(body)
+        assert where_it_breaks(body, descriptor) == where
+    assert where_it_breaks(good, descriptor) is None
 
 
 def test_a_recursive_message_has_no_spark_type(registry: EmbeddedSchemaRegistry) -> None:
@@ -220,11 +262,12 @@ def test_json_schema_types_and_a_reason_for_every_record_without_them(
     header = good[:5]
     bad = [
         (b'{"qty": 1}', "the record.id is required and absent"),
-        (b'{"id": "x", "qty": 1.5}', "the record.qty is a number, not an integer"),
+        (b'{"id": "x", "qty": 1.5}', "the record.qty is a number, not an integer: 1.5"),
         (b'{"id": "x", "qty": 9223372036854775808}', "outside BIGINT's range"),
         (b'{"id": "x", "ok": 1}', "the record.ok is an integer, not a boolean"),
         (b'{"id": "x", "at": "2026-11-26T10:00:00"}', "has no UTC offset"),
-        (b'{"id": "x", "tags": "x"}', "the record.tags is a string, not an array"),
+        (b'{"id": "x", "day": "26/11/2026"}', 'the record.day = "26/11/2026" is not a date'),
+        (b'{"id": "x", "tags": "x"}', 'the record.tags is a string, not an array: "x"'),
         (b'{"id": "x", "address": {"city": 3}}', "the record.address.city is an integer"),
         (b'{"id": "x", "counts": {"a": "b"}}', "the record.counts.a is a string"),
         (b"[1]", "the record is an array, not an object"),

@@ -27,7 +27,7 @@ from tests.reference import reference_windows
 from tests.support import assert_same_windows, make_spec, random_clicks, read_windows, send
 
 OUT_OF_RANGE = (
-    "event time ts is out of range: epoch milliseconds outside years 1-9999 "
+    "event time ts = {} is out of range: epoch milliseconds outside years 1-9999 "
     "(a value in micro- or nanoseconds?)"
 )
 AGGREGATIONS = [("count", None, "n"), ("sum", "amount", "amount_sum"), ("sum", "qty", "qty_sum")]
@@ -83,7 +83,7 @@ def test_out_of_range_times_and_overflowing_sums_do_not_fail_the_run(
     ]
     for i, ts in enumerate([9_000_000_000_000_000_000, -9_000_000_000_000_000_000, 2**53]):
         poison = json.dumps({"user_id": "a", "amount": 1.0, "ts": ts}).encode()
-        items.insert(31 + 47 * i, (poison, good[0]["ts"], OUT_OF_RANGE))
+        items.insert(31 + 47 * i, (poison, good[0]["ts"], OUT_OF_RANGE.format(ts)))
     expected_dead = _produce(broker, topic, items)
 
     spec = make_spec(
@@ -155,9 +155,12 @@ def test_event_time_computed_in_sql_null_unparsable_or_future_is_a_dead_letter(
     good = random_clicks(random.Random(19), 150, step_ms=600, disorder_ms=2_000)
     for e in good:
         e["at_s"] = e.pop("at")
-    skew = "event time at is more than max_event_time_skew_ms=300000 ahead of processing time"
     null = "missing event time: at is NULL after [transform].sql (absent or unparsable)"
     far = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() + 86_400))
+    skew = (
+        f"event time at = {far}.000Z is more than max_event_time_skew_ms=300000 ahead of "
+        "processing time"
+    )
     items: list[tuple[bytes, int, str | None]] = [
         (json.dumps(e).encode(), e["ts"], None) for e in good
     ]

@@ -14,6 +14,7 @@ from flow_jobs.io.dead_letters import HEADERS_DDL, TAPPED_FIELDS, DeadLetterTap
 from flow_jobs.kafka.schema import BATCH_TIME
 from flow_jobs.plan.event_time import (
     EPOCH_MILLIS_TYPES,
+    ISO_MILLIS,
     EventTime,
     epoch_ms_out_of_range,
     event_time_of,
@@ -26,25 +27,34 @@ _RECORD_FIELDS = ("topic", "partition", "offset", "key", "value", "timestamp", "
 Reason = tuple[Column, str | Column | None]  # (condition, the dead letter's reason)
 
 
-def out_of_range_reason(name: str) -> str:
-    return (
-        f"event time {name} is out of range: epoch milliseconds outside years 1-9999 "
-        "(a value in micro- or nanoseconds?)"
+def out_of_range_reason(name: str, value: Column) -> Column:
+    """The reason of an epoch-ms event time ``value`` outside Spark's TIMESTAMP range."""
+    return F.concat(
+        F.lit(f"event time {name} = "),
+        value.cast("string"),
+        F.lit(
+            " is out of range: epoch milliseconds outside years 1-9999 "
+            "(a value in micro- or nanoseconds?)"
+        ),
     )
 
 
 def time_reasons(
-    event_time: Column, name: str, skew: int, missing: str, now: Column
+    event_time: Column, name: str, skew: int, missing: str | Column, now: Column
 ) -> list[Reason]:
-    """A NULL event time, and one too far ahead of the micro-batch's processing time
-    ``now`` (the reader's ``BATCH_TIME``, or ``current_timestamp()`` after the SQL)."""
+    """A NULL event time (``missing``: why it is, or the whole reason as a Column), and
+    one too far ahead of the micro-batch's processing time ``now`` (the reader's
+    ``BATCH_TIME``, or ``current_timestamp()`` after the SQL), named with its value."""
+    if isinstance(missing, str):
+        missing = F.lit(f"missing event time: {name} is {missing}")
+    ahead = F.concat(
+        F.lit(f"event time {name} = "),
+        F.date_format(event_time, ISO_MILLIS),
+        F.lit(f" is more than max_event_time_skew_ms={skew} ahead of processing time"),
+    )
     return [
-        (event_time.isNull(), f"missing event time: {name} is {missing}"),
-        (
-            F.unix_millis(event_time) > F.unix_millis(now) + F.lit(skew),
-            f"event time {name} is more than max_event_time_skew_ms={skew} ahead of "
-            "processing time",
-        ),
+        (event_time.isNull(), missing),
+        (F.unix_millis(event_time) > F.unix_millis(now) + F.lit(skew), ahead),
     ]
 
 
@@ -70,7 +80,8 @@ def divert_after_sql(frame: DataFrame, settings: EventTime, tap: DeadLetterTap) 
     event_time = event_time_of(F.col(name), data_type, settings.key, name)
     reasons = []
     if isinstance(data_type, EPOCH_MILLIS_TYPES):
-        reasons.append((epoch_ms_out_of_range(F.col(name)), out_of_range_reason(name)))
+        out_of_range = out_of_range_reason(name, F.col(name))
+        reasons.append((epoch_ms_out_of_range(F.col(name)), out_of_range))
     # The SQL's rows keep no reader column: current_timestamp(), the same instant.
     now = F.col(BATCH_TIME) if BATCH_TIME in frame.columns else F.current_timestamp()
     reasons += time_reasons(
@@ -104,14 +115,23 @@ def divert(
     """The frame without the rows that have a reason (the first of ``reasons`` whose
     condition holds; a reason of None keeps the row), which ``tap`` collects: an
     observation (``DataFrame.observe``) of each such row's reason and Kafka record,
-    read by the driver after the batch ran (``flow_jobs.io.dead_letters``)."""
+    read by the driver after the batch ran (``flow_jobs.io.dead_letters``).
+
+    Each row gets only the number of its reason, a CASE of cheap conditions that stays in
+    Spark's generated code; the reason's words are made in the observation, for the rows
+    it collects alone: a reason that parses the payload again
+    (``flow_jobs.plan.json_reasons``) would take the whole projection out of it."""
+    which: Column = F.lit(None).cast("int")
+    for number, (condition, text) in reversed(list(enumerate(reasons))):
+        which = F.when(condition, F.lit(None if text is None else number)).otherwise(which)
     reason: Column = F.lit(None).cast("string")
-    for condition, text in reversed(reasons):  # the first that holds; None: keep the row
-        value = F.lit(text).cast("string") if text is None or isinstance(text, str) else text
-        reason = F.when(condition, value).otherwise(reason)
+    for number, (_, text) in enumerate(reasons):
+        if text is not None:
+            words = F.lit(text) if isinstance(text, str) else text
+            reason = F.when(F.col(_REASON) == number, words.cast("string")).otherwise(reason)
     fields = fields or {c: F.col(c) for c in _RECORD_FIELDS}
     collected = {
-        "reason": F.col(_REASON),
+        "reason": reason,
         "topic": fields["topic"].cast("string"),
         "partition": fields["partition"].cast("int"),
         "offset": fields["offset"].cast("bigint"),
@@ -123,7 +143,7 @@ def divert(
     record = F.struct(*(collected[name].alias(name) for name in TAPPED_FIELDS))
     bad = F.col(_REASON).isNotNull()
     return (
-        frame.withColumn(_REASON, reason)
+        frame.withColumn(_REASON, which.cast("int"))
         # collect_list skips the NULL of every row kept: only bad rows are collected.
         # Spark's optimizer pushes no filter below an observation (a [transform].sql
         # WHERE on a column a bad row lacks would lose it without a dead letter):

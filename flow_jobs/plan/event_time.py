@@ -33,6 +33,9 @@ EPOCH_MILLIS_TYPES = (LongType, IntegerType, ShortType, ByteType)
 MIN_EPOCH_MS = -62_135_596_800_000
 MAX_EPOCH_MS = 253_402_300_799_999
 
+#: How a reason shows an event time (``date_format``: UTC, the session's time zone).
+ISO_MILLIS = "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"
+
 
 def epoch_ms_out_of_range(column: Column) -> Column:
     """True where an epoch-milliseconds value is present but not a valid TIMESTAMP."""

@@ -29,10 +29,9 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from flow_jobs.kafka.schema import LATE_WATERMARK
+from flow_jobs.plan.event_time import ISO_MILLIS
 
 LATE = "__flow_late"
-
-_ISO = "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"
 
 
 def late_condition(event_time: Column) -> Column:
@@ -46,9 +45,9 @@ def late_reason(event_time: Column, name: str) -> Column:
     behind = F.unix_millis(watermark) - F.unix_millis(event_time)
     return F.concat(
         F.lit(f"late: event time {name} = "),
-        F.date_format(event_time, _ISO),
+        F.date_format(event_time, ISO_MILLIS),
         F.lit(" is "),
         behind.cast("string"),
         F.lit(" ms behind the watermark "),
-        F.date_format(watermark, _ISO),
+        F.date_format(watermark, ISO_MILLIS),
     )

@@ -10,10 +10,12 @@ name. What the view holds:
   processing-time mode) and ``_kafka`` (key, value, topic, partition, offset, timestamp);
 * ``format = "raw"``: key, value, topic, partition, offset, timestamp, ``_event_ts``.
 
-A record is dead-lettered here, with its original bytes and Kafka position, when its
-payload is NULL or empty, is not JSON matching the schema, or (when this source carries
-the window's event-time column) its event time is NULL, outside Spark's TIMESTAMP range,
-or further ahead of the micro-batch's processing time than ``max_event_time_skew_ms``.
+A record is dead-lettered here, with its original bytes, Kafka position and a reason
+naming what failed (``flow_jobs.plan.json_reasons``: the field, its type and its value),
+when its payload is NULL or empty, is not JSON matching the schema, or (when this source
+carries the window's event-time column) its event time is NULL, outside Spark's
+TIMESTAMP range, or further ahead of the micro-batch's processing time than
+``max_event_time_skew_ms``.
 An event time computed by ``[transform].sql`` gets the same checks after the SQL
 (``flow_jobs.plan.diversions.divert_after_sql``), from the ``_kafka`` column the SQL keeps.
 """
@@ -58,6 +60,7 @@ from flow_jobs.plan.event_time import (
     epoch_ms_out_of_range,
     event_time_of,
 )
+from flow_jobs.plan.json_reasons import NULL_PAYLOAD, decode_reasons, missing_field_reason
 from flow_jobs.plan.late_rows import LATE, late_condition, late_reason
 from flow_jobs.spec.ddl import Column as DeclaredColumn
 from flow_jobs.spec.ddl import parse_schema
@@ -179,7 +182,7 @@ def compile_source(
             reasons: list[Reason] = [(failed.isNotNull(), failed)]
         else:
             frame, payload = _decode_json(frame, source, index, in_reader is not None)
-            reasons = _decode_reasons(index)
+            reasons = decode_reasons(F.col("value"), F.col(_PAYLOAD), payload, index)
             if tombstone_keys is not None:
                 frame, reasons = _tombstones(frame, tombstone_keys, event_time.column, reasons)
         view = [
@@ -192,7 +195,8 @@ def compile_source(
         payload = StructType()
         view = [F.col(c) for c in RAW_COLUMNS]
         reasons = []
-    reasons += _event_time_reasons(event_time, payload, index)
+    json_payload = source.format == "json"
+    reasons += _event_time_reasons(event_time, payload, index, json_payload)
     if folds:  # a partial holds only rows that passed every check in the reader
         reasons.insert(0, (F.col(PARTIAL).isNotNull(), None))
         view.append(F.col(PARTIAL).alias(PARTIAL_VIEW))
@@ -446,26 +450,15 @@ def _tombstones(
         keys
     )
     # the null-payload reason is the tombstone's now
-    return frame, [(keyless, reason), *(r for r in reasons if r[1] != _NULL_PAYLOAD)]
+    return frame, [(keyless, reason), *(r for r in reasons if r[1] is not NULL_PAYLOAD)]
 
 
-_NULL_PAYLOAD = "null payload (a tombstone)"
-
-
-def _decode_reasons(index: int) -> list[Reason]:
-    return [
-        (F.col("value").isNull(), _NULL_PAYLOAD),
-        (F.col(_PAYLOAD).isNull(), "empty payload"),
-        (
-            F.col(f"{_PAYLOAD}.{_CORRUPT}").isNotNull(),
-            f"malformed JSON: not an object matching sources[{index}].schema",
-        ),
-    ]
-
-
-def _event_time_reasons(settings: EventTime, payload: StructType, index: int) -> list[Reason]:
+def _event_time_reasons(
+    settings: EventTime, payload: StructType, index: int, json_payload: bool
+) -> list[Reason]:
     """Event-time checks, where this source carries the event-time column; "now" is the
-    micro-batch's processing time as the reader stamps it on every row (BATCH_TIME)."""
+    micro-batch's processing time as the reader stamps it on every row (BATCH_TIME). A
+    JSON payload says whether a NULL event time was absent or null."""
     if settings.mode == "processing":
         return []  # the arrival time is never NULL nor in the future
     name = settings.column
@@ -481,9 +474,14 @@ def _event_time_reasons(settings: EventTime, payload: StructType, index: int) ->
     event_time = event_time_of(raw, data_type, settings.key, f"{name} (sources[{index}].schema)")
     reasons = []
     if isinstance(data_type, EPOCH_MILLIS_TYPES):
-        reasons.append((epoch_ms_out_of_range(raw), out_of_range_reason(name)))
+        reasons.append((epoch_ms_out_of_range(raw), out_of_range_reason(name, raw)))
+    missing = (
+        missing_field_reason(F.col("value"), name, "missing event time")
+        if json_payload
+        else "absent or NULL"
+    )
     return reasons + time_reasons(
-        event_time, name, settings.max_skew_ms, "absent or NULL", F.col(BATCH_TIME)
+        event_time, name, settings.max_skew_ms, missing, F.col(BATCH_TIME)
     )
 
 

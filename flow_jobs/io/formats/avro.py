@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 from uuid import UUID
@@ -28,6 +29,7 @@ import pyarrow as pa
 from flow_jobs.io.formats.framing import (
     FramedDecoder,
     PayloadSchemaError,
+    Undecodable,
     Unresolvable,
     no_references,
     record_schema,
@@ -157,9 +159,67 @@ class Decoder(FramedDecoder):
             row = fastavro.schemaless_reader(body, written, resolved)
         except fastavro.read.SchemaResolutionError as e:
             raise Unresolvable(str(e)) from None
+        except Exception as e:
+            raise Undecodable(_where_it_breaks(value, start, written, e)) from None
         if body.tell() != len(value):
             raise ValueError(f"{len(value) - body.tell()} bytes left over")
         return _arrow_values(row) if self._uuids else row
+
+
+def _where_it_breaks(value: bytes, start: int, written: Any, error: Exception) -> str:
+    """Why a body does not decode, naming the writer's field where it breaks (``outer.inner``
+    in a nested record), found by fastavro again only once a record has failed; the cause
+    without the reader's object address."""
+    path, what = _broken_field(value, start, written, lambda record: record)
+    message = _ADDRESS.sub("", str(error)).strip() or "the body ends"
+    cause = f"{type(error).__name__}: {message}"
+    return f"field {'.'.join(path)} ({what}): {cause}" if path else cause
+
+
+def _broken_field(
+    value: bytes, start: int, record: Any, whole: Callable[[Any], Any]
+) -> tuple[list[str], str]:
+    """The path and type of the first field of ``record`` (``whole`` puts it back in the
+    writer schema) whose prefix of the record no longer reads: an Avro body is its fields
+    one after another, so a record of the first k fields reads the same bytes."""
+    if not isinstance(record, dict) or record.get("type") != "record":
+        return [], ""
+    fields = record.get("fields", [])
+    for k, field in enumerate(fields):
+        if _reads(value, start, whole({**record, "fields": fields[: k + 1]})):
+            continue
+
+        def within(inner: Any, k: int = k, field: Any = field) -> Any:
+            return whole({**record, "fields": [*fields[:k], {**field, "type": inner}]})
+
+        path, what = _broken_field(value, start, field["type"], within)
+        return [field["name"], *path], what or _type_name(field["type"])
+    return [], ""
+
+
+def _reads(value: bytes, start: int, schema: Any) -> bool:
+    body = io.BytesIO(value)
+    body.seek(start)
+    try:
+        fastavro.schemaless_reader(body, schema, None)
+    except Exception:
+        return False
+    return True
+
+
+_ADDRESS = re.compile(r" (?:from|of) <[^>]* at 0x[0-9a-f]+>")
+
+
+def _type_name(schema: Any) -> str:
+    """An Avro type as a reason names it (``long``, ``record Loc``, ``null | string``)."""
+    if isinstance(schema, list):
+        return " | ".join(_type_name(s) for s in schema)
+    if isinstance(schema, dict):
+        kind = str(schema.get("type"))
+        logical = schema.get("logicalType")
+        name = schema.get("name")
+        return f"{kind} {name}" if name else f"{kind} ({logical})" if logical else kind
+    return str(schema)
 
 
 def _canonical(schema: Any) -> str:

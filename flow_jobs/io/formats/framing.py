@@ -36,6 +36,11 @@ class Unresolvable(ValueError):
     """The writer schema of a record does not resolve to the reader's (the message says why)."""
 
 
+class Undecodable(ValueError):
+    """A body that cannot be decoded, the message naming where (a format's ``read`` looks
+    for the field once its decoder failed)."""
+
+
 class FramedDecoder(ABC):
     """Decodes payloads to rows of ``schema`` (an Arrow schema), plus a reason per row that
     could not be decoded. With ``writer_schema`` (a schema id -> the format's parsed writer
@@ -106,7 +111,8 @@ class FramedDecoder(ABC):
             return None, f"schema id {schema_id} does not resolve to the reader's: {e}"
         except Exception as e:
             which = "" if schema_id is None else f" (schema id {schema_id})"
-            return None, f"undecodable {self.title} body{which}: {type(e).__name__}: {e}"
+            why = str(e) if isinstance(e, Undecodable) else f"{type(e).__name__}: {e}"
+            return None, f"undecodable {self.title} body{which}: {why}"
 
     def _writer(self, schema_id: int) -> Any:
         assert self._fetch is not None

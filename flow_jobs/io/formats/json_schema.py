@@ -37,6 +37,7 @@ from flow_jobs.io.formats.framing import (
     no_references,
     record_schema,
 )
+from flow_jobs.records import shown
 
 SCHEMA_TYPE = "JSON"
 TITLE = "JSON Schema"
@@ -171,8 +172,13 @@ def _nullable(check: Check) -> Check:
 
 def _is(value: Any, kind: type, at: str) -> Any:
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
-        raise ValueError(f"{at} is {_json_kind(value)}, not {_json_kind(kind())}")
+        raise ValueError(f"{at} is {_json_kind(value)}, not {_json_kind(kind())}: {_shown(value)}")
     return value
+
+
+def _shown(value: Any) -> str:
+    """A value as a reason shows it: its JSON, cut short."""
+    return shown(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
 
 
 def _json_kind(value: Any) -> str:
@@ -188,13 +194,13 @@ def _integer(value: Any, at: str) -> int:
         value = int(value)
     value = _is(value, int, at)
     if not _INT64[0] <= value <= _INT64[1]:
-        raise ValueError(f"{at} = {value} is outside BIGINT's range")
+        raise ValueError(f"{at} = {_shown(value)} is outside BIGINT's range")
     return value
 
 
 def _number(value: Any, at: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"{at} is {_json_kind(value)}, not a number")
+        raise ValueError(f"{at} is {_json_kind(value)}, not a number: {_shown(value)}")
     return float(value)
 
 
@@ -209,15 +215,26 @@ def _string(fmt: str | None) -> tuple[pa.DataType, Check]:
     if fmt == "date-time":
 
         def instant(value: Any, at: str) -> datetime:
-            parsed = datetime.fromisoformat(_is(value, str, at))
+            parsed = _parsed(datetime.fromisoformat, value, at, "an RFC 3339 date-time")
             if parsed.tzinfo is None:
-                raise ValueError(f"{at} = {value!r} has no UTC offset (RFC 3339 date-time)")
+                raise ValueError(f"{at} = {_shown(value)} has no UTC offset (RFC 3339 date-time)")
             return parsed
 
         return pa.timestamp("us", tz="UTC"), _nullable(instant)
     if fmt == "date":
-        return pa.date32(), _nullable(lambda v, at: date.fromisoformat(_is(v, str, at)))
+        return pa.date32(), _nullable(
+            lambda v, at: _parsed(date.fromisoformat, v, at, "a date (YYYY-MM-DD)")
+        )
     return pa.string(), _nullable(lambda v, at: _is(v, str, at))
+
+
+def _parsed(parse: Callable[[str], Any], value: Any, at: str, what: str) -> Any:
+    try:
+        return parse(_is(value, str, at))
+    except ValueError as e:
+        if str(e).startswith(at):
+            raise
+        raise ValueError(f"{at} = {_shown(value)} is not {what}") from None
 
 
 class Decoder(FramedDecoder):

@@ -46,9 +46,11 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor, FileDescript
 from flow_jobs.io.formats.framing import (
     FramedDecoder,
     PayloadSchemaError,
+    Undecodable,
     Unresolvable,
     record_schema,
 )
+from flow_jobs.io.formats.protobuf_wire import where_it_breaks
 
 SCHEMA_TYPE = "PROTOBUF"
 TITLE = "Protobuf"
@@ -221,6 +223,7 @@ class Decoder(FramedDecoder):
         arrow, self._row = _message(descriptor, descriptor.name, ())
         super().__init__(record_schema(arrow, descriptor.full_name), writer_schema)
         self.full_name = descriptor.full_name
+        self.descriptor = descriptor
         self._parse = message_factory.GetMessageClass(descriptor).FromString
 
     def prepare(self, writer: Any) -> Any:
@@ -237,7 +240,14 @@ class Decoder(FramedDecoder):
         written = names[path]
         if written != self.full_name:
             raise Unresolvable(f"its record is a {written}, the reader reads {self.full_name}")
-        return self._row(self._parse(value[start:]))
+        try:
+            message = self._parse(value[start:])
+        except Exception as e:  # protobuf names no field: the wire format does
+            where = where_it_breaks(value[start:], self.descriptor)
+            if where is None:
+                raise
+            raise Undecodable(f"{where} ({type(e).__name__})") from None
+        return self._row(message)
 
 
 Convert = Callable[[Any], Any]
