@@ -155,3 +155,22 @@ def test_an_idle_continuous_run_says_so_now_and_then(tmp_path: Path) -> None:
     assert tick(200) is None and tick(240) is not None
     tracker.record(_ran(1, 1))
     assert tick(250) is None  # a new batch starts the count again
+
+
+def test_a_run_still_starting_is_not_idle(tmp_path: Path) -> None:
+    """Before the query's first report (its first batch plans or runs) no heartbeat: a
+    slow start on a busy machine once printed "idle for 1 s ... ? records behind"."""
+    tracker = _tracker(tmp_path)
+    now = [0.0]
+    heartbeat = IdleHeartbeat(tracker, every_s=1, clock=lambda: now[0])
+    report: list[Any] = [None]
+
+    def tick(at: float) -> str | None:
+        now[0] = at
+        return heartbeat.tick(lambda: report[0], lambda: False)
+
+    assert tick(5) is None and tick(10) is None
+    report[0] = _idle(0)  # Spark's idle report: a source that says no latestOffset
+    assert tick(11) == (
+        "tracked: idle for 1 s, no new records; watermark -; 0 records behind the topics' ends"
+    )

@@ -344,7 +344,7 @@ class IdleHeartbeat:
     ) -> str | None:
         """After each poll: the line said now, if any. ``busy`` (a batch runs, or the
         reader has found records) and ``last_report`` (the query's newest report, idle
-        ones included) are asked only when a line is due."""
+        ones included; None before the first) are asked only when a line is due."""
         now, seen = self.clock(), self.tracker.batches_seen()
         if seen != self._seen:
             self._seen, self._since, self._said = seen, now, now
@@ -352,16 +352,18 @@ class IdleHeartbeat:
         if now - self._said < self.every_s:
             return None
         self._said = now
-        if busy():  # a long batch (the first, say) is not idleness
+        report = last_report()
+        # No report yet: the query still starts (its first batch plans, or runs).
+        # Spark reports an idle trigger too, so a run that has nothing to read has one.
+        if report is None or busy():  # a long batch (the first, say) is not idleness
             self._since = now
             return None
         newest = self.tracker.newest
-        report = last_report()
-        behind = records_behind(report) if report is not None else None
+        behind = records_behind(report)
         line = (
             f"{self.tracker.pipeline}: idle for {now - self._since:,.0f} s, no new records; "
-            f"watermark {(watermark(newest) if newest else None) or '-'}; "
-            f"{'?' if behind is None else f'{behind:,}'} records behind the topics' ends"
+            f"watermark {(watermark(newest) if newest else None) or '-'}"
+            + ("" if behind is None else f"; {behind:,} records behind the topics' ends")
         )
         log.info("%s", line)
         return line
