@@ -1,5 +1,5 @@
 """``flow-jobs validate|run|inspect|reset|state show|pack``: the command-line contract
-(README.md, "Commands")."""
+(README.md, "Commands"; docs/guide/operating.md)."""
 
 from __future__ import annotations
 

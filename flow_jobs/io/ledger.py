@@ -1,4 +1,4 @@
-"""A micro-batch's ledger row (README.md, "The ledger"): built and written here, and only here.
+"""A micro-batch's ledger row (docs/guide/operating.md): built and written here, and only here.
 
 The sink hands each batch to ``BatchLedger.write``, which writes the batch's rows to the
 target and its ledger row, each at most once, in the way the target allows

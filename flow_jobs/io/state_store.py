@@ -1,4 +1,4 @@
-"""The Postgres state store: every pipeline's durable ledger (README.md, "The ledger").
+"""The Postgres state store: every pipeline's durable ledger (docs/guide/operating.md).
 
 Operator state lives in Spark's checkpoint; this store holds what the checkpoint does
 not: one row per micro-batch (offsets, watermarks, row counts, the target commit it

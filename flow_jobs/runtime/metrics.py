@@ -1,6 +1,6 @@
 """Prometheus metrics from Spark's own progress reports.
 
-Seven metrics, labelled by pipeline (README.md lists them):
+Seven metrics, labelled by pipeline (docs/guide/operating.md lists them):
 
 * ``flow_windows_active``: state rows of the window operator after the last batch —
   one per open (window, group): the windows still waiting for the watermark;
