@@ -10,16 +10,20 @@ QUIX_STAMP := $(QUIX_VENV)/.stamp
 LOCK_VENV := .venv-lock
 LOCK_STAMP := $(LOCK_VENV)/.stamp
 PIP_TOOLS := pip-tools==7.6.2
+# the installer of both venvs (only pip itself comes with a new venv)
+UV := uv==0.13.8
 
 .PHONY: demo broker produce test ci soak soak-long bench bench-compare bench-state bench-latency bench-batch pack lint validate lock clean
 
 # Every dependency (the extras dev and demo included) at the version and hashes of
 # requirements.lock, then this project, editable, without resolving anything again.
+# uv installs them (from the same registry, by the same hashes): several times faster
+# than pip, which is most of a clean clone's `make test` before the suite starts.
 $(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet --require-hashes -r requirements.lock
-	$(PY) -m pip install --quiet --no-deps -e .
+	$(PY) -m pip install --quiet '$(UV)'
+	$(VENV)/bin/uv pip install --quiet --python $(PY) --require-hashes -r requirements.lock
+	$(VENV)/bin/uv pip install --quiet --python $(PY) --no-deps -e .
 	touch $(STAMP)
 
 $(LOCK_STAMP):
@@ -29,8 +33,8 @@ $(LOCK_STAMP):
 
 $(QUIX_STAMP): tests/quix/requirements.txt
 	$(PYTHON) -m venv $(QUIX_VENV)
-	$(QUIX_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(QUIX_VENV)/bin/python -m pip install --quiet -r tests/quix/requirements.txt
+	$(QUIX_VENV)/bin/python -m pip install --quiet '$(UV)'
+	$(QUIX_VENV)/bin/uv pip install --quiet --python $(QUIX_VENV)/bin/python -r tests/quix/requirements.txt
 	touch $(QUIX_STAMP)
 
 ## demo: start an embedded broker, produce sample clicks, run pipelines/clicks_per_minute.toml, print the windows (UI=1: then serve the Dagster UI on :3000)

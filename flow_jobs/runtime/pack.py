@@ -79,6 +79,15 @@ def _constraints() -> str:
     return "".join(f"{name}=={version}\n" for name, version in sorted(seen.items()))
 
 
+def _installer(python: Path) -> list[str]:
+    """uv where this environment has it (``make`` installs it: several times faster),
+    else the new venv's own pip; both take the same pins and constraints."""
+    uv = Path(sys.executable).parent / "uv"
+    if uv.exists():
+        return [str(uv), "pip", "install", "--quiet", "--python", str(python)]
+    return [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+
+
 def pack(
     output: str | Path = DEFAULT_ARCHIVE,
     include: Sequence[str | Path] = (),
@@ -99,20 +108,7 @@ def pack(
         constraints = Path(tmp) / "constraints.txt"
         constraints.write_text(_constraints())
         log.info("pack: installing %s", " ".join(_pins()))
-        subprocess.run(
-            [
-                str(python),
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                "-c",
-                str(constraints),
-                *_pins(),
-            ],
-            check=True,
-        )
+        subprocess.run([*_installer(python), "-c", str(constraints), *_pins()], check=True)
         site = Path(
             subprocess.run(
                 [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
