@@ -225,3 +225,31 @@ def test_a_checkpoint_that_merges_partials_without_folding_says_so(
     assert "combine" in reader_options(runner.compiled.frame)["clicks"]
     by_part = check_plan_lines(runner, spark)
     assert by_part["pre-aggregation"].startswith("off (pre_aggregate = false)")
+
+
+@pytest.mark.parametrize(
+    ("path", "dedup"),
+    [
+        (PIPELINES / "visits.toml", {"keys": ["user_id", "page"], "within_ms": 1000}),
+        (
+            PIPELINES / "orders_payments_join.toml",
+            {"source": "payments", "keys": ["payment_id"], "within_ms": 60_000},
+        ),
+    ],
+    ids=["window", "join-side"],
+)
+@pytest.mark.parametrize("on_duplicate", ["drop", "dlq"])
+def test_a_dedup_line_says_where_its_duplicates_go(
+    path: Path, dedup: dict[str, Any], on_duplicate: str, spark: SparkSession, data_dir: Path
+) -> None:
+    """Dead-lettered exactly where the plan taps the source's duplicates."""
+    document = load_spec(path).to_document()
+    document["transform"]["dedup"] = [{**dedup, "on_duplicate": on_duplicate}]
+    runner = PipelineRunner(PipelineSpec.model_validate(document), spark)
+    by_part = check_plan_lines(runner, spark)
+    (line,) = [how for part, how in by_part.items() if part.startswith("dedup ")]
+    source = dedup.get("source", "clicks")
+    plan = runner.compiled.frame._jdf.queryExecution().logical().toString()
+    tapped = f"CollectMetrics {OBSERVATION_PREFIX}{source}:duplicates" in plan
+    assert ("dead-lettered" in line) == tapped, line
+    assert tapped == (on_duplicate == "dlq")
