@@ -30,6 +30,8 @@ from assets.naming import (
 )
 from assets.resources import SPEC_RESOURCES, resolve
 from assets.run import PipelineRunConfig, refuse_incompatible_spec, run_pipeline
+from flow_jobs.io.dead_letters import DeadLetterTable
+from flow_jobs.one_line import pipeline_summary
 from flow_jobs.spec.models import PipelineSpec
 
 
@@ -44,15 +46,6 @@ def topic_spec(key: AssetKey, readers: list[str]) -> AssetSpec:
 
 
 def pipeline_asset(spec: PipelineSpec, spec_path: Path) -> AssetsDefinition:
-    join = spec.transform.join
-    temporal = spec.transform.temporal_join
-    operator = (
-        f"{join.how} join"
-        if join
-        else f"{temporal.how} temporal join"
-        if temporal
-        else f"{spec.window.kind} window"
-    )
     topics = [topic_key(s) for s in spec.sources]
     version = code_version(spec)
     meta = {"spec": str(spec_path), "pipeline": spec.name, "fingerprint": version}
@@ -66,9 +59,7 @@ def pipeline_asset(spec: PipelineSpec, spec_path: Path) -> AssetsDefinition:
                 target,
                 deps=topics,
                 group_name="pipelines",
-                description=f"{spec.name}: {operator} over "
-                f"{', '.join(s.topic for s in spec.sources)} -> {spec.target.kind} "
-                f"{spec.target.describe()} ({spec_path.name})",
+                description=f"{pipeline_summary(spec)} ({spec_path.name})",
                 kinds={"spark", spec.target.kind},
                 metadata=meta,
                 code_version=version,
@@ -77,8 +68,8 @@ def pipeline_asset(spec: PipelineSpec, spec_path: Path) -> AssetsDefinition:
                 dead,
                 deps=topics,
                 group_name="pipelines",
-                description=f"{spec.name}: the records it could not decode, with their "
-                f"bytes, reason and position ({spec.dead_letter.kind})",
+                description=f"{spec.name}: the records it could not use, with their "
+                f"bytes, reason and position, in {DeadLetterTable.of(spec).description}",
                 kinds={dead_kind},
                 metadata=meta,
                 code_version=version,
@@ -95,12 +86,12 @@ def pipeline_asset(spec: PipelineSpec, spec_path: Path) -> AssetsDefinition:
         spark = context.resources.spark.spark_session
         runner, summary = run_pipeline(context, resolved, config.mode, spark, spec_path)
         yield MaterializeResult(asset_key=target, metadata=run_metadata(runner, resolved, summary))
-        where = (
-            resolved.dead_letter_path() if resolved.dead_letter.kind == "delta" else "state store"
-        )
-        yield MaterializeResult(
+        yield MaterializeResult(  # where the run's dead-letter table filed them
             asset_key=dead,
-            metadata={"dead_lettered_rows": summary.dead_lettered, "table": where},
+            metadata={
+                "dead_lettered_rows": summary.dead_lettered,
+                "table": runner.dead_letters.description,
+            },
         )
 
     return _pipeline

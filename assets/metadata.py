@@ -8,6 +8,7 @@ from typing import Any
 
 from dagster import MetadataValue
 
+from flow_jobs.io.targets import TARGETS
 from flow_jobs.spec.models import PipelineSpec
 
 PREVIEW_ROWS = 10
@@ -23,7 +24,7 @@ def run_metadata(runner: Any, spec: PipelineSpec, summary: Any) -> dict[str, Any
         "dead_lettered_rows": summary.dead_lettered,
         "global_watermark": summary.watermark or "",
         "batches": summary.batches,
-        "target": f"{spec.target.kind} {spec.target.describe()}",
+        "target": TARGETS[spec.target.kind].summary(spec.target),
         # as the run's summary line and `flow-jobs state show` say it ("Delta version 7")
         "target_commit": summary.target_commit_text,
         "query_id": summary.query_id,

@@ -522,7 +522,8 @@ def main() -> int:
         def decode(workdir: Path) -> int:
             tap = DeadLetterTable(str(workdir / "dead_letters"), "bench").tap("clicks")
             settings = EventTime.of_window(probe_spec.window)
-            view = compile_source(session, probe_spec.sources[0], 0, settings, "bench", tap)
+            source = probe_spec.sources[0]
+            view = compile_source(session, source, 0, settings, "bench", tap).frame
             return _count_query(view, workdir)
 
         def pipeline(

@@ -28,13 +28,14 @@ from flow_jobs.io.checkpoint_claim import IncompatibleSpec
 from flow_jobs.io.delta import TargetError
 from flow_jobs.io.state_store import PipelineBusy, refuse_incompatible
 from flow_jobs.locations import local_path
+from flow_jobs.one_line import pipeline_summary
 from flow_jobs.runtime.checkpoint import retire_checkpoint
 from flow_jobs.runtime.display import configure_logging, make_display
 from flow_jobs.runtime.pack import DEFAULT_ARCHIVE, pack
 from flow_jobs.runtime.preflight import SourceUnavailable, check_sources
 from flow_jobs.secrets import redact
 from flow_jobs.spec import SpecError, load_spec
-from flow_jobs.spec.models import PipelineSpec, aware_instant
+from flow_jobs.spec.models import aware_instant
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -53,31 +54,6 @@ EXIT_USAGE = 2  # argparse's own code for bad arguments
 EXIT_BUSY = 3  # another run (or reset) of the pipeline is in progress: try again later
 
 
-def _describe(spec: PipelineSpec) -> str:
-    join, temporal = spec.transform.join, spec.transform.temporal_join
-    target = f"{spec.target.kind} {spec.target.describe()}"
-    if temporal is not None:
-        return (
-            f"pipeline {spec.name!r}: {temporal.how} temporal join of {temporal.stream_source} "
-            f"with the versions of {temporal.versions_source} on "
-            f"{', '.join(temporal.stream_keys)} -> {target}"
-        )
-    if join is not None:
-        lower, upper = join.bounds
-        then = f", then a {spec.window.kind} window" if spec.has_window else ""
-        return (
-            f"pipeline {spec.name!r}: {join.how} join of {join.left_source} and "
-            f"{join.right_source} on {', '.join(join.left_keys)} within "
-            f"[{lower}, {upper}] ms{then} -> {target}"
-        )
-    w = spec.window
-    size = w.size_text
-    return (
-        f"pipeline {spec.name!r}: {w.kind} window {size} over "
-        f"{', '.join(s.name for s in spec.sources)} -> {spec.target.kind} {spec.target.describe()}"
-    )
-
-
 def _validate(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
     for i, source in enumerate(spec.sources):
@@ -85,16 +61,15 @@ def _validate(args: argparse.Namespace) -> int:
             from flow_jobs.plan.sources import payload_schema
 
             payload_schema(source, i)  # and a declared schema agrees with it (no JVM)
-    print(f"{args.spec}: valid — {_describe(spec)}")
+    print(f"{args.spec}: valid — {pipeline_summary(spec)}")
     for warning in spec.warnings():
         print(f"warning: {warning}")
     if args.plan:
         from flow_jobs.runtime.runner import PipelineRunner
 
-        runner = PipelineRunner(spec)
-        print("plan (spec feature -> Spark operator):")
-        for choice in runner.compiled.operators:
-            print(f"  {choice.feature:<40} {choice.operator}")
+        print("plan (each part of the pipeline -> what runs it):")
+        for line in PipelineRunner(spec).describe():
+            print(f"  {line.part:<40} {line.how}")
     return EXIT_OK
 
 
@@ -232,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
         "validate",
         "check a spec; exit non-zero if invalid",
         "--plan",
-        "also compile it with Spark (column names and types) and print the operators",
+        "also compile it with Spark (column names and types) and print what runs each part",
         _validate,
     )
     spec_command(

@@ -533,7 +533,7 @@ def _run(
     )
     runner = PipelineRunner(spec, spark)
     if sql:  # the SQL is in the reader's grammar: it must fold behind it
-        line = dict((o.feature, o.operator) for o in runner.compiled.operators)
+        line = {p.part: p.how for p in runner.compiled.describe()}
         assert line["pre-aggregation"].startswith(("on:", "off (pre_aggregate")), line
     summary = runner.run(available_now=True)
     spark_rows = sum(int(p.get("numInputRows", 0)) for p in runner.progress.progress.values())

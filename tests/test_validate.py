@@ -207,7 +207,7 @@ def test_the_sql_cast_validate_advises_compiles(
     doc["checkpoint"] = {"location": str(tmp_path / "checkpoint")}
     code, out = validate(write(tmp_path, doc), capsys, "--plan")
     assert code == 0, out
-    assert "plan (spec feature -> Spark operator):" in out
+    assert "plan (each part of the pipeline -> what runs it):" in out
 
 
 def test_a_plan_error_names_the_file_in_one_line(tmp_path: Path) -> None:

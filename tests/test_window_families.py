@@ -71,11 +71,12 @@ def test_a_kinds_model_answers_what_the_engine_asks(kind: str, spark: SparkSessi
     """The parts the plan, the CLI, sizing and ``inspect`` read from a kind's model."""
     window = _window(kind)
     assert type(window) is KINDS[kind] and window.kind == kind
-    assert window.operator_text and window.size_text
+    assert window.size_text and window.state_reason
     assert window.active_windows() >= 1
     family = window.state_family()
     assert isinstance(family, window.STATE_FAMILY)
     native = window.native_window(F.col("t"))
+    assert (window.native_text is None) == (native is None)  # --plan says what compiles
     if window.runs_natively:
         assert window.engine == "native" and isinstance(native, Column)
         assert (

@@ -40,6 +40,7 @@ import pyarrow as pa
 
 from flow_jobs.io.delta import DeltaMergeTable
 from flow_jobs.io.state_store import StateStore
+from flow_jobs.plan_lines import PlanLine
 from flow_jobs.records import HEADERS_TYPE, RECORD_SCHEMA
 from flow_jobs.spec.models import PipelineSpec
 
@@ -155,10 +156,14 @@ class DeadLetterTable:
         store: StateStore | None = None,
         late_topic: DeadLetterTopic | None = None,
         storage_options: dict[str, str] | None = None,
+        store_schema: str | None = None,
     ) -> None:
         self.path = path
         self.pipeline = pipeline
         self.store = store
+        #: the state store's schema when the rows go to its table (``[dead_letter] kind =
+        #: "state_store"``), known before the run opens the store
+        self.store_schema = store.schema if store is not None else store_schema
         self.late_topic = late_topic  # where late rows go instead of the table
         self.table = DeltaMergeTable(
             path,
@@ -170,9 +175,47 @@ class DeadLetterTable:
         )
         self._taps: dict[str, DeadLetterTap] = {}  # by observation
 
+    @classmethod
+    def of(cls, spec: PipelineSpec) -> DeadLetterTable:
+        """The spec's dead letters, where its run files them."""
+        from flow_jobs.io.state_store_location import state_store_schema
+
+        in_store = spec.dead_letter.kind == "state_store"
+        return cls(
+            spec.dead_letter_path(),
+            spec.name,
+            late_topic=DeadLetterTopic.of(spec),
+            storage_options=spec.dead_letter_storage_options(),
+            store_schema=state_store_schema(spec) if in_store else None,
+        )
+
     @property
     def description(self) -> str:
-        return f"{self.store.schema}.dead_letters" if self.store else self.path
+        return f"{self.store_schema}.dead_letters" if self.store_schema else self.path
+
+    def describe(self) -> list[PlanLine]:
+        """Where a batch's tapped rows go: the path ``commit`` takes."""
+        taps = ", ".join(
+            t.observation.removeprefix(OBSERVATION_PREFIX) for t in self._taps.values()
+        )
+        key = ", ".join(NATURAL_KEY)
+        written = (
+            f"INSERT ... ON CONFLICT DO NOTHING into the state store's {self.description} "
+            f"(primary key pipeline, {key})"
+            if self.store_schema
+            else f"MERGE with deltalake into {self.path} on ({key}), inserting new positions only"
+        )
+        lines = [
+            PlanLine(
+                "dead letters",
+                f"taps ({taps}): Spark observations (collect_list beside the scan) read by the "
+                f"driver after the batch's action, then {written}, before the target write; a "
+                "replayed batch taps the same rows, and their Kafka position keeps them once",
+            )
+        ]
+        if self.late_topic is not None:
+            lines += self.late_topic.describe()
+        return lines
 
     def tap(
         self, source: str, topic_sources: tuple[tuple[str, str], ...] = (), part: str = ""
@@ -270,6 +313,17 @@ class DeadLetterTopic:
             return None
         clusters = tuple((s.name, tuple(s.cluster_config().items())) for s in spec.sources)
         return DeadLetterTopic(topic, clusters, spec.name)
+
+    def describe(self) -> list[PlanLine]:
+        return [
+            PlanLine(
+                "late rows",
+                f"produced to Kafka topic {self.topic} on their source's cluster (producer "
+                "enable.idempotence, acks = all), not the table: at least once, each message "
+                "the record's key, value and headers, then flow.* headers naming its position "
+                "and reason",
+            )
+        ]
 
     def _config(self, source: str) -> dict[str, Any]:
         from flow_jobs.kafka.logs import librdkafka_logger

@@ -37,7 +37,8 @@ from flow_jobs.io.delta import DeltaMergeTable, Supersede, TargetSchemaError
 from flow_jobs.io.formats.framing import python_rows
 from flow_jobs.io.json_rows import to_json
 from flow_jobs.io.state_store import StateStore
-from flow_jobs.spec.models import DeltaTarget, KafkaTarget, PostgresTarget
+from flow_jobs.plan_lines import PlanLine
+from flow_jobs.spec.models import DeltaTarget, KafkaTarget, PostgresTarget, Target
 
 log = logging.getLogger(__name__)
 
@@ -91,12 +92,30 @@ def _iso(instant: datetime) -> str:
     return instant.astimezone(UTC).isoformat()
 
 
+#: How ``BatchLedger.write`` writes a batch at most once, by ``BatchTarget.once_by``.
+ONCE = {
+    "target": "then the batch's ledger row in the state store",
+    "ledger": "in one transaction with the batch's ledger row; a batch whose ledger row "
+    "exists is skipped",
+    "ledger-first": "a batch whose ledger row exists is skipped, and its ledger row is "
+    "written after the flush: a crash between the two repeats the batch's rows (at least "
+    "once; consumers dedupe on the key)",
+}
+
+
 class BatchTarget(ABC):
     kind: str
     #: How a batch is written at most once (``BatchLedger.write``): "ledger", in its
     #: ledger row's transaction; "ledger-first", only while it has no ledger row;
     #: "target", by the target's own transaction id.
     once_by: ClassVar[Literal["ledger", "ledger-first", "target"]]
+    #: How it writes, in a few words (the CLI's one line, Dagster's description).
+    WRITES: ClassVar[str]
+
+    @classmethod
+    def summary(cls, spec: Target) -> str:
+        """The target in one phrase, without building it: how and where it writes."""
+        return f"{cls.WRITES} into {spec.describe()}"
 
     def __init__(self, description: str) -> None:
         self.description = description
@@ -129,10 +148,30 @@ class BatchTarget(ABC):
     def close(self) -> None:  # noqa: B027 - optional hook; most targets hold no client
         """Release clients at the end of a run."""
 
+    @abstractmethod
+    def writing(self) -> str:
+        """How a batch's rows are written (``describe`` adds the deletes and the once)."""
+
+    def describe(self) -> list[PlanLine]:
+        deletes = []
+        if self.supersede is not None:
+            deletes.append(
+                f"the rows each row supersedes (its group's overlapping {self.supersede.start}"
+                f" to {self.supersede.end}) deleted in the same write"
+            )
+        if self.ranked is not None:
+            deletes.append(
+                f"the rows of each ({', '.join(self.ranked)}) it touches that left the top "
+                "deleted in the same write"
+            )
+        how = "; ".join([self.writing(), *deletes, ONCE[self.once_by]])
+        return [PlanLine(f"target {self.kind}", how)]
+
 
 class DeltaBatchTarget(BatchTarget):
     kind = "delta"
     once_by = "target"
+    WRITES = "Delta MERGE (deltalake)"
 
     def __init__(self, spec: DeltaTarget, table: DeltaMergeTable) -> None:
         super().__init__(spec.path)
@@ -143,6 +182,15 @@ class DeltaBatchTarget(BatchTarget):
 
     def version(self) -> str | None:
         return str(self.table.open().version())
+
+    def writing(self) -> str:
+        t = self.table
+        return (
+            f"deltalake MERGE into {t.path} on ({', '.join(t.natural_key)}), a matched row "
+            "updated, a new one inserted, in one Delta commit carrying the application "
+            "transaction (app id flow-jobs/<pipeline>/<query id>, version = batch id): a "
+            "replayed batch finds its version there and is skipped"
+        )
 
     def write(
         self, rows: pa.Table, entry: BatchEntry, conn: psycopg.Connection | None
@@ -239,6 +287,7 @@ class PostgresBatchTarget(BatchTarget):
 
     kind = "postgres"
     once_by = "ledger"
+    WRITES = "Postgres upsert"
 
     def __init__(
         self,
@@ -246,8 +295,10 @@ class PostgresBatchTarget(BatchTarget):
         schema: pa.Schema,
         natural_key: Sequence[str],
         nullable_key: Sequence[str],
-        ledger: StateStore,
+        ledger: StateStore | None,
     ) -> None:
+        """``ledger``: the state store, whose database holds the table (None: built only
+        to be described, by ``validate --plan``)."""
         super().__init__(spec.describe())
         self.spec = spec
         self.schema = schema
@@ -257,7 +308,18 @@ class PostgresBatchTarget(BatchTarget):
         self._table = sql.Identifier(spec.schema_name, spec.table)
         self._json_columns = {f.name for f in schema if postgres_type(f.type) == "jsonb"}
 
+    def writing(self) -> str:
+        keys = ", ".join(self.natural_key)
+        values = [n for n in self.schema.names if n not in self.natural_key]
+        unique = "UNIQUE NULLS NOT DISTINCT" if self.nullable else "PRIMARY KEY"
+        return (
+            f"COPY into a temporary table, then INSERT ... ON CONFLICT ({keys}) "
+            f"{'DO UPDATE' if values else 'DO NOTHING'} into {self.description} ({unique} "
+            f"({keys})), in the state store's database"
+        )
+
     def ensure(self) -> None:
+        assert self.ledger is not None, "a target built to be described is never written"
         columns = [sql.SQL("{} {}").format(sql.Identifier(f.name), sql.SQL(postgres_type(f.type)))
                    for f in self.schema]  # fmt: skip
         key = sql.SQL(", ").join(map(sql.Identifier, self.natural_key))
@@ -403,6 +465,7 @@ class KafkaBatchTarget(BatchTarget):
 
     kind = "kafka"
     once_by = "ledger-first"
+    WRITES = "Kafka produce"
 
     def __init__(
         self,
@@ -445,6 +508,22 @@ class KafkaBatchTarget(BatchTarget):
         serialize = module.target_serializer(client_for(config), text, spec.value_subject)
         context = SerializationContext(spec.topic, MessageField.VALUE)
         return lambda row: serialize(row, context)
+
+    def writing(self) -> str:
+        from flow_jobs.io.formats import format_module
+
+        spec = self.spec
+        body = (
+            "a JSON object"
+            if spec.format == "json"
+            else f"a {format_module(spec.format).TITLE} record, Confluent-framed, its schema "
+            f"registered under {spec.value_subject} when the run starts"
+        )
+        return (
+            f"confluent-kafka producer to topic {spec.topic} (enable.idempotence: its own "
+            f"retries add no duplicates), each row {body} keyed by its natural key "
+            f"({', '.join(self.natural_key)}) as a JSON array, flushed before the batch ends"
+        )
 
     def ensure(self) -> None:
         from confluent_kafka import Producer
@@ -506,3 +585,9 @@ class KafkaBatchTarget(BatchTarget):
         if self._producer is not None:
             self._producer.flush(30)
             self._producer = None
+
+
+#: The writer of each ``[target] kind``.
+TARGETS: dict[str, type[BatchTarget]] = {
+    t.kind: t for t in (DeltaBatchTarget, PostgresBatchTarget, KafkaBatchTarget)
+}

@@ -29,6 +29,8 @@ reader folds nothing.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from pyspark.sql.types import (
     BooleanType,
     ByteType,
@@ -46,6 +48,7 @@ from flow_jobs.io.checkpoint_files import CheckpointFiles, logged_batches
 from flow_jobs.io.combine import CombinePlan
 from flow_jobs.io.json_decode import arrow_schema
 from flow_jobs.plan.prestage import SPARK_TYPES, PreStage
+from flow_jobs.plan_lines import PlanLine
 from flow_jobs.spec.models import EVENT_TS, KAFKA_COLUMN, PipelineSpec
 from flow_jobs.windows import SessionWindow
 from flow_jobs.windows.fixed import PaneWindow
@@ -66,8 +69,10 @@ def shape_folds(spec: PipelineSpec, payload: StructType | None) -> str | None:
     if t.dedup:
         return "[[transform.dedup]] takes the records out one by one before the window"
     source = spec.sources[0]
-    if payload is None or w.engine != "native":
-        return "the source has no payload schema or the window's engine is not native"
+    if w.engine != "native":
+        return f"the window runs on Spark's state API ({w.state_reason})"
+    if payload is None:
+        return "the source has no payload schema"
     if not (source.registry_format or source.decoder == "auto"):
         return "the source is decoded by from_json alone (decoder)"
     if not isinstance(w, PaneWindow | SessionWindow) or w.time_mode != "event":
@@ -178,22 +183,68 @@ def mark_checkpoint(checkpoint: CheckpointFiles) -> None:
         )
 
 
-def describe(folding: CombinePlan | str) -> str:
-    """The ``validate --plan`` line: how the window pre-aggregates, or why it does not."""
-    if isinstance(folding, str):
-        return f"off: {folding}; Spark aggregates every record"
-    keys = ", ".join(folding.keys) or "no key"
-    state = "on" if folding.fold else "off (pre_aggregate = false)"
-    behind = ""
-    if folding.stage is not None:
-        behind = " after evaluating [transform].sql on them (Spark's plan of it)"
-    unit = (
-        f"session of records at most {folding.gap_ms} ms apart"
-        if folding.gap_ms
-        else f"{folding.pane_ms} ms pane"
-    )
-    return (
-        f"{state}: the Kafka reader folds each block of decoded records{behind} into one "
-        f"partial per ({unit}, {keys}) with Arrow; Spark merges the "
-        "partials (new checkpoints; one that ran without it keeps the plain aggregation)"
-    )
+@dataclass(frozen=True)
+class ReaderFolding:
+    """The window's pre-aggregation in the reader, as compiled: ``decision`` is what the
+    spec allows (``foldable``: a plan, or why not), ``merges`` whether the checkpoint
+    takes partials (``checkpoint_merges``; None: compiled without a checkpoint), and
+    ``prestage`` the ``[transform].sql`` as the reader evaluates it."""
+
+    decision: CombinePlan | str
+    merges: bool | None
+    prestage: PreStage | None
+    sql: str | None
+
+    @property
+    def plan(self) -> CombinePlan | None:
+        """What the query runs with: the plan where the checkpoint takes partials."""
+        return self.decision if isinstance(self.decision, CombinePlan) and self.merges else None
+
+    def describe(self) -> list[PlanLine]:
+        lines = [PlanLine("pre-aggregation", self._folding())]
+        if self.sql:
+            lines.append(PlanLine("[transform].sql", self._sql()))
+        return lines
+
+    def _folding(self) -> str:
+        decision, plan = self.decision, self.plan
+        if isinstance(decision, str):
+            return f"off: {decision}; Spark aggregates every record"
+        if plan is None:
+            why = (
+                "pre_aggregate = false"
+                if not decision.fold
+                else "compiled without a checkpoint"
+                if self.merges is None
+                else "this checkpoint ran without it: its state holds the plain aggregation's "
+                "buffers (a new checkpoint folds)"
+            )
+            return f"off ({why}); Spark aggregates every record"
+        if not plan.fold:
+            return (
+                "off (pre_aggregate = false): the reader folds nothing, and Spark's "
+                "aggregation keeps merging partial buffers, as this checkpoint's state holds"
+            )
+        keys = ", ".join(plan.keys) or "no key"
+        behind = " after evaluating [transform].sql on them" if plan.stage is not None else ""
+        unit = (
+            f"session of records at most {plan.gap_ms} ms apart"
+            if plan.gap_ms
+            else f"{plan.pane_ms} ms pane"
+        )
+        return (
+            f"on: the Kafka reader folds each block of decoded records{behind} into one "
+            f"partial per ({unit}, {keys}) with Arrow; Spark's aggregation merges the "
+            "partials with the rows it did not fold"
+        )
+
+    def _sql(self) -> str:
+        plan = self.plan
+        if plan is None or self.prestage is None:
+            return "Spark SQL over the source views"
+        if plan.fold:
+            return (
+                "evaluated in the Kafka reader with Arrow on the records it folds, from "
+                "Spark's optimized plan of it; by Spark, the same expressions, on the rest"
+            )
+        return "by Spark, the expressions of its optimized plan (the reader folds nothing)"

@@ -11,6 +11,7 @@ dropped or dead-lettered with their Kafka record (``on_duplicate``).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -40,6 +41,7 @@ from flow_jobs.operators.dedup import (
 )
 from flow_jobs.plan.diversions import divert, record_fields
 from flow_jobs.plan.ordering import tie_break
+from flow_jobs.plan_lines import PlanLine
 from flow_jobs.spec.models import DedupSpec
 
 #: to_json / from_json of the carried rows: every value back exactly (microseconds,
@@ -51,6 +53,30 @@ JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX", "ignoreNul
 OBSERVED_PREFIX = "flow_dedup_"
 
 
+@dataclass(frozen=True)
+class CompiledDedup:
+    """A source's view without its duplicates (``frame``), and what decides them."""
+
+    frame: DataFrame
+    dedup: DedupSpec
+    source: str
+
+    def describe(self) -> list[PlanLine]:
+        d = self.dedup
+        fate = "dead-lettered with their bytes" if d.on_duplicate == "dlq" else "dropped"
+        return [
+            PlanLine(
+                f"dedup {self.source} on ({', '.join(d.keys)}) within {d.within_ms} ms",
+                f"transformWithStateInPandas (event-time timers) over {BUCKETS} hash buckets "
+                "of the keys, one state value and one timer per bucket, each row carried as "
+                "one JSON string: a record is held until the watermark reaches it, then, in "
+                "(event time, Kafka position) order, the first of its keys passes and a later "
+                f"one within {d.within_ms} ms of the last that passed is a duplicate, "
+                f"counted, then {fate}",
+            )
+        ]
+
+
 def deduplicate(
     view: DataFrame,
     dedup: DedupSpec,
@@ -60,8 +86,8 @@ def deduplicate(
     topics: Sequence[str],
     tap: DeadLetterTap,
     watermarked: str | None = None,
-) -> DataFrame:
-    """``view`` without its duplicates, each record released once the watermark reaches
+) -> CompiledDedup:
+    """``view`` without its duplicates (``.frame``), each record released once the watermark reaches
     its event time ``time``; ``key``: the spec key of ``dedup``, for errors.
     ``watermarked``: the view's own watermarked TIMESTAMP column (a join side's), which
     stays Spark's event time after the operator; without it the operator adds one."""
@@ -116,7 +142,8 @@ def deduplicate(
         released = divert(released, [(duplicate, F.col(DUPLICATE_OF))], tap, record_fields(view))
     else:
         released = released.where(~duplicate)
-    return released.drop(DUPLICATE_OF, *([] if watermarked else [RELEASED_TIME]))
+    frame = released.drop(DUPLICATE_OF, *([] if watermarked else [RELEASED_TIME]))
+    return CompiledDedup(frame, dedup, source)
 
 
 def key_json(

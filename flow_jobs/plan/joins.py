@@ -28,9 +28,11 @@ from pyspark.sql import functions as F
 
 from flow_jobs.errors import PlanError
 from flow_jobs.io.dead_letters import DeadLetterTable
-from flow_jobs.plan.dedup import deduplicate
+from flow_jobs.plan.compiled_source import CompiledSource
+from flow_jobs.plan.dedup import CompiledDedup, deduplicate
 from flow_jobs.plan.event_time import EventTime, event_time_of
 from flow_jobs.plan.sources import compile_source
+from flow_jobs.plan_lines import PlanLine
 from flow_jobs.spec.models import KAFKA_COLUMN, JoinSpec, PipelineSpec
 
 ROW_ID = "join_row_id"
@@ -49,6 +51,32 @@ class CompiledJoin:
     nullable_key: tuple[str, ...]
     #: output column name of a side's event-time column -> that side's watermarked time
     side_times: dict[str, str]
+    join: JoinSpec
+    sources: tuple[CompiledSource, ...]  # left, right
+    dedups: tuple[CompiledDedup, ...]
+
+    def describe(self) -> list[PlanLine]:
+        """Its sources', its dedups' and its own lines."""
+        j = self.join
+        lower, upper = j.bounds
+        fate = "dead-lettered with their bytes" if j.late_data == "dlq" else "dropped"
+        row_id = (
+            f"{ROW_ID}: a hash of both sides' Kafka positions"
+            if j.row_id is None
+            else f"row id ({', '.join(j.row_id)})"
+        )
+        return [
+            *(line for s in self.sources for line in s.describe()),
+            *(line for d in self.dedups for line in d.describe()),
+            PlanLine(
+                f"{j.how} join on {', '.join(j.left_keys)} = {', '.join(j.right_keys)}",
+                "Spark's stream-stream join (symmetric hash join), right time - left time in "
+                f"[{lower}, {upper}] ms, a NULL key never matching; withWatermark("
+                f"{j.lateness_ms} ms) on each side evicts its buffered rows and releases "
+                "outer rows; late rows taken out at each side's source, then "
+                f"{fate}; {row_id}",
+            ),
+        ]
 
 
 def _ms(value: int) -> Column:
@@ -65,7 +93,7 @@ def _side(
     side: str,
     dead_letters: DeadLetterTable,
     checkpoint: str | None,
-) -> tuple[DataFrame, int]:
+) -> tuple[DataFrame, CompiledSource, CompiledDedup | None]:
     join = spec.transform.join
     assert join is not None
     name = join.left_source if side == "left" else join.right_source
@@ -73,7 +101,7 @@ def _side(
     settings = EventTime.of_join(join, side)
     # Arrival times are never late (time_mode = "processing").
     late_data = join.late_data if settings.mode == "event" else None
-    view = compile_source(
+    source = compile_source(
         spark,
         spec.sources[index],
         index,
@@ -83,6 +111,7 @@ def _side(
         late_data,
         checkpoint,
     )
+    view = source.frame
     column = settings.column
     if column not in view.columns:
         raise PlanError(
@@ -95,18 +124,19 @@ def _side(
         _SIDE_TIME[side], f"{join.lateness_ms} milliseconds"
     )
     dedup = spec.dedup_of(name)
-    if dedup is not None:  # on the side's watermark, which its time keeps after it
-        timed = deduplicate(
-            timed,
-            dedup,
-            spec.dedup_key(dedup),
-            name,
-            F.col(_SIDE_TIME[side]),
-            [s.topic for s in spec.sources],
-            dead_letters.tap(name, part="duplicates"),
-            watermarked=_SIDE_TIME[side],
-        )
-    return timed, index
+    if dedup is None:
+        return timed, source, None
+    deduplicated = deduplicate(  # on the side's watermark, which its time keeps after it
+        timed,
+        dedup,
+        spec.dedup_key(dedup),
+        name,
+        F.col(_SIDE_TIME[side]),
+        [s.topic for s in spec.sources],
+        dead_letters.tap(name, part="duplicates"),
+        watermarked=_SIDE_TIME[side],
+    )
+    return deduplicated.frame, source, deduplicated
 
 
 def _selection(join: JoinSpec, side: str, view: DataFrame) -> list[tuple[str, str]]:
@@ -143,8 +173,8 @@ def compile_join(
     """``checkpoint``: the query's, where the sources read each batch's watermark."""
     join = spec.transform.join
     assert join is not None
-    left, _ = _side(spark, spec, "left", dead_letters, checkpoint)
-    right, _ = _side(spark, spec, "right", dead_letters, checkpoint)
+    left, left_source, left_dedup = _side(spark, spec, "left", dead_letters, checkpoint)
+    right, right_source, right_dedup = _side(spark, spec, "right", dead_letters, checkpoint)
     for side, view, keys in (("left", left, join.left_keys), ("right", right, join.right_keys)):
         for i, k in enumerate(keys):
             if k not in view.columns:
@@ -209,4 +239,13 @@ def compile_join(
     if join.row_id is not None:
         nullable += [n for n in row_id if n not in nullable]  # the user's columns: unknown
     frame = joined.select(*selected)
-    return CompiledJoin(frame, columns, tuple(natural), tuple(nullable), side_times)
+    return CompiledJoin(
+        frame,
+        columns,
+        tuple(natural),
+        tuple(nullable),
+        side_times,
+        join,
+        (left_source, right_source),
+        tuple(d for d in (left_dedup, right_dedup) if d is not None),
+    )

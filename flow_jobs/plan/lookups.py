@@ -24,6 +24,7 @@ from flow_jobs.io.lookup_sources import (
     delta_schema,
     postgres_schema,
 )
+from flow_jobs.plan_lines import PlanLine
 from flow_jobs.spec.models import LookupSpec
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,25 @@ class Lookup:
     @property
     def cached(self) -> bool:
         return self.spec.refresh_interval_ms > 0
+
+    def describe(self) -> list[PlanLine]:
+        spec = self.spec
+        where = spec.table if spec.kind == "postgres" else spec.path
+        read = (
+            f"cached, re-read by the driver once {spec.refresh_interval_ms} ms have passed"
+            if self.cached
+            else "not cached: every micro-batch reads it"
+        )
+        reader = {
+            "delta": f"{DELTA_FORMAT}, a Python data source over deltalake",
+            "postgres": f"{POSTGRES_FORMAT}, a Python data source over psycopg",
+        }.get(spec.kind, f"Spark's {spec.kind} reader")
+        return [
+            PlanLine(
+                f"lookup {spec.name} ({spec.kind})",
+                f"a batch DataFrame of {where} ({reader}), {read}; a stream-static join in the SQL",
+            )
+        ]
 
     def refresh_if_due(self, spark: SparkSession) -> bool:
         if not self.cached:

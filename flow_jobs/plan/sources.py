@@ -23,8 +23,9 @@ An event time computed by ``[transform].sql`` gets the same checks after the SQL
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import reduce
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -47,6 +48,7 @@ from flow_jobs.kafka.schema import (
     SOURCE_FORMAT,
     UNDECODED,
 )
+from flow_jobs.plan.compiled_source import CompiledSource, public_options
 from flow_jobs.plan.diversions import (
     Reason,
     divert,
@@ -89,50 +91,64 @@ def read_kafka(
     source: KafkaSource,
     pipeline: str,
     time_mode: str,
+    **options: Any,
+) -> DataFrame:
+    """The source's Kafka records, read with ``reader_options`` (its keywords)."""
+    return load_kafka(spark, reader_options(source, pipeline, time_mode, **options))
+
+
+def load_kafka(spark: SparkSession, options: dict[str, str]) -> DataFrame:
+    """The streaming frame of the Kafka reader given ``options``."""
+    return spark.readStream.format(SOURCE_FORMAT).options(**options).load()
+
+
+def reader_options(
+    source: KafkaSource,
+    pipeline: str,
+    time_mode: str,
     *,
     checkpoint: str | None = None,
     idle_file: str | None = None,
     json_schema: str | None = None,
     combine: CombinePlan | None = None,
     reader_schema: str | None = None,
-) -> DataFrame:
-    """The source's Kafka records; with ``json_schema`` (a payload ``StructType.json()``
-    Arrow decodes), their payloads decoded in the reader too; with ``combine``, the rows
-    the window would aggregate folded into partials there (``flow_jobs.io.combine``);
-    with ``reader_schema`` (a registry format's, ``reader_schema``), the payloads decoded
-    there (``flow_jobs.io.formats``)."""
-    reader = (
-        spark.readStream.format(SOURCE_FORMAT)
-        .option("bootstrap_servers", source.bootstrap_servers)
-        .option("topic", source.topic)
-        .option("starting_offsets", source.starting_option())
-        .option("fail_on_data_loss", str(source.fail_on_data_loss).lower())
-        .option("retries", str(source.retries))
-        .option("retry_backoff_ms", str(source.retry_backoff_ms))
-        .option("time_mode", time_mode)
-        .option("group_id", f"flow-jobs-{pipeline}")
-        .option("source_name", source.name)
-    )
+) -> dict[str, str]:
+    """The options of the source's reader; with ``json_schema`` (a payload
+    ``StructType.json()`` Arrow decodes), its payloads decoded in the reader too; with
+    ``combine``, the rows the window would aggregate folded into partials there
+    (``flow_jobs.io.combine``); with ``reader_schema`` (a registry format's,
+    ``reader_schema``), the payloads decoded there (``flow_jobs.io.formats``)."""
+    options = {
+        "bootstrap_servers": source.bootstrap_servers,
+        "topic": source.topic,
+        "starting_offsets": source.starting_option(),
+        "fail_on_data_loss": str(source.fail_on_data_loss).lower(),
+        "retries": str(source.retries),
+        "retry_backoff_ms": str(source.retry_backoff_ms),
+        "time_mode": time_mode,
+        "group_id": f"flow-jobs-{pipeline}",
+        "source_name": source.name,
+    }
     if checkpoint:  # the reader stamps each row with its batch's watermarks from it
-        reader = reader.option("checkpoint_location", checkpoint)
+        options["checkpoint_location"] = checkpoint
     if idle_file:  # the source may send heartbeats (flow_jobs.runtime.idleness)
-        reader = reader.option("idle_file", idle_file)
+        options["idle_file"] = idle_file
     if json_schema:
-        reader = reader.option("json_schema", json_schema)
+        options["json_schema"] = json_schema
     if (json_schema or reader_schema) and combine is not None:
-        reader = reader.option("combine", combine.to_json())
+        options["combine"] = combine.to_json()
     if reader_schema is not None:
-        reader = reader.option("payload_format", source.format)
-        reader = reader.option("reader_schema", reader_schema)
+        options["payload_format"] = source.format
+        options["reader_schema"] = reader_schema
     if reader_schema is not None and source.schema_registry is not None:
         for key, value in source.schema_registry.client_config().items():
             secret = SECRET_PREFIX if key in REGISTRY_SECRETS else ""
-            reader = reader.option(f"{REGISTRY_PREFIX}{secret}{key}", value)
+            options[f"{REGISTRY_PREFIX}{secret}{key}"] = value
     if source.max_offsets_per_trigger:
-        reader = reader.option("max_offsets_per_trigger", str(source.max_offsets_per_trigger))
-    for key, secret in source.client_config.items():
-        reader = reader.option(f"kafka.{key}", secret.get_secret_value())
-    return reader.load()
+        options["max_offsets_per_trigger"] = str(source.max_offsets_per_trigger)
+    for key, secret_value in source.client_config.items():
+        options[f"kafka.{key}"] = secret_value.get_secret_value()
+    return options
 
 
 def compile_source(
@@ -147,8 +163,8 @@ def compile_source(
     watermark: SourceWatermark | None = None,
     combine: CombinePlan | None = None,
     tombstone_keys: Sequence[str] | None = None,
-) -> DataFrame:
-    """The streaming view of one source, bad records already diverted; with
+) -> CompiledSource:
+    """The streaming view of one source (``.frame``), bad records already diverted; with
     ``late_data`` ("drop" | "dlq"), late rows too (``flow_jobs.plan.late_rows``); with
     ``watermark``, the source's own event-time watermark (``SourceWatermark``); with
     ``combine``, partial aggregates from the reader among the rows, in the hidden column
@@ -162,8 +178,7 @@ def compile_source(
         declared = payload_schema(source, index)
         in_reader = declared.json() if arrow_schema(declared.json()) is not None else None
     reader = registry_reader(source, index) if source.registry_format else None
-    frame = read_kafka(
-        spark,
+    options = reader_options(
         source,
         pipeline,
         event_time.mode,
@@ -172,6 +187,14 @@ def compile_source(
         json_schema=in_reader,
         combine=combine if in_reader or reader else None,
         reader_schema=reader,
+    )
+    frame = load_kafka(spark, options)
+    compiled = CompiledSource(
+        frame,
+        source,
+        public_options(options),
+        registry=reader is not None and source.schema_registry is not None,
+        tombstones=tombstone_keys is not None,
     )
     folds = (in_reader is not None or reader is not None) and combine is not None
     if source.format != "raw":
@@ -205,7 +228,12 @@ def compile_source(
     frame = frame.select(*view, F.col(LATE_WATERMARK), F.col(HEARTBEAT))
     time = source_event_time(frame, event_time)
     if time is None:  # the event time is made by [transform].sql: no per-source figures
-        return frame.where(F.col(HEARTBEAT).isNull()).drop(LATE_WATERMARK, HEARTBEAT)
+        view = frame.where(F.col(HEARTBEAT).isNull()).drop(LATE_WATERMARK, HEARTBEAT)
+        return replace(compiled, frame=view)
+    if event_time.mode == "event":  # the checks above took out what it cannot place
+        compiled = replace(
+            compiled, checked_time=event_time.column, max_skew_ms=event_time.max_skew_ms
+        )
     # Spark's observable metrics on the source's rows, reported in the batch's progress:
     # its highest event time (the ledger's per-source watermark), rows and late rows.
     frame = frame.withColumn(LATE, late_condition(time) if late_data else F.lit(False))
@@ -222,9 +250,15 @@ def compile_source(
     elif late_data == "drop":
         frame = frame.where(~F.col(LATE))
     frame = frame.drop(LATE, LATE_WATERMARK)
+    compiled = replace(compiled, late_data=late_data)
     if watermark is None:  # no idle_file: the reader sends no heartbeat
-        return frame.drop(HEARTBEAT)
-    return watermark.apply(frame, time)
+        return replace(compiled, frame=frame.drop(HEARTBEAT))
+    return replace(
+        compiled,
+        frame=watermark.apply(frame, time),
+        watermark_ms=watermark.lateness_ms,
+        heartbeats=watermark.idle_file is not None,
+    )
 
 
 def _row_counts(folds: bool) -> list[Column]:

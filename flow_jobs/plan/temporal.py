@@ -45,11 +45,13 @@ from flow_jobs.operators.temporal import (
     VERSION_ROW,
     TemporalJoinProcessor,
 )
+from flow_jobs.plan.compiled_source import CompiledSource
 from flow_jobs.plan.dedup import JSON_OPTIONS, key_json
 from flow_jobs.plan.event_time import EventTime
 from flow_jobs.plan.ordering import tie_break
 from flow_jobs.plan.sources import TOMBSTONE as TOMBSTONE_VIEW
 from flow_jobs.plan.sources import SourceWatermark, compile_source, source_event_time
+from flow_jobs.plan_lines import PlanLine
 from flow_jobs.spec.models import KAFKA_COLUMN, PipelineSpec, TemporalJoinSpec
 
 ROW_ID = "join_row_id"
@@ -61,6 +63,32 @@ class CompiledTemporalJoin:
     frame: DataFrame  # the output columns, in order
     natural_key: tuple[str, ...]
     idle_file: str | None
+    join: TemporalJoinSpec
+    sources: tuple[CompiledSource, ...]  # stream, versions
+
+    def describe(self) -> list[PlanLine]:
+        """Its sources' lines and its own."""
+        j = self.join
+        retention = (
+            f"a current version leaves once older than the watermark - {j.retention_ms} ms"
+            if j.retention_ms is not None
+            else "a current version stays until a later one or a tombstone ends it"
+        )
+        return [
+            *(line for s in self.sources for line in s.describe()),
+            PlanLine(
+                f"{j.how} temporal join of {j.stream_source} on {', '.join(j.stream_keys)} "
+                f"with the versions of {j.versions_source}",
+                f"transformWithStateInPandas (event-time timers) over {BUCKETS} hash buckets "
+                "of the keys, one state value and one timer per bucket, rows carried as JSON "
+                "strings: the versions kept per key; each stream record held until the "
+                "watermark (the lower of both sources'; an idle one raised after "
+                f"{j.source_idleness_ms} ms) reaches it, then joined with the last version at "
+                "or before its time (a tombstone ends one); a superseded version leaves once "
+                f"the watermark passes its successor; {retention}; {ROW_ID}: a hash of the "
+                "stream record's Kafka position",
+            ),
+        ]
 
 
 def _side(
@@ -69,8 +97,8 @@ def _side(
     side: str,
     dead_letters: DeadLetterTable,
     checkpoint: str | None,
-) -> tuple[DataFrame, Column]:
-    """A side's view (late rows out, its watermark taken) and its event time."""
+) -> tuple[DataFrame, Column, CompiledSource]:
+    """A side's view (late rows out, its watermark taken), its event time, its source."""
     join = spec.transform.temporal_join
     assert join is not None
     name = join.side_source(side)
@@ -79,7 +107,7 @@ def _side(
     key = f"transform.temporal_join.{override if getattr(join, override) else 'event_time_column'}"
     settings = EventTime(join.side_event_time(side), "event", join.max_event_time_skew_ms, key)
     watermark = SourceWatermark(join.lateness_ms, idle_file(checkpoint) if checkpoint else None)
-    view = compile_source(
+    source = compile_source(
         spark,
         spec.sources[index],
         index,
@@ -91,6 +119,7 @@ def _side(
         watermark,
         tombstone_keys=join.version_keys if side == "version" else None,
     )
+    view = source.frame
     columns = ", ".join(c for c in view.columns if c != KAFKA_COLUMN and not c.startswith("__"))
     for i, k in enumerate(join.side_keys(side)):
         if k not in view.columns:
@@ -103,7 +132,7 @@ def _side(
         raise PlanError(
             key, f"{settings.column!r} is not a column of source {name!r} (columns: {columns})"
         )
-    return view, time
+    return view, time, source
 
 
 def _visible(view: DataFrame) -> list[str]:
@@ -166,8 +195,10 @@ def compile_temporal_join(
     the run publishes idle sources."""
     join = spec.transform.temporal_join
     assert join is not None
-    stream, stream_time = _side(spark, spec, "stream", dead_letters, checkpoint)
-    versions, version_time = _side(spark, spec, "version", dead_letters, checkpoint)
+    stream, stream_time, stream_source = _side(spark, spec, "stream", dead_letters, checkpoint)
+    versions, version_time, versions_source = _side(
+        spark, spec, "version", dead_letters, checkpoint
+    )
     key_types = [stream.schema[k].dataType for k in join.stream_keys]
     # the stream record's Kafka position names its joined row
     position = ("topic", "partition", "offset")
@@ -224,4 +255,10 @@ def compile_temporal_join(
         *(F.col(f"v.{c}").alias(n) for c, n in version_pairs),
         F.col(f"s.{ROW_ID}").alias(ROW_ID),
     )
-    return CompiledTemporalJoin(frame, (ROW_ID,), idle_file(checkpoint) if checkpoint else None)
+    return CompiledTemporalJoin(
+        frame,
+        (ROW_ID,),
+        idle_file(checkpoint) if checkpoint else None,
+        join,
+        (stream_source, versions_source),
+    )

@@ -20,28 +20,121 @@ end); ``emit = "current"`` is update (every trigger, the windows it changed).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from flow_jobs.aggregations import NativeWindow, aggregation_input, native_aggregate
+from flow_jobs.aggregations import AGGREGATORS, NativeWindow, aggregation_input, native_aggregate
 from flow_jobs.aggregations.partials import Merge
 from flow_jobs.errors import PlanError
 from flow_jobs.io.combine import START
 from flow_jobs.plan.event_time import EVENT_TIME, replace_event_time, with_event_time
 from flow_jobs.plan.ordering import tie_break
 from flow_jobs.plan.state_windows import compile_state_window
+from flow_jobs.plan_lines import PlanLine
 from flow_jobs.spec.models import WindowSpec
+from flow_jobs.spec.windows import ON_STATE_API
+from flow_jobs.windows.processor import STATE_VARIABLE
 
 _WINDOW = "__flow_window"
 _GAP = "__flow_gap"
+
+
+#: Spark's setting naming the state store's provider class, and Spark's default.
+STATE_STORE_PROVIDER = "spark.sql.streaming.stateStore.providerClass"
+_DEFAULT_PROVIDER = "HDFSBackedStateStoreProvider"
 
 
 @dataclass(frozen=True)
 class CompiledWindow:
     frame: DataFrame
     output_mode: str  # "append" | "update"
+    window: WindowSpec
+    engine: str  # what compile_window built: "native" (Spark's aggregation) | "state"
+    #: where the watermark is taken: "sources" (each its own, the window the lowest),
+    #: "join" (a side's watermarked time) or "window" (withWatermark before the window)
+    watermark: str
+    merges: bool  # the input holds the reader's partial aggregates
+    state_store: str  # the state store provider's class, as the session sets it
+
+    def describe(self) -> list[PlanLine]:
+        w = self.window
+        aggregations = [
+            PlanLine(
+                f"{a.as_} = {a.agg}({a.column or ''})",
+                AGGREGATORS[a.agg].native_form
+                if self.engine == "native"
+                else AGGREGATORS[a.agg].state_form,
+            )
+            for a in w.aggregations
+        ]
+        return [
+            PlanLine(f"window: {w.kind} {w.size_text}", self._operator()),
+            PlanLine("watermark", self._watermark()),
+            PlanLine(f"emit = {w.emit}", self._emit()),
+            *aggregations,
+            PlanLine("state", self._state()),
+        ]
+
+    def _operator(self) -> str:
+        w = self.window
+        group = ", ".join(w.group_by)
+        if self.engine == "state":
+            return (
+                f"{ON_STATE_API} grouped by ({group or 'one group'}), the family's Python "
+                f"(flow_jobs.windows) on each group's rows: {w.state_reason}"
+            )
+        native = w.native_text
+        text = f"groupBy({native}{', ' + group if group else ''}): Spark's streaming aggregation"
+        if self.merges:
+            text += ", merging the Kafka reader's partials with the rows"
+        return text
+
+    def _watermark(self) -> str:
+        w = self.window
+        delay = f"{w.watermark_delay_ms} ms"
+        if w.reopens:
+            delay += " (lateness_ms + allowed_lateness_ms)"
+        if w.time_mode == "processing":
+            return f"withWatermark(arrival time, {delay}): each row stamped when it is read"
+        if self.watermark == "sources":
+            return f"the lowest of the sources' own watermarks, each {delay} behind"
+        if self.watermark == "join":
+            return "the join side's watermark, which its event time keeps"
+        return f"withWatermark({w.event_time_column}, {delay}), after [transform].sql"
+
+    def _emit(self) -> str:
+        w = self.window
+        if w.reopens:
+            return (
+                f"output mode {self.output_mode}: each window when the watermark + "
+                f"allowed_lateness_ms passes its end, then again ({w.revision_column} + 1) in "
+                "each batch that corrects it, until the watermark passes its end"
+            )
+        text = (
+            f"output mode {self.output_mode}: every trigger, the windows it changed"
+            if self.output_mode == "update"
+            else f"output mode {self.output_mode}: each window once, when it closes"
+        )
+        if w.kind == "session" and w.emit == "current":
+            text += "; each row replaces the group's rows its bounds overlap"
+        return text
+
+    def _state(self) -> str:
+        held = (
+            "each open (window, group)'s aggregation buffers"
+            if self.engine == "native"
+            else f"per group one value ({STATE_VARIABLE}: its open windows' events) and one "
+            "event-time timer"
+        )
+        return f"Spark's state store ({self.state_store}) in the checkpoint: {held}"
+
+
+def state_store_provider(frame: DataFrame) -> str:
+    """The short name of the state store provider the frame's session runs."""
+    provider = frame.sparkSession.conf.get(STATE_STORE_PROVIDER, None)
+    return (provider or _DEFAULT_PROVIDER).rsplit(".", 1)[-1]
 
 
 def state_window_key(state: DataFrame) -> str:
@@ -80,8 +173,20 @@ def compile_window(
         frame, window, watermarked_time=watermarked_time, source_watermarks=source_watermarks
     )
     tie = tie_break(frame, topics)
+    watermark = (
+        "join" if watermarked_time is not None else "sources" if source_watermarks else "window"
+    )
+    compiled = CompiledWindow(
+        frame,
+        mode,
+        window,
+        window.engine,
+        watermark,
+        merge is not None,
+        state_store_provider(frame),
+    )
     if window.engine == "state":
-        return CompiledWindow(compile_state_window(timed, window, pipeline, tie), mode)
+        return replace(compiled, frame=compile_state_window(timed, window, pipeline, tie))
     event_time = F.col(EVENT_TIME)
     order = (event_time, *tie)
     if merge is not None and merge.plan.gap_ms:
@@ -108,7 +213,7 @@ def compile_window(
         *(F.col(c) for c in window.group_by),
         *(c for a in aggregates for c in a.outputs),
     )
-    return CompiledWindow(output, mode)
+    return replace(compiled, frame=output)
 
 
 def _exploded(timed: DataFrame, window: WindowSpec, windows: Column) -> tuple[DataFrame, Column]:

@@ -20,7 +20,7 @@ from flow_jobs.io.checkpoint_files import (
     publish_driver_gateway,
     withdraw_driver_gateway,
 )
-from flow_jobs.io.dead_letters import DeadLetterTable, DeadLetterTopic
+from flow_jobs.io.dead_letters import DeadLetterTable
 from flow_jobs.io.delta import DeltaMergeTable, Supersede
 from flow_jobs.io.ledger import BatchLedger
 from flow_jobs.io.state_store import RunLock, StateStore
@@ -34,6 +34,7 @@ from flow_jobs.io.top_n import Ranking
 from flow_jobs.locations import local_path
 from flow_jobs.plan.combine import mark_checkpoint
 from flow_jobs.plan.compile import CompiledPipeline, compile_pipeline
+from flow_jobs.plan_lines import PlanLine
 from flow_jobs.runtime.caps import GroupCap, WindowStateCapHit
 from flow_jobs.runtime.checkpoint import (
     checkpoint_location,
@@ -97,12 +98,7 @@ class PipelineRunner:
         )
         refuse_unshared_paths(spec, self.spark.sparkContext.master)
         self.stop_event = stop_event or threading.Event()
-        self.dead_letters = DeadLetterTable(
-            spec.dead_letter_path(),
-            spec.name,
-            late_topic=DeadLetterTopic.of(spec),
-            storage_options=spec.dead_letter_storage_options(),
-        )
+        self.dead_letters = DeadLetterTable.of(spec)
         self.compiled: CompiledPipeline = compile_pipeline(
             self.spark, spec, self.dead_letters, self.checkpoint
         )
@@ -115,7 +111,20 @@ class PipelineRunner:
         self._extents: dict[str, SourceExtent] = {}
         self._started, self._shown = time.monotonic(), 0
 
-    def _target(self, ledger: StateStore) -> BatchTarget:
+    def describe(self) -> list[PlanLine]:
+        """``validate --plan``: what compiled, then what each micro-batch runs (the sink,
+        the dead letters, the target), each part in its own words."""
+        every = f"every {self.spec.runtime.trigger_interval_ms} ms"
+        trigger = f"{every} (run --available-now: until the input is drained)"
+        return [
+            *self.compiled.describe(),
+            *WindowBatchSink.describe(self.spec, trigger),
+            *self.dead_letters.describe(),
+            *self._target(None).describe(),
+        ]
+
+    def _target(self, ledger: StateStore | None) -> BatchTarget:
+        """The target's writer (``ledger`` None: built only to be described)."""
         target = self._open_target(ledger)
         if self.spec.supersedes_sessions:
             w = self.spec.window
@@ -126,7 +135,7 @@ class PipelineRunner:
             target.ranked = Ranking.of(self.spec.window).partition_columns
         return target
 
-    def _open_target(self, ledger: StateStore) -> BatchTarget:
+    def _open_target(self, ledger: StateStore | None) -> BatchTarget:
         target, compiled = self.spec.target, self.compiled
         if target.kind == "postgres":
             return PostgresBatchTarget(
@@ -197,8 +206,8 @@ class PipelineRunner:
         for warning in self.spec.warnings():
             log.warning("%s: %s", self.spec.name, warning)
         caps = GroupCap(self.spark, self.spec, self.checkpoint)
-        for choice in self.compiled.operators:
-            log.debug("%s: %s -> %s", self.spec.name, choice.feature, choice.operator)
+        for line in self.compiled.describe():
+            log.debug("%s: %s -> %s", self.spec.name, line.part, line.how)
         writer = (
             self.compiled.frame.writeStream.queryName(self.spec.name)
             .outputMode(self.compiled.output_mode)

@@ -20,6 +20,7 @@ from flow_jobs.io.state_store import RunLock
 from flow_jobs.io.targets import BatchTarget, ClosedWindows
 from flow_jobs.io.top_n import Ranking, Standings, rank
 from flow_jobs.io.waits import wait_out
+from flow_jobs.plan_lines import PlanLine
 from flow_jobs.runtime.checkpoint import read_offset_log
 from flow_jobs.runtime.metrics import metrics
 from flow_jobs.runtime.observations import Observations
@@ -77,7 +78,7 @@ class WindowBatchSink:
         self.replay_from = replay_from
         self.outcomes: dict[int, BatchOutcome] = {}
         #: [transform.window.top_n]: ranks each batch (flow_jobs.io.top_n)
-        self.ranking = Ranking.of(spec.window) if spec.has_window and spec.window.top_n else None
+        self.ranking = _ranking(spec)
         self.standings = (
             Standings(ledger.store, spec.name, state_version, self.ranking)
             if self.ranking is not None and spec.window.emit == "current"
@@ -139,6 +140,35 @@ class WindowBatchSink:
     @property
     def query_id(self) -> str | None:
         return self._query_id
+
+    @staticmethod
+    def describe(spec: PipelineSpec, trigger: str) -> list[PlanLine]:
+        """What each micro-batch runs on the driver (``trigger``: when one starts), and
+        the top N it ranks; said before a sink exists (``validate --plan``)."""
+        lines = [
+            PlanLine(
+                "micro-batch",
+                f"foreachBatch on the driver, {trigger}: one action (toArrow) runs the "
+                "batch (the sources, the taps, the operators, the state store's commit); "
+                "then its dead letters, then the target write and its ledger row, each "
+                f"tried again while a store is away (retry_for_ms = {spec.runtime.retry_for_ms})",
+            )
+        ]
+        ranking = _ranking(spec)
+        if ranking is not None:
+            within = ", ".join(ranking.partition_columns)
+            order = ", ".join(f"{c} {d}" for c, d in ranking.order)
+            how = (
+                f"a batch's rows ranked with Arrow within ({within}) by {order}, then the "
+                f"group keys (NULL last, NaN above every number); the first {ranking.n} written"
+            )
+            if spec.window.emit == "current":
+                how += (
+                    "; every group's current row of each open window kept in the state "
+                    "store (window_standings), each touched partition ranked from it"
+                )
+            lines.append(PlanLine(f"top_n = {ranking.n}", how))
+        return lines
 
     def request_stop(self) -> None:
         """Refuse new batches and wait until the one being written, if any, is done."""
@@ -223,6 +253,11 @@ class WindowBatchSink:
                 done - computed,
                 written.version,
             )
+
+
+def _ranking(spec: PipelineSpec) -> Ranking | None:
+    """``[transform.window.top_n]``'s ranking, if the spec has one."""
+    return Ranking.of(spec.window) if spec.has_window and spec.window.top_n else None
 
 
 def last_progress(query: Any) -> dict[str, Any] | None:

@@ -63,6 +63,8 @@ TOP_N_KINDS = ("tumbling", "hopping", "cumulate")
 KINDS: dict[str, type[WindowSpec]] = {}
 #: What a state-API window compiles to, in ``validate --plan``.
 ON_STATE_API = "transformWithStateInPandas (event-time timers)"
+#: Why a kind Spark has no operator for runs on the state API (``state_reason``).
+NO_SPARK_OPERATOR = "Spark has no operator for it"
 
 
 class WindowSpec(SpecModel):
@@ -71,10 +73,10 @@ class WindowSpec(SpecModel):
     A family's model (``flow_jobs.windows``) narrows ``kind`` to its kinds, adds its size
     keys (``SIZE_KEYS``) and rules, and answers what the rest of the engine asks of a
     window kind: where it runs (``runs_natively``), Spark's window column
-    (``native_window``), what ``--plan`` and the CLI say (``operator_text``,
-    ``size_text``), how many windows a group holds at once (``active_windows``), its
-    parameters as its state-API family reads them (``shape``) and that family
-    (``STATE_FAMILY``)."""
+    (``native_window``), what ``--plan`` and the CLI say (``native_text``,
+    ``state_reason``, ``size_text``), how many windows a group holds at once
+    (``active_windows``), its parameters as its state-API family reads them (``shape``)
+    and that family (``STATE_FAMILY``)."""
 
     kind: str
     event_time_column: str = EVENT_TS
@@ -159,8 +161,19 @@ class WindowSpec(SpecModel):
 
     @property
     @abstractmethod
-    def operator_text(self) -> str:
-        """What the window compiles to, as ``validate --plan`` says it."""
+    def native_text(self) -> str | None:
+        """Spark's window column in words, with its parameters, as ``validate --plan``
+        says it, e.g. "window(event_time, 60000 ms)" (None: no native form)."""
+
+    @property
+    def state_reason(self) -> str:
+        """Why the window runs on the state API, as ``validate --plan`` says it (the
+        rules of ``engine``; a family adds its own)."""
+        if self.reopens:
+            return "its windows reopen: Spark's aggregation emits a window once"
+        if self.exact_distinct:
+            return "an exact count_distinct, its set capped while a window is open"
+        return NO_SPARK_OPERATOR
 
     @property
     @abstractmethod
@@ -383,12 +396,6 @@ class WindowSpec(SpecModel):
             return "state"
         return "native" if self.runs_natively else "state"
 
-    def _exact_distinct_text(self) -> str:
-        return (
-            f"{self.kind} windows on {ON_STATE_API}: the exact count_distinct set is "
-            "capped while a window is open"
-        )
-
     def _shape_fields(self) -> dict[str, Any]:
         """The keys of ``Shape`` every family shares."""
         return {
@@ -407,6 +414,10 @@ class StateApiWindow(WindowSpec):
         return False
 
     def native_window(self, event_time: Column) -> None:
+        return None
+
+    @property
+    def native_text(self) -> None:
         return None
 
     def active_windows(self) -> int:

@@ -259,10 +259,6 @@ class CountWindow(StateApiWindow):
         return self.step
 
     @property
-    def operator_text(self) -> str:
-        return "count windows on transformWithStateInPandas"
-
-    @property
     def size_text(self) -> str:
         if self.kind == "count_hopping":
             return f"of {self.count} events every {self.step}"

@@ -28,7 +28,6 @@ import numpy as np
 from pydantic import Field
 
 from flow_jobs.spec.base import key_error
-from flow_jobs.spec.windows import ON_STATE_API
 from flow_jobs.windows.family import Shape, StateFamily
 from flow_jobs.windows.fixed import Fixed, PaneWindow
 
@@ -132,14 +131,10 @@ class CumulateWindow(PaneWindow):
         )
 
     @property
-    def operator_text(self) -> str:
-        if self.reopens:
-            return f"cumulate windows on {ON_STATE_API}"
-        if self.exact_distinct:
-            return self._exact_distinct_text()
+    def native_text(self) -> str:
         return (
-            "groupBy(explode(a row's cumulate windows) as the watermarked window): "
-            "native streaming aggregation"
+            f"explode(the row's windows [c, c + k * {self.step_ms} ms), c a multiple of "
+            f"{self.max_duration_ms} ms) as the watermarked window"
         )
 
     @property

@@ -46,7 +46,7 @@ from pydantic import Field
 from flow_jobs.operators.frame import EventFrame
 from flow_jobs.operators.ranges import Ranges
 from flow_jobs.spec.base import key_error
-from flow_jobs.spec.windows import ON_STATE_API, WindowSpec, milliseconds
+from flow_jobs.spec.windows import WindowSpec, milliseconds
 from flow_jobs.windows.family import (
     CloseRule,
     Emission,
@@ -290,14 +290,10 @@ class FixedWindow(PaneWindow):
         return F.window(event_time, milliseconds(self.duration))
 
     @property
-    def operator_text(self) -> str:
-        if self.reopens:
-            return f"{self.kind} windows on {ON_STATE_API}"
-        if self.exact_distinct:
-            return self._exact_distinct_text()
+    def native_text(self) -> str:
         if self.kind == "hopping":
-            return "groupBy(window(event_time, duration, hop)): native streaming aggregation"
-        return "groupBy(window(event_time, duration)): native streaming aggregation"
+            return f"window(event_time, {self.duration_ms} ms, {self.hop_ms} ms)"
+        return f"window(event_time, {self.duration_ms} ms)"
 
     @property
     def size_text(self) -> str:

@@ -28,7 +28,7 @@ from pydantic import Field
 
 from flow_jobs.operators.frame import EventFrame
 from flow_jobs.operators.ranges import Ranges
-from flow_jobs.spec.windows import ON_STATE_API, WindowSpec, milliseconds
+from flow_jobs.spec.windows import WindowSpec, milliseconds
 from flow_jobs.windows.family import (
     CloseRule,
     Emission,
@@ -169,15 +169,14 @@ class SessionWindow(WindowSpec):
         return F.session_window(event_time, milliseconds(self.gap_ms))
 
     @property
-    def operator_text(self) -> str:
+    def native_text(self) -> str:
+        return f"session_window(event_time, {self.gap_ms} ms)"
+
+    @property
+    def state_reason(self) -> str:
         if self.emit == "current":
-            return f"sessions on {ON_STATE_API}"
-        if self.exact_distinct:
-            return self._exact_distinct_text()
-        return (
-            "groupBy(session_window(event_time, gap)): native session aggregation "
-            '(emit = "current": sessions on transformWithStateInPandas)'
-        )
+            return 'emit = "current": Spark refuses update mode for session_window'
+        return super().state_reason
 
     @property
     def size_text(self) -> str:

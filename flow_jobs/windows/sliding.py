@@ -17,7 +17,7 @@ from pydantic import Field
 
 from flow_jobs.operators.frame import EventFrame
 from flow_jobs.operators.ranges import Ranges
-from flow_jobs.spec.windows import ON_STATE_API, StateApiWindow
+from flow_jobs.spec.windows import StateApiWindow
 from flow_jobs.windows.family import (
     CloseRule,
     Emission,
@@ -151,10 +151,6 @@ class SlidingWindow(StateApiWindow):
         "each event time is its own window; reopening one is not there yet"
     )
     STATE_FAMILY: ClassVar[type[StateFamily]] = Sliding
-
-    @property
-    def operator_text(self) -> str:
-        return f"per-row windows on {ON_STATE_API}, state in the state store"
 
     @property
     def size_text(self) -> str:
