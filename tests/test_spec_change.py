@@ -17,7 +17,9 @@ from typing import Any
 import pytest
 import tomli_w
 from dagster import Failure
+from pyspark.sql import SparkSession
 
+from flow_jobs.cli import main
 from flow_jobs.io.checkpoint_claim import CHECKPOINT_MARKER, IncompatibleSpec
 from flow_jobs.spec.models import PipelineSpec
 from flow_jobs_dev.broker import EmbeddedBroker
@@ -52,17 +54,25 @@ def flow_jobs(cwd: Path, *args: str, env: dict[str, str] | None = None) -> Any:
 
 
 def test_a_refused_change_names_a_reset_that_works_where_it_was_run(
-    broker: EmbeddedBroker, topic: str, tmp_path: Path
+    spark: SparkSession,
+    broker: EmbeddedBroker,
+    topic: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
+    """The runs around the refusal go through the CLI in this process (the suite's
+    session; where Spark starts is not what this tests), the refusal and the reset in a
+    process of their own without Java."""
     events = random_clicks(random.Random(47), 200, step_ms=300)
     send(broker.bootstrap_servers, topic, to_records(events))
     project = tmp_path / "sensors"  # not pipelines/: nothing is looked up by name
     project.mkdir()
+    monkeypatch.chdir(project)
     spec = project / "sessions.toml"
     spec.write_text(tomli_w.dumps(spec_doc(broker.bootstrap_servers, topic, 10_000)))
-    first = flow_jobs(project, "run", "sessions.toml", "--available-now", "-q")
-    assert first.returncode == 0, first.stderr[-3000:]
-    assert "200 rows in" in first.stdout
+    assert main(["run", "sessions.toml", "--available-now", "-q"]) == 0
+    assert "200 rows in" in capsys.readouterr().out
 
     spec.write_text(tomli_w.dumps(spec_doc(broker.bootstrap_servers, topic, 5_000)))
     # No Java where this run looks for it: a refusal that started Spark would fail on that.
@@ -83,9 +93,9 @@ def test_a_refused_change_names_a_reset_that_works_where_it_was_run(
     assert reset.returncode == 0, reset.stderr
     assert reset.stdout.startswith("pipeline sensor-sessions: state version 1 starts with")
 
-    rerun = flow_jobs(project, "run", "sessions.toml", "--available-now", "-q")
-    assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert "200 rows in" in rerun.stdout  # the new generation re-reads the topic
+    capsys.readouterr()
+    assert main(["run", "sessions.toml", "--available-now", "-q"]) == 0
+    assert "200 rows in" in capsys.readouterr().out  # the new generation re-reads the topic
 
 
 def _fingerprint(project: Path) -> str:
