@@ -17,16 +17,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-from pyspark.sql.conversion import ArrowArrayToPandasConversion
-from pyspark.sql.pandas.types import from_arrow_type
-from pyspark.sql.types import DataType
 
 from flow_jobs.state_codec import Fields, numbers, table
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import DataType
 
 # Names of the operator's input columns. None starts with "_": PySpark's pandas
 # conversion for transformWithStateInPandas renames such columns to _1, _2, ...
@@ -219,6 +219,9 @@ def _python_objects(values: pa.Array) -> np.ndarray:
     if pa.types.is_date32(values.type):
         out[:] = values.to_pylist()  # numpy would make them datetime64
         return out
+    # imported here: the spec (``flow-jobs validate``) imports this module, not these
+    from pyspark.sql.conversion import ArrowArrayToPandasConversion
+
     series = ArrowArrayToPandasConversion.convert(
         values, _spark_type(values.type), timezone="UTC", struct_in_pandas="dict"
     )
@@ -228,4 +231,6 @@ def _python_objects(values: pa.Array) -> np.ndarray:
 
 @lru_cache(maxsize=64)
 def _spark_type(arrow_type: pa.DataType) -> DataType:
+    from pyspark.sql.pandas.types import from_arrow_type
+
     return from_arrow_type(arrow_type)

@@ -5,10 +5,10 @@ here is its cap checked while a window is open).
 
 Per group, all window state is one ``ValueState`` blob (a ``WindowGroup``: the family's
 state and the group's timer, in the format of ``flow_jobs.state_codec``), read and
-written once per micro-batch: Spark's
-state calls are round trips to the JVM (≈ 1.5 ms per group and batch measured here),
-so one get and one put per group is what keeps the operator fast. The blob lives in
-Spark's state store (RocksDB) inside the checkpoint, like every other operator's state.
+written once per micro-batch: Spark's state calls are round trips to the JVM (≈ 1.5 ms
+per group and batch measured here), so one get and one put per group is what keeps the
+operator fast. The blob lives in Spark's state store (RocksDB) inside the checkpoint,
+like every other operator's state.
 
 The processor knows no family: it asks the plan's family (``flow_jobs.windows.family``)
 what new rows change, what the watermark closes and when the group next has work, and
