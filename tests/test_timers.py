@@ -30,7 +30,7 @@ from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.windows import count as count_based
 from flow_jobs.windows import fixed as reopen
 from flow_jobs.windows import session, sliding, timers
-from flow_jobs.windows.processor import WindowOperatorPlan, WindowProcessor
+from flow_jobs.windows.processor import WindowGroup, WindowOperatorPlan, WindowProcessor
 from flow_jobs_dev.broker import EmbeddedBroker
 from flow_jobs_dev.producer import Record
 from tests.reference import reference_windows
@@ -240,20 +240,20 @@ def test_state_saved_under_the_old_rule_gets_its_timer_back() -> None:
     # Spark lost it (it fired at W = 7 999 under the old code): the group's next input.
     spark = SparkTimers()
     processor.handle = spark.handle("a")
-    lost = {"state": state, "timer": due - 1}
+    lost = WindowGroup(state, timer=due - 1)  # no timer_rule: saved under the old one
     processor._set_timer(lost)
-    assert spark.of("a") == {due} and lost["timer"] == due
-    assert lost["timer_rule"] == timers.RULE
+    assert spark.of("a") == {due} and lost.timer == due
+    assert lost.timer_rule == timers.RULE
 
     # Spark still holds it and fires it at W = 7 999 under the new code.
     spark = SparkTimers()
     processor.handle = spark.handle("a")
     spark.handle("a").registerTimer(due - 1)
-    held = {"state": state, "timer": due - 1}
+    held = WindowGroup(state, timer=due - 1)
     (expiry,) = [t for _, t in spark.expired(due - 1)]
     processor._set_timer(held, timers.Firing(expiry, due - 1))
     spark.handled("a", expiry)
-    assert spark.of("a") == {due} and held["timer"] == due
+    assert spark.of("a") == {due} and held.timer == due
 
 
 # -- end to end -------------------------------------------------------------------------

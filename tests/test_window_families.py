@@ -26,7 +26,7 @@ from flow_jobs.operators.frame import EventFrame, Values
 from flow_jobs.spec.models import WindowKind, WindowSpec
 from flow_jobs.windows import KINDS, sliding
 from flow_jobs.windows.family import CloseRule, Shape, StateFamily
-from flow_jobs.windows.processor import FAMILIES, load_blob
+from flow_jobs.windows.processor import FAMILIES, load_group
 
 SHAPE = Shape(duration_ms=10, hop_ms=5, gap_ms=3, count=3, stride=1, step_ms=5, max_duration_ms=15)
 
@@ -150,9 +150,9 @@ def test_state_pickled_before_the_windows_package_still_loads(
     monkeypatch.delitem(sys.modules, old.__name__)
     assert b"flow_jobs.operators.sliding" in data
 
-    blob = load_blob(data)
-    assert type(blob["state"]) is sliding.SlidingState
-    assert blob["state"].pending.tolist() == [4] and blob["timer"] is None
+    group = load_group(data)
+    assert type(group.state) is sliding.SlidingState
+    assert group.state.pending.tolist() == [4] and group.timer is None
 
 
 @pytest.mark.parametrize("kind", sorted(typing.get_args(WindowKind)))

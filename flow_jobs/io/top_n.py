@@ -12,7 +12,8 @@ ranked as it is (``rank``).
 
 ``emit = "current"``: a batch holds only the groups it changed. The state store keeps
 every group's current row of each open window (``Standings``, a table beside the
-ledger, per checkpoint generation); each batch's rows update it, and every partition
+ledger, per checkpoint generation, each row a ``StandingRow`` in the format of
+``flow_jobs.state_codec``); each batch's rows update it, and every partition
 they touch is ranked again from it. The batch then writes that partition's whole top N,
 and the target deletes, in the same Delta commit or Postgres transaction, the rows of
 those partitions that left it (``flow_jobs.io.targets``: a target's ``ranked``). A window's rows
@@ -28,17 +29,18 @@ from __future__ import annotations
 
 import json
 import math
-import pickle
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from flow_jobs import state_codec
 from flow_jobs.io.state_store import StateStore
 from flow_jobs.spec.windows import TopNSpec, WindowSpec
+from flow_jobs.state_codec import Fields
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,27 @@ def rank(rows: pa.Table, ranking: Ranking) -> pa.Table:
     return ranked.take(pa.array(keep, pa.int64()))
 
 
+@dataclass(frozen=True)
+class StandingRow:
+    """A group's current row of an open window, as ``window_standings`` keeps it: its
+    fields are the window's output columns."""
+
+    #: its name in saved state (``flow_jobs.state_codec``): never change it
+    STATE_TYPE: ClassVar[str] = "top_n.row"
+
+    record: dict[str, Any]
+    #: the output's Arrow schema, to write the row (a row read back does not need it)
+    schema: pa.Schema | None = None
+
+    def to_fields(self) -> dict[str, pa.Array]:
+        assert self.schema is not None, "a standing row is written with its schema"
+        return {f.name: pa.array([self.record[f.name]], f.type) for f in self.schema}
+
+    @classmethod
+    def from_fields(cls, fields: Fields) -> StandingRow:
+        return cls(fields.record())
+
+
 class Standings:
     """Every group's current row of each open window (``emit = "current"``), in the
     state store's ``window_standings`` table, per pipeline and checkpoint generation
@@ -158,7 +181,7 @@ class Standings:
                             rec[r.start],
                             rec[r.end],
                             _group_key(rec, r.groups),
-                            pickle.dumps(rec, protocol=5),
+                            state_codec.dump(StandingRow(rec, schema)),
                         )
                         for rec in records
                     ],
@@ -179,7 +202,9 @@ class Standings:
             ).fetchall()
         touched = {_partition(rec, r) for rec in records}
         standing = [
-            rec for rec in (pickle.loads(h[0]) for h in held) if _partition(rec, r) in touched
+            rec
+            for rec in (state_codec.load(h[0], StandingRow).record for h in held)
+            if _partition(rec, r) in touched
         ]
         return rank(pa.Table.from_pylist(standing, schema=schema), r)
 

@@ -18,7 +18,7 @@ watermark reaches them (Spark's aggregation drops a batch's rows only by the pre
 batch's watermark: ``tests/test_spark_contracts.py``).
 
 Keys are spread over ``BUCKETS`` groups (a hash of the keys): each group's state is one
-pickled ``DedupState`` (the held records and, per key, the last that passed while a
+saved ``DedupState`` (the held records and, per key, the last that passed while a
 duplicate of it can still come), so a micro-batch costs a few state calls per bucket,
 not per key. A key leaves the state once the watermark is ``within_ms`` past its last
 passing record: any record still to come is later than that.
@@ -28,11 +28,13 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import pandas as pd
+import pyarrow as pa
 
-from flow_jobs.operators.buckets import BUCKETS, PickledBuckets
+from flow_jobs.operators.buckets import BUCKETS, HELD, BucketProcessor, rows_field, rows_of
+from flow_jobs.state_codec import Fields
 from flow_jobs.windows.timers import Firing
 
 __all__ = ["BUCKETS", "DedupProcessor", "DedupState", "describe", "due", "release"]
@@ -56,11 +58,27 @@ RELEASED_TIME = "__flow_dedup_time"
 
 @dataclass
 class DedupState:
+    #: its name in saved state (``flow_jobs.state_codec``): never change it
+    STATE_TYPE: ClassVar[str] = "dedup.bucket"
+
     #: records not yet released: (event time µs, lane, position, key, row); the
     #: operator's key and row are JSON strings
     held: list[tuple[int, int, int, Hashable, Any]] = field(default_factory=list)
     #: per key, the last record that passed: (event time µs, lane, position)
     passed: dict[Hashable, tuple[int, int, int]] = field(default_factory=dict)
+
+    def to_fields(self) -> dict[str, pa.Array]:
+        passed = [(k, *p) for k, p in self.passed.items()]
+        return {"held": rows_field(self.held, HELD), "passed": rows_field(passed, _PASSED)}
+
+    @classmethod
+    def from_fields(cls, fields: Fields) -> DedupState:
+        passed = {k: tuple(p) for k, *p in rows_of(fields, "passed", _PASSED)}
+        return cls(rows_of(fields, "held", HELD), passed)  # type: ignore[arg-type]
+
+
+#: A key's last passing record, as saved.
+_PASSED = {"key": pa.string(), "t": pa.int64(), "lane": pa.int64(), "position": pa.int64()}
 
 
 @dataclass(frozen=True)
@@ -107,7 +125,7 @@ def describe(duplicate_of: tuple[int, int, int], time_us: int, within_ms: int) -
     )
 
 
-class DedupProcessor(PickledBuckets):
+class DedupProcessor(BucketProcessor):
     """One bucket of keys (``transformWithStateInPandas``): holds each record until the
     watermark reaches it, then releases it passing or as a duplicate.
 
@@ -122,6 +140,7 @@ class DedupProcessor(PickledBuckets):
         self.time_column = time_column  # the output's event time (a join side's own)
 
     state_variable = "dedup"
+    STATE = DedupState
 
     def empty(self) -> DedupState:
         return DedupState()

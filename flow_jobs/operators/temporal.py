@@ -16,7 +16,7 @@ out at its source: the held record's version is final, whatever the micro-batche
 update that comes after the stream record but before the watermark passes it is
 joined (the acceptance test in ``tests/test_temporal_join.py``).
 
-State: keys are hashed into ``BUCKETS`` groups; each group keeps one pickled
+State: keys are hashed into ``BUCKETS`` groups; each group keeps one saved
 ``TemporalState`` (the held stream records, and per key its versions that can still
 be joined). Once the watermark W passes a key's later version, the earlier one can
 match no record (every record still to come is after W): it leaves the state, and a
@@ -29,11 +29,13 @@ from __future__ import annotations
 from bisect import bisect_right, insort
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import pandas as pd
+import pyarrow as pa
 
-from flow_jobs.operators.buckets import BUCKETS, PickledBuckets
+from flow_jobs.operators.buckets import BUCKETS, HELD, BucketProcessor, rows_field, rows_of
+from flow_jobs.state_codec import Fields
 from flow_jobs.windows.timers import Firing
 
 __all__ = ["BUCKETS"]
@@ -65,10 +67,30 @@ Version = tuple[int, int, int, bool, Any]
 
 @dataclass
 class TemporalState:
+    #: its name in saved state (``flow_jobs.state_codec``): never change it
+    STATE_TYPE: ClassVar[str] = "temporal_join.bucket"
+
     #: stream records not yet released: (event time, lane, position, key, row)
     held: list[tuple[int, int, int, Hashable, Any]] = field(default_factory=list)
     #: per key, its versions that can still be joined, in the order of events
     versions: dict[Hashable, list[Version]] = field(default_factory=dict)
+
+    def to_fields(self) -> dict[str, pa.Array]:
+        """Versions saved one after another, each with its key (a key's run together)."""
+        versions = [(k, *v) for k, vs in self.versions.items() for v in vs]
+        return {"held": rows_field(self.held, HELD), "versions": rows_field(versions, _VERSION)}
+
+    @classmethod
+    def from_fields(cls, fields: Fields) -> TemporalState:
+        versions: dict[Hashable, list[Version]] = {}
+        for key, *version in rows_of(fields, "versions", _VERSION):
+            versions.setdefault(key, []).append(tuple(version))  # type: ignore[arg-type]
+        return cls(rows_of(fields, "held", HELD), versions)  # type: ignore[arg-type]
+
+
+#: A key's version, as saved.
+_VERSION = {"key": pa.string(), "t": pa.int64(), "lane": pa.int64(), "position": pa.int64()}
+_VERSION |= {"tombstone": pa.bool_(), "row": pa.string()}
 
 
 @dataclass(frozen=True)
@@ -137,7 +159,7 @@ def due(state: TemporalState, retention: int | None) -> int | None:
     return min(times) if times else None
 
 
-class TemporalJoinProcessor(PickledBuckets):
+class TemporalJoinProcessor(BucketProcessor):
     """One bucket of keys (``transformWithStateInPandas``): versions kept, stream
     records held until the watermark reaches them, then joined with their version.
 
@@ -149,6 +171,7 @@ class TemporalJoinProcessor(PickledBuckets):
         self.retention_us = None if retention_ms is None else retention_ms * 1000
 
     state_variable = STATE_VARIABLE
+    STATE = TemporalState
 
     def empty(self) -> TemporalState:
         return TemporalState()

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from flow_jobs.spec.models import Aggregation, WindowSpec
 
 GB = 1 << 30
-_ROW_BYTES = 48  # a buffered value with its time and bookkeeping, as pickled
+_ROW_BYTES = 48  # a buffered value with its time and bookkeeping, as saved
 
 
 @dataclass(frozen=True)

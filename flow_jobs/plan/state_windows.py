@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_type
 from pyspark.sql.types import (
     DataType,
     DecimalType,
@@ -116,7 +117,9 @@ def _encode(columns: dict[str, tuple[Column, DataType]]) -> tuple[list[Column], 
     projected, kinds = [], []
     for name, (value, data_type) in columns.items():
         kind = _kind(data_type)
-        kinds.append(ColumnKind(name, kind))
+        # object values are saved in state as Arrow values of their Spark type
+        arrow_type = to_arrow_type(data_type, timezone="UTC") if kind == "object" else None
+        kinds.append(ColumnKind(name, kind, arrow_type))
         wire = VALUE_PREFIX + name
         if kind == "object":
             projected.append(value.alias(wire))

@@ -28,12 +28,14 @@ from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
+import pyarrow as pa
 from pydantic import Field
 
 from flow_jobs.operators.frame import EventFrame
 from flow_jobs.operators.ranges import Ranges
 from flow_jobs.spec.base import key_error
 from flow_jobs.spec.windows import StateApiWindow
+from flow_jobs.state_codec import Fields, scalar
 from flow_jobs.windows.family import (
     CloseRule,
     Emission,
@@ -45,17 +47,26 @@ from flow_jobs.windows.family import (
 
 @dataclass
 class CountState:
+    #: its name in saved state (``flow_jobs.state_codec``): never change it
+    STATE_TYPE: ClassVar[str] = "window.count"
+
     #: events in total order from ``first_index`` on: the numbered events of windows not
     #: complete yet, then the pending ones
     frame: EventFrame
     first_index: int  # the event number of frame row 0
     numbered: int  # events numbered so far (their numbers: 0 .. numbered - 1)
 
-    def __setstate__(self, state: dict) -> None:
-        # State from before pending events (numbered on arrival) has every event numbered.
-        if "seen" in state:
-            state["numbered"] = state.pop("seen")
-        self.__dict__.update(state)
+    def to_fields(self) -> dict[str, pa.Array]:
+        return {
+            "frame": self.frame.to_field(),
+            "first_index": scalar(self.first_index, pa.int64()),
+            "numbered": scalar(self.numbered, pa.int64()),
+        }
+
+    @classmethod
+    def from_fields(cls, fields: Fields) -> CountState:
+        frame = EventFrame.from_field(fields, "frame")
+        return cls(frame, fields.value("first_index"), fields.value("numbered"))
 
     @property
     def total(self) -> int:
@@ -156,6 +167,7 @@ class Count(StateFamily):
     """Count windows of ``count`` events every ``stride``; without ``event_time``
     (``time_mode = "processing"``) every event is numbered on arrival."""
 
+    STATE: ClassVar[type[CountState]] = CountState
     count: int
     stride: int
     event_time: bool = True

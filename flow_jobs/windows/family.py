@@ -2,8 +2,9 @@
 
 A family is a small object built from the plan (``WindowOperatorPlan``) that holds the
 family's parameters (a duration, a gap, a count...); a group's state is a plain value
-(a dataclass of numpy arrays and an ``EventFrame``) that the processor pickles into the
-group's ``ValueState``. The processor (``flow_jobs.windows.processor``) calls, per
+(a dataclass of numpy arrays and an ``EventFrame``, the family's ``STATE``) that the
+processor saves in the group's ``ValueState`` in its declared fields
+(``flow_jobs.state_codec``). The processor (``flow_jobs.windows.processor``) calls, per
 group and micro-batch:
 
 * on input: ``add`` (and, for a family that ``closes_on_input``, ``close`` at the
@@ -115,6 +116,8 @@ def time_rule(
 class StateFamily(ABC):
     """One window family's rules over a group's state."""
 
+    #: a group's state: a class saved by ``flow_jobs.state_codec`` (its ``STATE_TYPE``)
+    STATE: ClassVar[type[Any]]
     #: the family numbers (closes) at the batch's watermark on input too (count windows)
     closes_on_input: ClassVar[bool] = False
     #: a window holds its end (sliding and count windows: ``[start, end]``)
@@ -155,7 +158,7 @@ class StateFamily(ABC):
     @abstractmethod
     def span(self, state: Any) -> tuple[int | None, int | None]:
         """The time span the group's open windows cover (saved beside the state on every
-        batch: read by the ``max_groups_per_window`` check without unpickling), from the
+        batch: read by the ``max_groups_per_window`` check without decoding it), from the
         state's bounds alone, not by building every window's range."""
 
     @abstractmethod

@@ -41,12 +41,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Protocol
 
 import numpy as np
+import pyarrow as pa
 from pydantic import Field
 
 from flow_jobs.operators.frame import EventFrame
 from flow_jobs.operators.ranges import Ranges
 from flow_jobs.spec.base import key_error
 from flow_jobs.spec.windows import WindowSpec, milliseconds
+from flow_jobs.state_codec import Fields, numbers, table
 from flow_jobs.windows.family import (
     CloseRule,
     Emission,
@@ -96,11 +98,26 @@ class WindowBounds(Protocol):
 
 @dataclass
 class ReopenState:
+    #: its name in saved state (``flow_jobs.state_codec``): never change it
+    STATE_TYPE: ClassVar[str] = "window.fixed"
+
     frame: EventFrame  # time-ordered events of the held windows
-    #: int64, sorted: the held windows' keys (``WindowBounds``; the name is what
-    #: checkpoints' pickles hold: tumbling and hopping windows are keyed by their start)
+    #: int64, sorted: the held windows' keys (``WindowBounds``; tumbling and hopping
+    #: windows are keyed by their start, which named the field)
     starts: np.ndarray
     revisions: np.ndarray  # int64: the revision each window last emitted, 0 = none yet
+
+    def to_fields(self) -> dict[str, pa.Array]:
+        return {
+            "frame": self.frame.to_field(),
+            "windows": table({"key": self.starts, "revision": self.revisions}),
+        }
+
+    @classmethod
+    def from_fields(cls, fields: Fields) -> ReopenState:
+        windows = fields.table("windows")
+        keys, revisions = numbers(windows["key"]), numbers(windows["revision"])
+        return cls(EventFrame.from_field(fields, "frame"), keys, revisions)
 
 
 def empty(frame: EventFrame) -> ReopenState:
@@ -171,6 +188,7 @@ class Fixed(StateFamily):
     bounds); with ``revision``, each emitted row carries the revision it is
     (``late_data = "reopen"``)."""
 
+    STATE: ClassVar[type[ReopenState]] = ReopenState
     bounds: WindowBounds
     revision: bool = False
 

@@ -3,11 +3,12 @@ count-based, session windows that emit "current", and tumbling/hopping windows t
 reopen; session, tumbling and hopping windows with an exact ``count_distinct`` too (only
 here is its cap checked while a window is open).
 
-Per group, all window state is one ``ValueState`` blob (the family's state, pickled
-numpy arrays, and the group's timer), read and written once per micro-batch: Spark's
-state calls are round trips to the JVM (≈ 1.5 ms per group and batch measured here),
-so one get and one put per group is what keeps the operator fast. The blob lives in
-Spark's state store (RocksDB) inside the checkpoint, like every other operator's state.
+Per group, all window state is one ``ValueState`` blob (a ``WindowGroup``: the family's
+state and the group's timer, in the format of ``flow_jobs.state_codec``), read and
+written once per micro-batch: Spark's state calls are round trips to the JVM (≈ 1.5 ms
+per group and batch measured here), so one get and one put per group is what keeps the
+operator fast. The blob lives in Spark's state store (RocksDB) inside the checkpoint,
+like every other operator's state.
 
 The processor knows no family: it asks the plan's family (``flow_jobs.windows.family``)
 what new rows change, what the watermark closes and when the group next has work, and
@@ -18,24 +19,25 @@ code: Spark drops rows behind the watermark before the operator and counts them.
 
 from __future__ import annotations
 
-import io
-import pickle
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from functools import cached_property
-from typing import Any
+from typing import Any, ClassVar
 
 import pandas as pd
+import pyarrow as pa
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
+from flow_jobs import state_codec
 from flow_jobs.operators.frame import ColumnKind, EventFrame, frame_from_pandas
 from flow_jobs.operators.ranges import Context, WindowAggregator
+from flow_jobs.state_codec import Fields, StateFormatError, nested, scalar
 from flow_jobs.windows import KINDS, fixed, timers
 from flow_jobs.windows.family import Emission, Shape, StateFamily
 
 #: The group's window state, plus the time span of its open windows (epoch ms): read by
-#: the max_groups_per_window check (``flow_jobs.runtime.caps``) without unpickling.
+#: the max_groups_per_window check (``flow_jobs.runtime.caps``) without decoding it.
 _STATE_SCHEMA = StructType(
     [
         StructField("blob", BinaryType()),
@@ -73,26 +75,63 @@ FAMILIES: dict[str, Callable[[Any], StateFamily]] = {
     kind: model.STATE_FAMILY.of for kind, model in KINDS.items()
 }
 
-#: Where each family's state class lived before ``flow_jobs.windows``: a checkpoint
-#: written then holds pickles that name these modules.
-_MOVED = {
-    "flow_jobs.operators.sliding": "flow_jobs.windows.sliding",
-    "flow_jobs.operators.session": "flow_jobs.windows.session",
-    "flow_jobs.operators.count_based": "flow_jobs.windows.count",
-    "flow_jobs.operators.reopen": "flow_jobs.windows.fixed",
+#: Each family's state class by its saved name.
+_STATES: dict[str, type[Any]] = {
+    m.STATE_FAMILY.STATE.STATE_TYPE: m.STATE_FAMILY.STATE for m in KINDS.values()
 }
 
 
-class _Unpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> Any:
-        return super().find_class(_MOVED.get(module, module), name)
+@dataclass
+class WindowGroup:
+    """A group's saved window state (``STATE_VARIABLE``'s ``blob``): its family's state
+    (named in the blob by its ``STATE_TYPE``) and the group's timer."""
+
+    #: its name in saved state (``flow_jobs.state_codec``): never change it
+    STATE_TYPE: ClassVar[str] = "window.group"
+
+    state: Any
+    timer: int | None = None
+    #: the rule the timer was set under (``timers.RULE``); None: before there were rules
+    timer_rule: int | None = None
+
+    def to_fields(self) -> dict[str, pa.Array]:
+        return {
+            "family": scalar(self.state.STATE_TYPE, pa.string()),
+            "state": nested(self.state.to_fields()),
+            "timer": scalar(self.timer, pa.int64()),
+            "timer_rule": scalar(self.timer_rule, pa.int64()),
+        }
+
+    @classmethod
+    def from_fields(cls, f: Fields) -> WindowGroup:
+        family = f.value("family")
+        if family not in _STATES:
+            raise StateFormatError(
+                f"window state of family {family!r}, which this flow-jobs does not know "
+                f"({', '.join(sorted(_STATES))}): a newer release wrote it"
+            )
+        state = _STATES[family].from_fields(f.nested("state"))
+        return cls(state, f.value("timer"), f.value("timer_rule"))
 
 
-def load_blob(data: bytes) -> dict[str, Any]:
-    """A group's saved window state (``STATE_VARIABLE``'s ``blob``)."""
-    blob = _Unpickler(io.BytesIO(data)).load()
-    blob.setdefault("timer", None)  # count windows' state before they had one
-    return blob
+def load_group(data: bytes, columns: tuple[ColumnKind, ...] = ()) -> WindowGroup:
+    """A group's saved window state, of any format version. ``columns``: the plan's,
+    to write again a frame read from a legacy pickle (which has no Arrow types)."""
+    group = state_codec.load(data, WindowGroup)
+    if columns and state_codec.version_of(data) == 0:
+        group.state = _typed(group.state, columns)
+    return group
+
+
+def _typed(state: Any, columns: tuple[ColumnKind, ...]) -> Any:
+    """``state`` with its frames' object columns typed as the plan's columns."""
+    types = {c.name: c.arrow_type for c in columns}
+    frames = {
+        f.name: getattr(state, f.name).typed(types)
+        for f in fields(state)
+        if isinstance(getattr(state, f.name), EventFrame)
+    }
+    return replace(state, **frames)
 
 
 class WindowProcessor(StatefulProcessor):
@@ -110,28 +149,25 @@ class WindowProcessor(StatefulProcessor):
         self.kinds = {c.name: c.kind for c in self.plan.columns}
 
     # -- state -------------------------------------------------------------------------
-    def _load(self) -> dict[str, Any]:
+    def _load(self) -> WindowGroup:
         if self.state.exists():
-            return load_blob(self.state.get()[0])
-        return {
-            "state": self.family.empty(EventFrame.empty(list(self.plan.columns))),
-            "timer": None,
-        }
+            return load_group(self.state.get()[0], self.plan.columns)
+        return WindowGroup(self.family.empty(EventFrame.empty(list(self.plan.columns))))
 
-    def _save(self, blob: dict[str, Any]) -> None:
-        if not self.family.held(blob["state"]):
+    def _save(self, group: WindowGroup) -> None:
+        if not self.family.held(group.state):
             self.state.clear()
             return
-        start, end = self.family.span(blob["state"])
-        self.state.update((pickle.dumps(blob, protocol=5), start, end))
+        start, end = self.family.span(group.state)
+        self.state.update((state_codec.dump(group), start, end))
 
     # -- Spark callbacks ---------------------------------------------------------------
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
     ) -> Iterator[pd.DataFrame]:
         new = frame_from_pandas(pd.concat(list(rows), ignore_index=True), list(self.plan.columns))
-        blob = self._load()
-        state, changed = self.family.add(blob["state"], new, self.plan.emit == "current")
+        group = self._load()
+        state, changed = self.family.add(group.state, new, self.plan.emit == "current")
         closed = None
         if self.family.closes_on_input:
             state, closed = self.family.close(state, timerValues.getCurrentWatermarkInMs())
@@ -140,42 +176,42 @@ class WindowProcessor(StatefulProcessor):
             yield self._output(key, changed)
         if self.plan.emit == "final" and closed is not None and len(closed):
             yield self._output(key, closed)
-        blob["state"] = state
-        self._set_timer(blob)
-        self._save(blob)
+        group.state = state
+        self._set_timer(group)
+        self._save(group)
 
     def handleExpiredTimer(
         self, key: Any, timerValues: Any, expiredTimerInfo: Any
     ) -> Iterator[pd.DataFrame]:
-        blob = self._load()
+        group = self._load()
         watermark = timerValues.getCurrentWatermarkInMs()
         # Spark deletes this timer once the handler returns: ``_set_timer`` must know it.
         firing = timers.Firing(expiredTimerInfo.getExpiryTimeInMs(), watermark)
-        state, closed = self.family.close(blob["state"], watermark)
+        state, closed = self.family.close(group.state, watermark)
         if self.plan.emit == "final" and closed is not None and len(closed):
             yield self._output(key, closed)
-        blob["state"] = state
-        self._set_timer(blob, firing)
-        self._save(blob)
+        group.state = state
+        self._set_timer(group, firing)
+        self._save(group)
 
     def close(self) -> None:
         return None
 
-    def _set_timer(self, blob: dict[str, Any], firing: timers.Firing | None = None) -> None:
+    def _set_timer(self, group: WindowGroup, firing: timers.Firing | None = None) -> None:
         """Hold the group's timer at its family's ``due`` (``flow_jobs.windows.timers``).
 
         State saved before timers were set at their due watermark has its timer at
         ``due - 1``, which Spark may have fired and deleted already (a group it left with
         no timer): the first call for such a group deletes that one and registers the new
         one whatever it was."""
-        blob["timer"] = timers.settle(
+        group.timer = timers.settle(
             self.handle,
-            blob["timer"],
-            self.family.due(blob["state"]),
+            group.timer,
+            self.family.due(group.state),
             firing,
-            held_known=blob.get("timer_rule") == timers.RULE,
+            held_known=group.timer_rule == timers.RULE,
         )
-        blob["timer_rule"] = timers.RULE
+        group.timer_rule = timers.RULE
 
     # -- the exact distinct-count cap, while windows are open --------------------------
     def _check_open(self, key: Any, w: Emission) -> None:

@@ -24,11 +24,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 import numpy as np
+import pyarrow as pa
 from pydantic import Field
 
 from flow_jobs.operators.frame import EventFrame
 from flow_jobs.operators.ranges import Ranges
 from flow_jobs.spec.windows import WindowSpec, milliseconds
+from flow_jobs.state_codec import Fields
 from flow_jobs.windows.family import (
     CloseRule,
     Emission,
@@ -44,7 +46,17 @@ if TYPE_CHECKING:
 
 @dataclass
 class SessionState:
+    #: its name in saved state (``flow_jobs.state_codec``): never change it
+    STATE_TYPE: ClassVar[str] = "window.session"
+
     frame: EventFrame  # events of the group's open sessions, in the total order
+
+    def to_fields(self) -> dict[str, pa.Array]:
+        return {"frame": self.frame.to_field()}
+
+    @classmethod
+    def from_fields(cls, fields: Fields) -> SessionState:
+        return cls(EventFrame.from_field(fields, "frame"))
 
 
 def sessions(t: np.ndarray, gap_ms: int) -> Ranges:
@@ -103,6 +115,7 @@ def due(state: SessionState, gap_ms: int) -> int | None:
 class Session(StateFamily):
     """Session windows with a gap of ``gap_ms``."""
 
+    STATE: ClassVar[type[SessionState]] = SessionState
     gap_ms: int
 
     def empty(self, frame: EventFrame) -> SessionState:

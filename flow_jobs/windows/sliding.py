@@ -13,11 +13,13 @@ from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
+import pyarrow as pa
 from pydantic import Field
 
 from flow_jobs.operators.frame import EventFrame
 from flow_jobs.operators.ranges import Ranges
 from flow_jobs.spec.windows import StateApiWindow
+from flow_jobs.state_codec import Fields, listed
 from flow_jobs.windows.family import (
     CloseRule,
     Emission,
@@ -29,8 +31,18 @@ from flow_jobs.windows.family import (
 
 @dataclass
 class SlidingState:
+    #: its name in saved state (``flow_jobs.state_codec``): never change it
+    STATE_TYPE: ClassVar[str] = "window.sliding"
+
     frame: EventFrame  # time-ordered events a pending or future window may still need
     pending: np.ndarray  # sorted distinct event times whose window is not emitted yet
+
+    def to_fields(self) -> dict[str, pa.Array]:
+        return {"frame": self.frame.to_field(), "pending": listed(self.pending)}
+
+    @classmethod
+    def from_fields(cls, fields: Fields) -> SlidingState:
+        return cls(EventFrame.from_field(fields, "frame"), fields.array("pending"))
 
 
 def add(state: SlidingState, new: EventFrame) -> tuple[SlidingState, np.ndarray]:
@@ -89,6 +101,7 @@ def close(
 class Sliding(StateFamily):
     """Sliding windows of ``duration_ms``, one per distinct event time of a group."""
 
+    STATE: ClassVar[type[SlidingState]] = SlidingState
     duration_ms: int
     holds_end = True
 

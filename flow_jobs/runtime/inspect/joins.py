@@ -4,11 +4,11 @@ that evicts it; a temporal join's held stream records and kept versions."""
 from __future__ import annotations
 
 import json
-import pickle
 from typing import Any
 
 from pyspark.sql import functions as F
 
+from flow_jobs import state_codec
 from flow_jobs.operators.temporal import STATE_VARIABLE as TEMPORAL_STATE
 from flow_jobs.operators.temporal import TemporalState
 from flow_jobs.runtime.inspect.report import (
@@ -86,7 +86,7 @@ def temporal_rows(reader: Any, c: Reading) -> tuple[list[BufferedJoinRow], int]:
     state = reader.option("stateVarName", TEMPORAL_STATE).load(c.report.checkpoint)
     out: list[BufferedJoinRow] = []
     for r in state.where(F.col("value.blob").isNotNull()).toLocalIterator():
-        held: TemporalState = pickle.loads(r["value"]["blob"])
+        held = state_codec.load(r["value"]["blob"], TemporalState)
         for t, _, _, key, row in held.held:
             out.append(
                 BufferedJoinRow(

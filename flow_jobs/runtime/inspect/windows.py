@@ -27,7 +27,7 @@ from flow_jobs.runtime.inspect.report import (
 )
 from flow_jobs.spec.models import Aggregation
 from flow_jobs.windows.family import time_rule
-from flow_jobs.windows.processor import STATE_VARIABLE, load_blob
+from flow_jobs.windows.processor import STATE_VARIABLE, load_group
 
 # -- native windows ------------------------------------------------------------------
 
@@ -112,7 +112,7 @@ def state_windows(reader: Any, c: Reading) -> tuple[list[OpenWindow], int | None
     windows: list[OpenWindow] = []
     for r in ordered.toLocalIterator():
         group = {g: plain(r[f"g{i}"]) for i, g in enumerate(w.group_by)}
-        windows.extend(_group_windows(load_blob(r["blob"])["state"], group, c))
+        windows.extend(_group_windows(load_group(r["blob"]).state, group, c))
         if not every and len(windows) >= c.limit:
             break
     windows.sort(
