@@ -112,6 +112,9 @@ class Aggregator(ABC):
     #: ``flow_jobs.aggregations.partial_parts``); None: a window holding it does not
     #: pre-aggregate.
     partial_parts: ClassVar[tuple[PartialPart, ...] | None] = None
+    #: Its state per group grows with the window's rows (collect, reduce): the state
+    #: estimate says so (``flow_jobs.plan.sizing``).
+    state_grows_with_rows: ClassVar[bool] = False
     #: Why ``inspect`` shows no open value for it in any window, native or on the state
     #: API (None: it shows one).
     not_inspected: ClassVar[str | None] = None
@@ -120,6 +123,11 @@ class Aggregator(ABC):
         """Whether the reader can pre-aggregate it over a column of type ``value``
         (None: no column), given ``partial_parts``."""
         return self.partial_parts is not None and value is not None
+
+    def state_bytes(self, spec: Aggregation) -> int:
+        """Bytes of a native window's state per group (each buffered row's, when
+        ``state_grows_with_rows``), for the state estimate (``flow_jobs.plan.sizing``)."""
+        return 16
 
     @abstractmethod
     def state_functions(self, merging: bool) -> tuple[str, ...]:

@@ -32,6 +32,7 @@ from flow_jobs.aggregations.base import (
 )
 from flow_jobs.operators.frame import EventFrame, to_python
 from flow_jobs.operators.ranges import Context, Ranges, WindowAggregator
+from flow_jobs.spec.models import Aggregation
 
 
 class CapExceeded(RuntimeError):
@@ -119,6 +120,11 @@ class CountDistinctAggregator(Aggregator):
 
     def state_functions(self, merging: bool) -> tuple[str, ...]:
         return ("hll_sketch_agg",)  # it never pre-aggregates: no partial parts
+
+    def state_bytes(self, spec: Aggregation) -> int:
+        if spec.mode == "exact":  # the set, up to its cap
+            return 32 * (spec.max_distinct_values_per_group or 0)
+        return 1 << spec.precision  # the sketch's registers
 
     def open_value(self, a: AggregationInput, buffers: Sequence[StateBuffer], merging: bool) -> Any:
         """``hll_sketch_estimate`` of the sketch so far: Spark keeps its DataSketches HLL

@@ -24,6 +24,7 @@ from flow_jobs.aggregations.base import (
 )
 from flow_jobs.aggregations.partial_parts import FIRST, LAST, ordered
 from flow_jobs.operators.ranges import Context, Ranges, WindowAggregator, as_output, range_reduce
+from flow_jobs.spec.models import Aggregation
 
 
 @dataclass(eq=False)
@@ -54,6 +55,9 @@ class PositionalAggregator(Aggregator):
         self.position_part = LAST if last else FIRST
         self.partial_parts = (self.position_part,)  # type: ignore[misc]
         self.pick = pick
+
+    def state_bytes(self, spec: Aggregation) -> int:
+        return 32  # struct(t, lane, pos, v)
 
     def state_functions(self, merging: bool) -> tuple[str, ...]:
         # merging: a partial's first / last takes part in the same min / max

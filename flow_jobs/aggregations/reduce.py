@@ -108,6 +108,7 @@ class ReduceAggregator(Aggregator):
     state_form = "fold in the events' total order"
     column_optional = True
     not_inspected = _NOT_RUN
+    state_grows_with_rows = True  # natively: the window's items, folded when it is emitted
 
     def state_functions(self, merging: bool) -> tuple[str, ...]:
         return ("collect_list",)  # the sorted items, folded when the window is emitted
