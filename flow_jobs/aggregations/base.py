@@ -108,6 +108,9 @@ class Aggregator(ABC):
     numeric_only: ClassVar[bool] = False
     #: It may be given without a column (it then reads the row).
     column_optional: ClassVar[bool] = False
+    #: The spec keys it takes besides agg, column and as (``flow_jobs.spec.aggregation``;
+    #: another aggregator given one is refused with its ``misplaced``).
+    options: ClassVar[tuple[str, ...]] = ()
     #: The parts of the reader's partial it merges over its column (registered ones:
     #: ``flow_jobs.aggregations.partial_parts``); None: a window holding it does not
     #: pre-aggregate.
@@ -123,6 +126,14 @@ class Aggregator(ABC):
         """Whether the reader can pre-aggregate it over a column of type ``value``
         (None: no column), given ``partial_parts``."""
         return self.partial_parts is not None and value is not None
+
+    def check_spec(self, spec: Aggregation) -> None:
+        """Its rules among its ``options`` (raises ``flow_jobs.spec.base.key_error``)."""
+        return  # most take no key of their own
+
+    def misplaced(self, key: str, value: Any) -> str:
+        """Why another aggregator refuses ``key`` (one of its ``options``)."""
+        return f'{key} is only valid for agg = "{self.name}"'
 
     def state_bytes(self, spec: Aggregation) -> int:
         """Bytes of a native window's state per group (each buffered row's, when
