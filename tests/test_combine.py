@@ -1,7 +1,7 @@
 """Pre-aggregation in the Kafka reader (issue 12): partials equal what Spark computes from
 the rows, whatever the cut.
 
-The unit half (no Spark) checks ``flow_jobs.io.combine.Folder`` against a reference
+The unit half (no Spark) checks ``flow_jobs.io.folding.Folder`` against a reference
 written from the rules in ``docs/spec-reference.md`` ("Pre-aggregation"): which rows
 fold (decoded, event time present and in range, not past the batch time + skew, after
 the late watermark), the pane (for a session window, the session), and each part
@@ -35,8 +35,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
-from flow_jobs.io.combine import PARTIAL, CombinePlan, Folder, RangeRows, partial_type
+from flow_jobs.io.combine import PARTIAL, CombinePlan, partial_type
 from flow_jobs.io.delta import read_delta
+from flow_jobs.io.folding import Folder, RangeRows
 from flow_jobs.io.json_decode import JsonDecoder
 from flow_jobs.io.prestage import Stage
 from flow_jobs.kafka.read import decoded_schema, with_corrupt_field

@@ -14,10 +14,12 @@ from pyspark.sql.types import DataType, DecimalType, DoubleType
 from flow_jobs.aggregations.base import (
     PARTIAL_NUMBERS,
     AggregationInput,
+    NativeWindow,
     OneFunctionAggregator,
     StateBuffer,
 )
-from flow_jobs.aggregations.partials import Merge, present
+from flow_jobs.aggregations.partial_parts import DOUBLE_SUM, NON_NULL
+from flow_jobs.aggregations.partials import Merge
 from flow_jobs.aggregations.sum import float_sums, python_sum
 from flow_jobs.operators.ranges import Context, Ranges, WindowAggregator, nullable, range_sum
 
@@ -45,7 +47,7 @@ class AvgAggregator(OneFunctionAggregator):
     state_form = "prefix sums / counts"
     state_class = Avg
     numeric_only = True
-    partial_parts = ("nn", "dsum")  # Spark sums an average as DOUBLE
+    partial_parts = (NON_NULL, DOUBLE_SUM)  # Spark sums an average as DOUBLE
 
     def folds(self, value: DataType | None) -> bool:
         return isinstance(value, PARTIAL_NUMBERS)
@@ -75,8 +77,9 @@ class AvgAggregator(OneFunctionAggregator):
     def function(self, a: AggregationInput) -> Column:
         return F.try_avg(a.column_value)
 
-    def merged(self, a: AggregationInput, merge: Merge) -> Column:
+    def merged(self, a: AggregationInput, w: NativeWindow, merge: Merge) -> Column:
         value, column = a.column_value, a.spec.column
-        total = F.try_sum(merge.either(merge.part("dsum", column), value.cast("double")))
-        count = F.sum(merge.either(merge.part("nn", column), present(value)))
+        assert column is not None
+        total = merge.merged(DOUBLE_SUM, column, value, w.order)  # try_sum of DOUBLE
+        count = merge.merged(NON_NULL, column, value, w.order)  # sum of non-NULL counts
         return F.try_divide(total, count)

@@ -19,6 +19,7 @@ from pyspark.sql.types import (
     ShortType,
 )
 
+from flow_jobs.aggregations.partial_parts import PartialPart, ordered
 from flow_jobs.aggregations.partials import Merge
 from flow_jobs.operators.ranges import WindowAggregator
 from flow_jobs.spec.models import Aggregation
@@ -90,7 +91,7 @@ class NotDecoded(ValueError):
     """Why ``inspect`` shows ``NOT_DECODED`` for an aggregate (its note says so)."""
 
 
-#: Numbers the Kafka reader sums and compares in its partials (``flow_jobs.io.combine``).
+#: Numbers the Kafka reader sums and compares in its partials (``flow_jobs.io.folding``).
 PARTIAL_NUMBERS = (LongType, IntegerType, ShortType, ByteType, DoubleType)
 
 
@@ -107,10 +108,16 @@ class Aggregator(ABC):
     numeric_only: ClassVar[bool] = False
     #: It may be given without a column (it then reads the row).
     column_optional: ClassVar[bool] = False
-    #: The parts of the reader's partial it merges (``flow_jobs.io.combine``: ``nn``,
-    #: ``sum``, ``dsum``, ``min``, ``max``, ``first``, ``last``); None: a window holding
-    #: it does not pre-aggregate.
-    partial_parts: ClassVar[tuple[str, ...] | None] = None
+    #: The spec keys it takes besides agg, column and as (``flow_jobs.spec.aggregation``;
+    #: another aggregator given one is refused with its ``misplaced``).
+    options: ClassVar[tuple[str, ...]] = ()
+    #: The parts of the reader's partial it merges over its column (registered ones:
+    #: ``flow_jobs.aggregations.partial_parts``); None: a window holding it does not
+    #: pre-aggregate.
+    partial_parts: ClassVar[tuple[PartialPart, ...] | None] = None
+    #: Its state per group grows with the window's rows (collect, reduce): the state
+    #: estimate says so (``flow_jobs.plan.sizing``).
+    state_grows_with_rows: ClassVar[bool] = False
     #: Why ``inspect`` shows no open value for it in any window, native or on the state
     #: API (None: it shows one).
     not_inspected: ClassVar[str | None] = None
@@ -119,6 +126,19 @@ class Aggregator(ABC):
         """Whether the reader can pre-aggregate it over a column of type ``value``
         (None: no column), given ``partial_parts``."""
         return self.partial_parts is not None and value is not None
+
+    def check_spec(self, spec: Aggregation) -> None:
+        """Its rules among its ``options`` (raises ``flow_jobs.spec.base.key_error``)."""
+        return  # most take no key of their own
+
+    def misplaced(self, key: str, value: Any) -> str:
+        """Why another aggregator refuses ``key`` (one of its ``options``)."""
+        return f'{key} is only valid for agg = "{self.name}"'
+
+    def state_bytes(self, spec: Aggregation) -> int:
+        """Bytes of a native window's state per group (each buffered row's, when
+        ``state_grows_with_rows``), for the state estimate (``flow_jobs.plan.sizing``)."""
+        return 16
 
     @abstractmethod
     def state_functions(self, merging: bool) -> tuple[str, ...]:
@@ -172,22 +192,17 @@ class OneFunctionAggregator(Aggregator):
     def function(self, a: AggregationInput) -> Column:
         """The Spark aggregate of the input."""
 
-    def merged(self, a: AggregationInput, merge: Merge) -> Column:
-        """The Spark aggregate of rows and partials alike (``flow_jobs.plan.combine``)."""
+    def merged(self, a: AggregationInput, w: NativeWindow, merge: Merge) -> Column:
+        """The Spark aggregate of rows and partials alike (``flow_jobs.plan.combine``),
+        from its parts' merges (``Merge.merged``)."""
         raise NotImplementedError(f"{self.name} has no partials")
 
     def native(self, a: AggregationInput, w: NativeWindow) -> NativeAggregate:
-        function = self.function(a) if w.merge is None else self.merged(a, w.merge)
+        function = self.function(a) if w.merge is None else self.merged(a, w, w.merge)
         return simple(function, a.hidden, a.spec.as_)
 
     def state(self, a: AggregationInput, column: str | None, pipeline: str) -> WindowAggregator:
         return self.state_class(column, a.spec.output_names())
-
-
-def ordered(order: tuple[Column, Column, Column], value: Column) -> Column:
-    """struct(t, lane, pos, v): compares by the events' total order before the value."""
-    t, lane, pos = order
-    return F.struct(t.alias("t"), lane.alias("lane"), pos.alias("pos"), value.alias("v"))
 
 
 def ordered_items(a: AggregationInput, order: tuple[Column, Column, Column]) -> Column:

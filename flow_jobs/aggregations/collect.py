@@ -37,6 +37,7 @@ class CollectAggregator(Aggregator):
     name = "collect"
     native_form = "array_sort(collect_list(struct(event_time, lane, pos, col))).col"
     state_form = "values in the events' total order"
+    state_grows_with_rows = True
 
     def state_functions(self, merging: bool) -> tuple[str, ...]:
         return ("collect_list",)  # it never pre-aggregates: no partial parts

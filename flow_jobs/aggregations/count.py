@@ -10,8 +10,14 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, LongType
 
-from flow_jobs.aggregations.base import AggregationInput, OneFunctionAggregator, StateBuffer
-from flow_jobs.aggregations.partials import Merge, present
+from flow_jobs.aggregations.base import (
+    AggregationInput,
+    NativeWindow,
+    OneFunctionAggregator,
+    StateBuffer,
+)
+from flow_jobs.aggregations.partial_parts import NON_NULL
+from flow_jobs.aggregations.partials import Merge
 from flow_jobs.operators.ranges import Context, Ranges, WindowAggregator, range_sum
 
 
@@ -30,7 +36,7 @@ class CountAggregator(OneFunctionAggregator):
     state_form = "prefix sums of row / non-NULL counts"
     state_class = Count
     column_optional = True
-    partial_parts = ("nn",)  # count(*) merges the partial's row count, ``n``
+    partial_parts = (NON_NULL,)  # count(*) merges the partial's row count, ``n``
 
     def folds(self, value: DataType | None) -> bool:
         return True
@@ -48,7 +54,7 @@ class CountAggregator(OneFunctionAggregator):
     def function(self, a: AggregationInput) -> Column:
         return F.count(F.lit(1)) if a.value is None else F.count(a.value)
 
-    def merged(self, a: AggregationInput, merge: Merge) -> Column:
-        if a.value is None:
-            return F.sum(F.coalesce(merge.part("n", None), F.lit(1).cast("bigint")))
-        return F.sum(merge.either(merge.part("nn", a.spec.column), present(a.value)))
+    def merged(self, a: AggregationInput, w: NativeWindow, merge: Merge) -> Column:
+        if a.value is None or a.spec.column is None:
+            return F.sum(F.coalesce(merge.rows(), F.lit(1).cast("bigint")))
+        return merge.merged(NON_NULL, a.spec.column, a.value, w.order)  # sum of counts

@@ -32,6 +32,8 @@ from flow_jobs.aggregations.base import (
 )
 from flow_jobs.operators.frame import EventFrame, to_python
 from flow_jobs.operators.ranges import Context, Ranges, WindowAggregator
+from flow_jobs.spec.base import key_error
+from flow_jobs.spec.models import Aggregation
 
 
 class CapExceeded(RuntimeError):
@@ -116,9 +118,39 @@ class CountDistinctAggregator(Aggregator):
     name = "count_distinct"
     native_form = "hll_sketch_agg + hll_sketch_estimate (exact: runs on the state API)"
     state_form = "datasketches hll_sketch HLL_8 (exact: a set, capped while open)"
+    options = ("mode", "hll_precision", "keep_sketch", "max_distinct_values_per_group")
+
+    def check_spec(self, spec: Aggregation) -> None:
+        exact = spec.mode == "exact"
+        for key in ("hll_precision", "keep_sketch"):
+            if getattr(spec, key) is not None and exact:
+                raise key_error(key, self.misplaced(key, getattr(spec, key)))
+        if exact and spec.max_distinct_values_per_group is None:
+            raise key_error(
+                "max_distinct_values_per_group",
+                'max_distinct_values_per_group is required when agg = "count_distinct" and '
+                'mode = "exact" (exact distinct counts keep every value in state)',
+            )
+        if spec.max_distinct_values_per_group is not None and not exact:
+            raise key_error(
+                "max_distinct_values_per_group",
+                self.misplaced("max_distinct_values_per_group", spec.max_distinct_values_per_group),
+            )
+
+    def misplaced(self, key: str, value: Any) -> str:
+        if key == "mode":
+            return f'mode = "{value}" is only valid for agg = "count_distinct"'
+        if key == "max_distinct_values_per_group":
+            return f'{key} is only valid with agg = "count_distinct" and mode = "exact"'
+        return f'{key} is only valid with agg = "count_distinct" and mode = "approximate"'
 
     def state_functions(self, merging: bool) -> tuple[str, ...]:
         return ("hll_sketch_agg",)  # it never pre-aggregates: no partial parts
+
+    def state_bytes(self, spec: Aggregation) -> int:
+        if spec.mode == "exact":  # the set, up to its cap
+            return 32 * (spec.max_distinct_values_per_group or 0)
+        return 1 << spec.precision  # the sketch's registers
 
     def open_value(self, a: AggregationInput, buffers: Sequence[StateBuffer], merging: bool) -> Any:
         """``hll_sketch_estimate`` of the sketch so far: Spark keeps its DataSketches HLL

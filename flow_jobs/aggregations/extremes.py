@@ -20,6 +20,7 @@ from flow_jobs.aggregations.base import (
     StateBuffer,
     simple,
 )
+from flow_jobs.aggregations.partial_parts import MAX, MIN, NON_NULL
 from flow_jobs.operators.frame import Values
 from flow_jobs.operators.ranges import (
     Context,
@@ -80,7 +81,8 @@ class ExtremeAggregator(Aggregator):
         self.name = name  # type: ignore[misc]
         self.native_form = f"{name}(col)"  # type: ignore[misc]
         self.state_form = f"range {name}imum (sparse table)"  # type: ignore[misc]
-        self.partial_parts = ("nn", name)  # type: ignore[misc]
+        self.extreme_part = MAX if largest else MIN
+        self.partial_parts = (NON_NULL, self.extreme_part)  # type: ignore[misc]
 
     def folds(self, value: DataType | None) -> bool:
         return isinstance(value, (*PARTIAL_NUMBERS, StringType))
@@ -97,11 +99,12 @@ class ExtremeAggregator(Aggregator):
         return [a.data_type]
 
     def native(self, a: AggregationInput, w: NativeWindow) -> NativeAggregate:
-        pick = F.max if self.largest else F.min
-        value = a.column_value
         if w.merge is not None and a.spec.column is not None:
-            value = w.merge.either(w.merge.part(self.name, a.spec.column), value)
-        return simple(pick(value), a.hidden, a.spec.as_)
+            # the extreme of partial extremes and rows alike
+            extreme = w.merge.merged(self.extreme_part, a.spec.column, a.column_value, w.order)
+        else:
+            extreme = (F.max if self.largest else F.min)(a.column_value)
+        return simple(extreme, a.hidden, a.spec.as_)
 
     def state(self, a: AggregationInput, column: str | None, pipeline: str) -> WindowAggregator:
         return Extreme(column, a.spec.output_names(), largest=self.largest)

@@ -1,14 +1,22 @@
 """How a native window's aggregates merge the Kafka reader's partial aggregates
-(``flow_jobs.plan.combine`` decides when a window pre-aggregates): each aggregate takes
-a partial's part, or the row as a partial of one, so rows and partials aggregate alike.
+(``flow_jobs.plan.combine`` decides when a window pre-aggregates): each aggregate merges
+the parts it declares (``Aggregator.partial_parts``), each part a partial's field, or the
+row as a partial of one, so rows and partials aggregate alike
+(``flow_jobs.aggregations.partial_parts.PartialPart``: ``of_partial``, ``of_row``,
+``merge``).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-from flow_jobs.io.combine import CombinePlan
+from flow_jobs.aggregations.partial_parts import Order, PartialPart
+
+if TYPE_CHECKING:
+    from flow_jobs.io.combine import CombinePlan
 
 #: The partial struct in a source view (hidden from ``[transform].sql``-visible columns).
 PARTIAL_VIEW = "__flow_partial"
@@ -16,23 +24,23 @@ PARTIAL_VIEW = "__flow_partial"
 
 class Merge:
     """How a native window aggregates rows and partials alike: each aggregator (its
-    ``merged``, ``flow_jobs.aggregations``) reads a partial's part, or what the row is as
-    a partial of one."""
+    native compile, ``flow_jobs.aggregations``) merges its parts (``merged``)."""
 
     def __init__(self, plan: CombinePlan) -> None:
         self.plan = plan
         self.partial = F.col(PARTIAL_VIEW)
 
-    def part(self, name: str, column: str | None) -> Column:
-        """The partial's part ``name`` of ``column`` (None: the partial's row count)."""
-        slot = "" if column is None else str(self.plan.slot(column))
-        return self.partial.getField(f"{name}{slot}")
+    def field(self, part: PartialPart, column: str) -> Column:
+        """The partial's ``part`` of ``column`` (NULL on a row)."""
+        return self.partial.getField(f"{part.name}{self.plan.slot(column)}")
 
-    def either(self, part: Column, row: Column) -> Column:
-        """``part`` on a partial, ``row`` on a row."""
-        return F.when(self.partial.isNull(), row).otherwise(part)
+    def rows(self) -> Column:
+        """The partial's row count (NULL on a row)."""
+        return self.partial.getField("n")
 
-
-def present(value: Column) -> Column:
-    """A row as a partial of one: 1 non-NULL value, or 0 (BIGINT, as ``nn``)."""
-    return F.when(value.isNotNull(), F.lit(1)).otherwise(F.lit(0)).cast("bigint")
+    def merged(self, part: PartialPart, column: str, value: Column, order: Order) -> Column:
+        """The Spark aggregate of ``part`` of ``column`` over partials and rows alike
+        (``value``: the row's value of ``column``)."""
+        on_partial = part.of_partial(self.field(part, column), order)
+        on_row = part.of_row(value, order)
+        return part.merge(F.when(self.partial.isNull(), on_row).otherwise(on_partial))

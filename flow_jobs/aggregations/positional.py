@@ -20,10 +20,11 @@ from flow_jobs.aggregations.base import (
     NativeAggregate,
     NativeWindow,
     StateBuffer,
-    ordered,
     simple,
 )
+from flow_jobs.aggregations.partial_parts import FIRST, LAST, ordered
 from flow_jobs.operators.ranges import Context, Ranges, WindowAggregator, as_output, range_reduce
+from flow_jobs.spec.models import Aggregation
 
 
 @dataclass(eq=False)
@@ -51,8 +52,12 @@ class PositionalAggregator(Aggregator):
         self.name = name  # type: ignore[misc]
         self.native_form = f"{pick}(struct(event_time, lane, pos, col)).col"  # type: ignore[misc]
         self.state_form = f"range {pick}imum of order rank"  # type: ignore[misc]
-        self.partial_parts = (name,)  # type: ignore[misc]
+        self.position_part = LAST if last else FIRST
+        self.partial_parts = (self.position_part,)  # type: ignore[misc]
         self.pick = pick
+
+    def state_bytes(self, spec: Aggregation) -> int:
+        return 32  # struct(t, lane, pos, v)
 
     def state_functions(self, merging: bool) -> tuple[str, ...]:
         # merging: a partial's first / last takes part in the same min / max
@@ -68,23 +73,14 @@ class PositionalAggregator(Aggregator):
         return [a.data_type]
 
     def native(self, a: AggregationInput, w: NativeWindow) -> NativeAggregate:
-        pick = F.max if self.last else F.min
         value = a.column_value
-        row = F.when(value.isNotNull(), ordered(w.order, value))
         if w.merge is not None and a.spec.column is not None:
             # a partial's first / last keeps its time and position; its lane is the row's
-            part, lane = w.merge.part(self.name, a.spec.column), w.order[1]
-            folded = F.when(
-                part.isNotNull(),
-                F.struct(
-                    part.getField("t").alias("t"),
-                    lane.alias("lane"),
-                    part.getField("pos").alias("pos"),
-                    part.getField("v").alias("v"),
-                ),
-            )
-            row = w.merge.either(folded, row)
-        return simple(pick(row).getField("v"), a.hidden, a.spec.as_)
+            best = w.merge.merged(self.position_part, a.spec.column, value, w.order)
+        else:
+            pick = F.max if self.last else F.min
+            best = pick(F.when(value.isNotNull(), ordered(w.order, value)))
+        return simple(best.getField("v"), a.hidden, a.spec.as_)
 
     def state(self, a: AggregationInput, column: str | None, pipeline: str) -> WindowAggregator:
         return Positional(column, a.spec.output_names(), last=self.last)

@@ -28,7 +28,8 @@ from flow_jobs.aggregations.base import (
 from flow_jobs.errors import PlanError
 from flow_jobs.operators.frame import to_python
 from flow_jobs.operators.ranges import Context, Ranges, WindowAggregator
-from flow_jobs.spec.models import resolve_import_path
+from flow_jobs.spec.base import IMPORT_PATH, key_error
+from flow_jobs.spec.models import Aggregation, resolve_import_path
 
 
 @dataclass(eq=False)
@@ -108,6 +109,16 @@ class ReduceAggregator(Aggregator):
     state_form = "fold in the events' total order"
     column_optional = True
     not_inspected = _NOT_RUN
+    state_grows_with_rows = True  # natively: the window's items, folded when it is emitted
+    options = ("initializer", "reducer", "result_type")
+
+    def check_spec(self, spec: Aggregation) -> None:
+        for key in self.options:
+            value = getattr(spec, key)
+            if not value:
+                raise key_error(key, f'{key} is required for agg = "reduce"')
+            if key != "result_type" and not IMPORT_PATH.match(value):
+                raise key_error(key, f"{key} = {value!r} is not an import path (module:function)")
 
     def state_functions(self, merging: bool) -> tuple[str, ...]:
         return ("collect_list",)  # the sorted items, folded when the window is emitted

@@ -21,9 +21,11 @@ from pyspark.sql.types import DataType, DecimalType, DoubleType, FractionalType,
 from flow_jobs.aggregations.base import (
     PARTIAL_NUMBERS,
     AggregationInput,
+    NativeWindow,
     OneFunctionAggregator,
     StateBuffer,
 )
+from flow_jobs.aggregations.partial_parts import SUM
 from flow_jobs.aggregations.partials import Merge
 from flow_jobs.operators.frame import Values
 from flow_jobs.operators.ranges import (
@@ -126,7 +128,7 @@ class SumAggregator(OneFunctionAggregator):
     state_form = "prefix sums (double-double for floats)"
     state_class = Sum
     numeric_only = True
-    partial_parts = ("sum",)
+    partial_parts = (SUM,)
 
     def folds(self, value: DataType | None) -> bool:
         return isinstance(value, PARTIAL_NUMBERS)
@@ -145,5 +147,6 @@ class SumAggregator(OneFunctionAggregator):
     def function(self, a: AggregationInput) -> Column:
         return F.try_sum(a.column_value)
 
-    def merged(self, a: AggregationInput, merge: Merge) -> Column:
-        return F.try_sum(merge.either(merge.part("sum", a.spec.column), a.column_value))
+    def merged(self, a: AggregationInput, w: NativeWindow, merge: Merge) -> Column:
+        assert a.spec.column is not None
+        return merge.merged(SUM, a.spec.column, a.column_value, w.order)  # try_sum

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from flow_jobs.io.combine import EVENT_TS, PARTIAL, CombinePlan, Folder, RangeRows, partial_type
+from flow_jobs.io.combine import EVENT_TS, PARTIAL, CombinePlan, partial_type
+from flow_jobs.io.folding import Folder, RangeRows
 from flow_jobs.io.json_decode import JsonDecoder, arrow_schema
 from flow_jobs.kafka.options import KafkaDataLossError, KafkaSourceOptions
 from flow_jobs.kafka.partitions import KafkaRange

@@ -1,6 +1,7 @@
 """Which windows pre-aggregate in the Kafka reader (``flow_jobs.io.combine``): each
-aggregator says which partial parts it merges (``Aggregator.partial_parts``, ``folds``);
-how Spark merges them is ``flow_jobs.aggregations.partials``.
+aggregator says which partial parts it merges (``Aggregator.partial_parts``, ``folds``),
+and each part how it folds in the reader and merges in Spark
+(``flow_jobs.aggregations.partial_parts``); this module knows none of them by name.
 
 A window pre-aggregates when everything it reads comes from one JSON (or registry-format)
 source that Arrow decodes, straight or through a ``[transform].sql`` that is a simple
@@ -8,17 +9,19 @@ projection and filter (``flow_jobs.plan.prestage``: the reader evaluates it), wi
 lookups: a tumbling, hopping or session window on
 the native engine in event time, the event time an epoch-milliseconds field of the payload
 (or ``_event_ts``), group keys of a type Spark and Arrow group alike (STRING, integers,
-BOOLEAN: a DOUBLE key has NaN and -0.0 rules of its own), and only count, sum, avg, min,
-max, first and last over payload fields or columns the SQL computes (sum / avg over
-integers or DOUBLE, min / max over those or STRING; behind SQL, first / last only where
-it keeps ``_kafka``, which orders equal times). The keys and the event time must be
+BOOLEAN: a DOUBLE key has NaN and -0.0 rules of its own), and only aggregators that merge
+partial parts, over payload fields or columns the SQL computes, of types they fold (built
+in: count, sum, avg, min, max, first and last; sum / avg over integers or DOUBLE, min /
+max over those or STRING; behind SQL, a part ordering equal times by Kafka position, as
+first / last do, only where it keeps ``_kafka``). The keys and the event time must be
 payload fields the SQL passes on (a key may be renamed). Anything else runs as before;
 ``flow-jobs validate --plan`` says which, and why.
 
-Spark then aggregates each row as a partial of one where the reader did not fold it:
-``count`` is the sum of ``n``, ``sum`` the ``try_sum`` of partial sums, ``avg`` the sum
-of DOUBLE sums over the sum of counts, ``min`` / ``max`` the extreme of partial extremes,
-``first`` / ``last`` the lowest / highest ``struct(event time, lane, offset, value)``.
+Spark then aggregates each row as a partial of one where the reader did not fold it
+(each part's ``of_row``): ``count`` is the sum of ``n``, ``sum`` the ``try_sum`` of
+partial sums, ``avg`` the sum of DOUBLE sums over the sum of counts, ``min`` / ``max``
+the extreme of partial extremes, ``first`` / ``last`` the lowest / highest
+``struct(event time, lane, offset, value)``.
 These aggregation buffers differ from the plain ones, so the choice belongs to the
 checkpoint: a new checkpoint takes it (``pre_aggregate = true``, the default) and the
 run marks it as its query starts (``flow_pre_aggregate`` in the checkpoint folder); a
@@ -44,6 +47,7 @@ from pyspark.sql.types import (
 )
 
 from flow_jobs.aggregations import AGGREGATORS
+from flow_jobs.aggregations.partial_parts import PartialPart, in_struct_order, plug_in_modules
 from flow_jobs.io.checkpoint_files import CheckpointFiles, logged_batches
 from flow_jobs.io.combine import CombinePlan
 from flow_jobs.io.json_decode import arrow_schema
@@ -109,7 +113,8 @@ def foldable(
     for k, src in zip(w.group_by, keys, strict=True):
         if src is None or not isinstance(types.get(src), _KEY_TYPES):
             return f"group key {k} is not a payload field of type STRING, integer or BOOLEAN"
-    fields: dict[str, set[str]] = {}
+    fields: dict[str, dict[str, PartialPart]] = {}
+    positional: list[str] = []  # aggregations ordering equal event times by Kafka position
     for a in w.aggregations:
         unit = AGGREGATORS[a.agg]
         value = _column_type(a.column, types, prestage)
@@ -118,12 +123,13 @@ def foldable(
         if not unit.folds(value):
             return f"{a.as_} = {a.agg}({a.column or ''}) does not fold over {value}"
         if a.column is not None:
-            fields.setdefault(a.column, set()).update(unit.partial_parts)
-    parts = {p for ps in fields.values() for p in ps}
-    if prestage is not None and {"first", "last"} & parts and origin(KAFKA_COLUMN) != KAFKA_COLUMN:
+            fields.setdefault(a.column, {}).update((p.name, p) for p in unit.partial_parts)
+            if any(p.orders_by_position for p in unit.partial_parts):
+                positional.append(f"{a.as_} = {a.agg}({a.column})")
+    if prestage is not None and positional and origin(KAFKA_COLUMN) != KAFKA_COLUMN:
         return (
-            f"first / last order equal event times by Kafka position, which [transform].sql "
-            f"keeps only with {KAFKA_COLUMN} in its SELECT"
+            f"{positional[0]} orders equal event times by Kafka position, which "
+            f"[transform].sql keeps only with {KAFKA_COLUMN} in its SELECT"
         )
     stage = None
     if prestage is not None:
@@ -136,10 +142,11 @@ def foldable(
         w.pane_ms if isinstance(w, PaneWindow) else 0,
         w.max_event_time_skew_ms,
         tuple(k for k in keys if k is not None),
-        tuple((f, tuple(sorted(ps))) for f, ps in fields.items()),
+        tuple((f, tuple(in_struct_order(ps))) for f, ps in fields.items()),
         fold=w.pre_aggregate,
         stage=stage,
         gap_ms=(w.gap_ms or 0) if isinstance(w, SessionWindow) else 0,
+        imports=plug_in_modules(p for ps in fields.values() for p in ps.values()),
     )
 
 

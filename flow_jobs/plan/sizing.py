@@ -4,9 +4,10 @@ The rules: docs/spec-reference.md, "Memory caps".
 
     state ≈ active windows × max_groups_per_window × state per group
 
-Per-group state is what each aggregator keeps between micro-batches (a distinct-count
-sketch 2^precision bytes, an exact distinct set up to its cap, ...). Aggregators whose
-state grows with the window's rows (collect, reduce on native windows, and every
+Per-group state is what each aggregator keeps between micro-batches, as it says
+(``Aggregator.state_bytes``: a distinct-count sketch 2^precision bytes, an exact
+distinct set up to its cap, ...). Aggregators whose state grows with the window's rows
+(``Aggregator.state_grows_with_rows``: collect, reduce on native windows; and every
 aggregator of sliding and count windows, which keep the window's events) are sized by
 ``rows_per_window``, which we cannot know: the estimate then says so.
 """
@@ -15,7 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from flow_jobs.spec.models import Aggregation, WindowSpec
+from flow_jobs.aggregations import AGGREGATORS
+from flow_jobs.spec.models import WindowSpec
 
 GB = 1 << 30
 _ROW_BYTES = 48  # a buffered value with its time and bookkeeping, as saved
@@ -40,22 +42,11 @@ class StateEstimate:
         )
 
 
-def _aggregation_bytes(a: Aggregation) -> int:
-    if a.agg == "count_distinct" and a.mode == "exact":
-        return 32 * (a.max_distinct_values_per_group or 0)
-    if a.agg == "count_distinct":
-        return 1 << a.precision
-    if a.agg in ("first", "last"):
-        return 32
-    return 16
-
-
 def estimate_state(window: WindowSpec) -> StateEstimate:
     active = window.active_windows()  # each family's bound (flow_jobs.windows)
-    per_row = window.engine == "state" or any(
-        a.agg in ("collect", "reduce") for a in window.aggregations
-    )
-    per_group = sum(_aggregation_bytes(a) for a in window.aggregations)
+    units = [(AGGREGATORS[a.agg], a) for a in window.aggregations]  # each says its own
+    per_row = window.engine == "state" or any(u.state_grows_with_rows for u, _ in units)
+    per_group = sum(u.state_bytes(a) for u, a in units)
     if window.engine == "state":
         per_group = _ROW_BYTES * (1 + len(window.aggregations))
     return StateEstimate(active, window.max_groups_per_window, per_group, per_row)

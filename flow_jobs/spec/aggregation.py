@@ -1,7 +1,8 @@
 """``[[transform.window.aggregations]]``: one aggregation of a window.
 
 ``agg`` names an aggregator of ``flow_jobs.aggregations`` (its registry is the list of
-valid names); the keys below are the ones some aggregators take.
+valid names); the keys below are the ones some aggregators take (each aggregator says
+which, ``Aggregator.options``, and checks its own rules among them).
 """
 
 from __future__ import annotations
@@ -11,7 +12,10 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from flow_jobs.spec.base import IMPORT_PATH, ImportPath, SpecModel, _identifier, key_error
+from flow_jobs.spec.base import ImportPath, SpecModel, _identifier, key_error
+
+#: The keys every aggregation has; the others are some aggregators' (``Aggregator.options``).
+_COMMON_KEYS = {"agg", "column", "as_"}
 
 
 class Aggregation(SpecModel):
@@ -55,40 +59,16 @@ class Aggregation(SpecModel):
 
         _identifier("as", self.as_)
         agg = self.agg
-        if not AGGREGATORS[agg].column_optional and not self.column:
+        unit = AGGREGATORS[agg]
+        if not unit.column_optional and not self.column:
             raise key_error("column", f'column is required for agg = "{agg}"')
-        distinct = agg == "count_distinct"
-        if self.mode is not None and not distinct:
-            raise key_error(
-                "mode", f'mode = "{self.mode}" is only valid for agg = "count_distinct"'
-            )
-        approximate = distinct and self.mode != "exact"
-        for key in ("hll_precision", "keep_sketch"):
-            if getattr(self, key) is not None and not approximate:
-                raise key_error(
-                    key, f'{key} is only valid with agg = "count_distinct" and mode = "approximate"'
-                )
-        exact = distinct and self.mode == "exact"
-        if exact and self.max_distinct_values_per_group is None:
-            raise key_error(
-                "max_distinct_values_per_group",
-                'max_distinct_values_per_group is required when agg = "count_distinct" and '
-                'mode = "exact" (exact distinct counts keep every value in state)',
-            )
-        if self.max_distinct_values_per_group is not None and not exact:
-            raise key_error(
-                "max_distinct_values_per_group",
-                'max_distinct_values_per_group is only valid with agg = "count_distinct" '
-                'and mode = "exact"',
-            )
-        for key in ("initializer", "reducer", "result_type"):
+        for key in type(self).model_fields.keys() - _COMMON_KEYS:
             value = getattr(self, key)
-            if agg == "reduce" and not value:
-                raise key_error(key, f'{key} is required for agg = "reduce"')
-            if agg != "reduce" and value is not None:
-                raise key_error(key, f'{key} is only valid for agg = "reduce"')
-            if key != "result_type" and value and not IMPORT_PATH.match(value):
-                raise key_error(key, f"{key} = {value!r} is not an import path (module:function)")
+            if value is not None and key not in unit.options:  # another aggregator's key
+                owners = [u for u in AGGREGATORS.values() if key in u.options]
+                reason = owners[0].misplaced(key, value) if owners else "no aggregator takes it"
+                raise key_error(key, reason)
+        unit.check_spec(self)
         return self
 
     @property
