@@ -68,10 +68,8 @@ from flow_jobs.spec.transform import (
     TransformSpec,
 )
 from flow_jobs.spec.windows import WindowSpec
-from flow_jobs.windows import COUNT_KINDS, REOPEN_KINDS, TIME_KINDS, WindowKind
 
 __all__ = [
-    "COUNT_KINDS",
     "EVENT_TS",
     "IMPORT_PATH",
     "KAFKA_COLUMN",
@@ -79,10 +77,8 @@ __all__ = [
     "PIPELINE_NAME",
     "REFUSED_SPARK_CONF",
     "REFUSED_SPARK_CONF_SAFE",
-    "REOPEN_KINDS",
     "SQL_IDENTIFIER",
     "TARGET_KINDS",
-    "TIME_KINDS",
     "Aggregation",
     "CheckpointSpec",
     "ChecksSpec",
@@ -109,7 +105,6 @@ __all__ = [
     "Target",
     "TemporalJoinSpec",
     "TransformSpec",
-    "WindowKind",
     "WindowSpec",
     "aware_instant",
     "dead_letter_topic_rule",
@@ -207,12 +202,12 @@ class PipelineSpec(SpecModel):
                 "leaves the top N is deleted, which an append-only topic cannot do; use "
                 'a delta or postgres target, or emit = "final"',
             )
-        if self.supersedes_sessions and self.target.kind == "kafka":
+        if self.supersedes_overlapping and self.target.kind == "kafka":
             raise key_error(
                 "target.kind",
-                'kind = "kafka" cannot take session windows with emit = "current": each '
-                "update replaces the group's rows its bounds overlap (a session grows, or "
-                "two merge), which an append-only topic cannot delete; use a delta or "
+                f'kind = "kafka" cannot take {self.window.kind} windows with emit = "current": '
+                "each update replaces the group's rows its bounds overlap (a window grows, "
+                "or two merge), which an append-only topic cannot delete; use a delta or "
                 'postgres target, or emit = "final"',
             )
         return self
@@ -290,10 +285,10 @@ class PipelineSpec(SpecModel):
         return f"transform.dedup[{self.transform.dedup.index(dedup)}]"
 
     @property
-    def supersedes_sessions(self) -> bool:
-        """Session windows emitted "current": a row replaces the group's rows it overlaps."""
+    def supersedes_overlapping(self) -> bool:
+        """A row replaces the group's rows it overlaps (``WindowSpec.supersedes_overlapping``)."""
         w = self.transform.window
-        return w is not None and w.kind == "session" and w.emit == "current"
+        return w is not None and w.supersedes_overlapping
 
     @property
     def ranks_current(self) -> bool:

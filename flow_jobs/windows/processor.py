@@ -1,7 +1,6 @@
-"""The one ``StatefulProcessor`` that runs every state-API window family: sliding,
-count-based, session windows that emit "current", and tumbling/hopping windows that
-reopen; session, tumbling and hopping windows with an exact ``count_distinct`` too (only
-here is its cap checked while a window is open).
+"""The one ``StatefulProcessor`` that runs every window on the state API: the kinds
+Spark has no operator for, and any window ``WindowSpec.engine`` puts here (it reopens,
+or holds an exact ``count_distinct``, whose cap only here is checked while open).
 
 Per group, all window state is one ``ValueState`` blob (the family's state, pickled
 numpy arrays, and the group's timer), read and written once per micro-batch: Spark's
@@ -22,7 +21,6 @@ import io
 import pickle
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any
 
 import pandas as pd
@@ -31,8 +29,8 @@ from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
 from flow_jobs.operators.frame import ColumnKind, EventFrame, frame_from_pandas
 from flow_jobs.operators.ranges import Context, WindowAggregator
-from flow_jobs.windows import KINDS, fixed, timers
-from flow_jobs.windows.family import Emission, Shape, StateFamily
+from flow_jobs.windows import timers
+from flow_jobs.windows.family import Emission, StateFamily
 
 #: The group's window state, plus the time span of its open windows (epoch ms): read by
 #: the max_groups_per_window check (``flow_jobs.runtime.caps``) without unpickling.
@@ -47,13 +45,13 @@ STATE_VARIABLE = "window_state"
 
 
 @dataclass(frozen=True, kw_only=True)
-class WindowOperatorPlan(Shape):
+class WindowOperatorPlan:
     """Everything the processor needs, decided at plan time on the driver: the window's
-    parameters as its family reads them (``Shape``, from the family's spec model), and
-    the rest."""
+    family with its parameters (its spec model's ``state_family``), and the rest."""
 
     pipeline: str
-    kind: str  # a key of FAMILIES
+    kind: str
+    family: StateFamily
     emit: str
     group_columns: tuple[str, ...]  # empty: one global group
     columns: tuple[ColumnKind, ...]
@@ -61,17 +59,6 @@ class WindowOperatorPlan(Shape):
     aggregators: tuple[WindowAggregator, ...]
     output_columns: tuple[str, ...]
 
-    @property
-    def bounds(self) -> fixed.Bounds:
-        """Tumbling and hopping windows' bounds (``flow_jobs.windows.fixed``)."""
-        duration = self.duration_ms or 0
-        return fixed.Bounds(duration, self.hop_ms or duration, self.allowed_lateness_ms)
-
-
-#: Each family by the plan's ``kind``: its spec model's ``STATE_FAMILY``.
-FAMILIES: dict[str, Callable[[Any], StateFamily]] = {
-    kind: model.STATE_FAMILY.of for kind, model in KINDS.items()
-}
 
 #: Where each family's state class lived before ``flow_jobs.windows``: a checkpoint
 #: written then holds pickles that name these modules.
@@ -98,10 +85,7 @@ def load_blob(data: bytes) -> dict[str, Any]:
 class WindowProcessor(StatefulProcessor):
     def __init__(self, plan: WindowOperatorPlan) -> None:
         self.plan = plan
-
-    @cached_property
-    def family(self) -> StateFamily:
-        return FAMILIES[self.plan.kind](self.plan)
+        self.family = plan.family
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
