@@ -11,6 +11,8 @@ It is a deny-list of *safe* keys, not an allow-list of dangerous ones: a key add
 the spec later is fingerprinted until someone decides it is safe. Safe to change, and
 resumed under:
 
+* ``plugins``: which modules register kinds; the window's kind and keys are
+  fingerprinted like any other's, whatever registered them;
 * where things are written or read from: ``target``, ``dead_letter``, ``state_store``,
   ``checkpoint``, sources' ``bootstrap_servers``, ``client_config`` and
   ``schema_registry`` (same topic or schemas on another address, credentials);

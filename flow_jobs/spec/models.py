@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from flow_jobs.locations import on_object_store
+from flow_jobs.plugins import PluginError, load_plugins
 from flow_jobs.spec.aggregation import Aggregation
 from flow_jobs.spec.base import (
     EVENT_TS,
@@ -122,6 +123,9 @@ TARGET_KINDS = ("delta", "postgres", "kafka")
 class PipelineSpec(SpecModel):
     """One ``pipelines/*.toml`` file."""
 
+    #: Modules imported before the rest of the spec is read: plug-ins that register
+    #: window kinds, aggregators... (``flow_jobs.plugins``).
+    plugins: list[str] = Field(default_factory=list)
     name: str
     sources: list[KafkaSource] = Field(min_length=1)
     transform: TransformSpec
@@ -133,6 +137,24 @@ class PipelineSpec(SpecModel):
     runtime: RuntimeSpec = Field(default_factory=RuntimeSpec)
     checks: ChecksSpec = Field(default_factory=ChecksSpec)
     orchestration: OrchestrationSpec = Field(default_factory=OrchestrationSpec)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _load_plugins(cls, data: Any) -> Any:
+        """Import the spec's plug-ins first: the kinds they register then validate."""
+        modules = data.get("plugins") if isinstance(data, dict) else None
+        for i, module in enumerate(modules if isinstance(modules, list) else []):
+            if not isinstance(module, str):
+                continue  # the field's own check names it
+            try:
+                load_plugins([module])
+            except PluginError as error:
+                why = f"cannot be imported ({error.__cause__})" if error.__cause__ else str(error)
+                raise key_error(
+                    f"plugins[{i}]",
+                    f"{module!r} {why}: install it, or put it on PYTHONPATH",
+                ) from None
+        return data
 
     @field_validator("name")
     @classmethod
