@@ -28,6 +28,10 @@ from flow_jobs.spec.windows import WINDOW_FAMILIES
 from flow_jobs.windows import sliding
 from flow_jobs.windows.family import CloseRule, StateFamily
 from flow_jobs.windows.processor import load_blob
+from tests.plugins import offset_windows
+
+#: The plug-in family of the test tree is held to the same contract as the built-ins.
+assert offset_windows.OffsetTumblingWindow in dict(WINDOW_FAMILIES.items()).values()
 
 #: Every registered kind, in the order the families registered.
 KINDS = WINDOW_FAMILIES.names()
