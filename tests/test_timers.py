@@ -212,17 +212,12 @@ def _plan(kind: str) -> WindowOperatorPlan:
     return WindowOperatorPlan(
         pipeline="p",
         kind=kind,
-        duration_ms=10_000,
-        count=None,
-        stride=None,
+        family=reopen.Fixed(reopen.Bounds(10_000, 10_000, 2_000), revision=True),
         emit="final",
         group_columns=("user_id",),
         columns=(ColumnKind("id", "int"),),
         aggregators=(),
         output_columns=("window_start", "window_end", "user_id", "revision"),
-        hop_ms=10_000,
-        allowed_lateness_ms=2_000,
-        revision=True,
     )
 
 
@@ -232,7 +227,7 @@ def test_state_saved_under_the_old_rule_gets_its_timer_back() -> None:
     it, the processor's next timer call (its next input, or the firing) leaves Spark
     holding the timer at due, and the state saying so."""
     processor = WindowProcessor(_plan("tumbling"))
-    b = processor.plan.bounds
+    b = processor.plan.family.bounds
     state = reopen.add(reopen.empty(_frame([])), _frame([1_000]), b)[0]
     due = reopen.due(state, b)
     assert due == 8_000

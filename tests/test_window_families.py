@@ -1,8 +1,9 @@
 """The window families behind one interface (``flow_jobs.windows``).
 
-Every window kind the spec accepts is one family module: its spec model answers what the
-engine asks of a kind (where it runs, Spark's window column, the plan's and the CLI's
-words, the state-size bound, its parameters), and every kind can run on the state API
+Every window kind the spec accepts is one family module that registers its model
+(``WINDOW_FAMILIES``): the model answers what the engine asks of a kind (where it runs,
+Spark's window column, the plan's and the CLI's words, the state-size bound, its
+state-API family), and every kind can run on the state API
 (sliding and count windows always; tumbling, hopping and session windows when they
 reopen, emit "current" sessions or hold an exact distinct count), so each needs a
 family that implements every part the one processor and ``inspect`` call. A family
@@ -15,7 +16,6 @@ import inspect
 import pickle
 import sys
 import types
-import typing
 
 import numpy as np
 import pytest
@@ -23,12 +23,18 @@ from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 
 from flow_jobs.operators.frame import EventFrame, Values
-from flow_jobs.spec.models import WindowKind, WindowSpec
-from flow_jobs.windows import KINDS, sliding
-from flow_jobs.windows.family import CloseRule, Shape, StateFamily
-from flow_jobs.windows.processor import FAMILIES, load_group
+from flow_jobs.spec.models import WindowSpec
+from flow_jobs.spec.windows import WINDOW_FAMILIES
+from flow_jobs.windows import sliding
+from flow_jobs.windows.family import CloseRule, StateFamily
+from flow_jobs.windows.processor import load_group
+from tests.plugins import offset_windows
 
-SHAPE = Shape(duration_ms=10, hop_ms=5, gap_ms=3, count=3, stride=1, step_ms=5, max_duration_ms=15)
+#: The plug-in family of the test tree is held to the same contract as the built-ins.
+assert offset_windows.OffsetTumblingWindow in dict(WINDOW_FAMILIES.items()).values()
+
+#: Every registered kind, in the order the families registered.
+KINDS = WINDOW_FAMILIES.names()
 
 
 def _frame(times: list[int]) -> EventFrame:
@@ -48,33 +54,30 @@ class _Clock:
 
 def _window(kind: str, **keys: object) -> WindowSpec:
     sizes = {"duration_ms": 10, "hop_ms": 5, "gap_ms": 3, "count": 3, "step": 2}
-    sizes |= {"step_ms": 5, "max_duration_ms": 15}
-    own = {k: sizes[k] for k in KINDS[kind].SIZE_KEYS[kind]}
+    sizes |= {"step_ms": 5, "max_duration_ms": 15, "offset_ms": 3}
+    own = {k: sizes[k] for k in WINDOW_FAMILIES.get(kind).SIZE_KEYS[kind]}
     aggregations = [{"agg": "count", "as": "n"}]
     return WindowSpec.model_validate({"kind": kind, **own, "aggregations": aggregations, **keys})
 
 
-def test_every_window_kind_has_a_family_with_every_part() -> None:
-    kinds = set(typing.get_args(WindowKind))
-    assert set(FAMILIES) == set(KINDS) == kinds
-    for kind in sorted(kinds):
-        model = KINDS[kind]
-        assert not inspect.isabstract(model), f"{model.__name__} lacks {model.__abstractmethods__}"
-        assert not inspect.isabstract(model.STATE_FAMILY), kind
-        family = FAMILIES[kind](SHAPE)
-        assert isinstance(family, StateFamily)
-        assert not inspect.isabstract(type(family)), kind
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_window_kind_has_a_family_with_every_part(kind: str) -> None:
+    model = WINDOW_FAMILIES.get(kind)
+    assert kind in model.SIZE_KEYS
+    assert not inspect.isabstract(model), f"{model.__name__} lacks {model.__abstractmethods__}"
+    family = _window(kind).state_family()
+    assert isinstance(family, StateFamily)
+    assert not inspect.isabstract(type(family)), kind
+    assert pickle.loads(pickle.dumps(family)) == family  # the operator's plan carries it
 
 
-@pytest.mark.parametrize("kind", sorted(typing.get_args(WindowKind)))
+@pytest.mark.parametrize("kind", KINDS)
 def test_a_kinds_model_answers_what_the_engine_asks(kind: str, spark: SparkSession) -> None:
     """The parts the plan, the CLI, sizing and ``inspect`` read from a kind's model."""
     window = _window(kind)
-    assert type(window) is KINDS[kind] and window.kind == kind
+    assert type(window) is WINDOW_FAMILIES.get(kind) and window.kind == kind
     assert window.size_text and window.state_reason
     assert window.active_windows() >= 1
-    family = window.state_family()
-    assert isinstance(family, window.STATE_FAMILY)
     native = window.native_window(F.col("t"))
     assert (window.native_text is None) == (native is None)  # --plan says what compiles
     if window.runs_natively:
@@ -88,12 +91,16 @@ def test_a_kinds_model_answers_what_the_engine_asks(kind: str, spark: SparkSessi
         )
     else:
         assert window.engine == "state" and native is None
+    folding = window.pane_folding()  # what the Kafka reader folds for it
+    assert folding is None or (folding.pane_ms > 0) != (folding.gap_ms > 0)
+    if window.SHARED_BOUNDS or window.NATIVE_STATE_BOUNDS:  # read from Spark's state
+        assert window.has_native_form
     exact = {"agg": "count_distinct", "column": "x", "as": "d", "mode": "exact"}
     capped = _window(kind, aggregations=[{**exact, "max_distinct_values_per_group": 2}])
     assert capped.engine == "state"  # an exact distinct set is capped while open
 
 
-@pytest.mark.parametrize("kind", sorted(typing.get_args(WindowKind)))
+@pytest.mark.parametrize("kind", KINDS)
 def test_a_family_says_what_closes_each_window_it_holds(kind: str) -> None:
     """``inspect``'s close rules: one per open window, naming the end it waits for."""
     family = _window(kind).state_family()
@@ -102,18 +109,18 @@ def test_a_family_says_what_closes_each_window_it_holds(kind: str) -> None:
     rules = family.close_rules(state, held, _Clock())
     assert len(rules) == len(held) > 0
     assert all(isinstance(r, CloseRule) and r.text for r in rules)
-    if kind.startswith("count_"):
+    if WINDOW_FAMILIES.get(kind).COUNTS_EVENTS:
         assert [r.index for r in rules] == sorted(r.index for r in rules)  # type: ignore[type-var]
     else:
         assert all(f"@{int(e)}" in r.text for r, e in zip(rules, held.ends, strict=True))
 
 
-@pytest.mark.parametrize("kind", sorted(typing.get_args(WindowKind)))
+@pytest.mark.parametrize("kind", KINDS)
 def test_a_family_closes_what_it_holds_once_the_watermark_passes_it(kind: str) -> None:
     """Each family's parts agree with each other: rows added are held in open windows,
     ``close`` at ``due`` moves ``due`` on (the group's timer never fires twice at one
     watermark), and far past every row it closes windows and nothing waits any more."""
-    family = FAMILIES[kind](SHAPE)
+    family = _window(kind).state_family()
     state = family.empty(_frame([]))
     assert not family.held(state) and family.due(state) is None
     state, _ = family.add(state, _frame([1, 2, 2, 7, 20]), emit_current=False)
@@ -128,7 +135,7 @@ def test_a_family_closes_what_it_holds_once_the_watermark_passes_it(kind: str) -
     state, closed = family.close(after, 1_000)
     assert closed is not None and len(closed) > 0
     assert family.due(state) is None
-    if not kind.startswith("count_"):  # an incomplete count window waits for events
+    if not WINDOW_FAMILIES.get(kind).COUNTS_EVENTS:  # an incomplete count window waits
         assert not family.held(state)
 
 
@@ -155,7 +162,7 @@ def test_state_pickled_before_the_windows_package_still_loads(
     assert group.state.pending.tolist() == [4] and group.timer is None
 
 
-@pytest.mark.parametrize("kind", sorted(typing.get_args(WindowKind)))
+@pytest.mark.parametrize("kind", KINDS)
 def test_a_window_validates_again_from_its_own_dump(kind: str) -> None:
     """A family's dump holds its unset size keys as None (e.g. a tumbling window's
     ``hop_ms``): validating it again gives the same window, not a refusal."""

@@ -6,8 +6,9 @@ and each part how it folds in the reader and merges in Spark
 A window pre-aggregates when everything it reads comes from one JSON (or registry-format)
 source that Arrow decodes, straight or through a ``[transform].sql`` that is a simple
 projection and filter (``flow_jobs.plan.prestage``: the reader evaluates it), without
-lookups: a tumbling, hopping or session window on
-the native engine in event time, the event time an epoch-milliseconds field of the payload
+lookups: a window on the native engine in event time whose family says how rows fold
+(``WindowSpec.pane_folding``: per pane, or per session), the event time an
+epoch-milliseconds field of the payload
 (or ``_event_ts``), group keys of a type Spark and Arrow group alike (STRING, integers,
 BOOLEAN: a DOUBLE key has NaN and -0.0 rules of its own), and only aggregators that merge
 partial parts, over payload fields or columns the SQL computes, of types they fold (built
@@ -54,8 +55,6 @@ from flow_jobs.io.json_decode import arrow_schema
 from flow_jobs.plan.prestage import SPARK_TYPES, PreStage
 from flow_jobs.plan_lines import PlanLine
 from flow_jobs.spec.models import EVENT_TS, KAFKA_COLUMN, PipelineSpec
-from flow_jobs.windows import SessionWindow
-from flow_jobs.windows.fixed import PaneWindow
 
 #: A checkpoint whose windows merge partials carries this file.
 MARKER = "flow_pre_aggregate"
@@ -79,8 +78,11 @@ def shape_folds(spec: PipelineSpec, payload: StructType | None) -> str | None:
         return "the source has no payload schema"
     if not (source.registry_format or source.decoder == "auto"):
         return "the source is decoded by from_json alone (decoder)"
-    if not isinstance(w, PaneWindow | SessionWindow) or w.time_mode != "event":
-        return "only tumbling, hopping, cumulate and session windows in event time fold"
+    if w.time_mode != "event":
+        return "only windows in event time fold"
+    if w.pane_folding() is None:
+        return f'kind = "{w.kind}" windows do not fold: their bounds are not panes or sessions'
+
     if source.format == "json" and arrow_schema(payload.json()) is None:
         return "Arrow does not decode the source's schema"
     return None
@@ -98,7 +100,8 @@ def foldable(
     if isinstance(prestage, str):
         return f"[transform].sql: {prestage}"
     w = spec.window
-    assert payload is not None and isinstance(w, PaneWindow | SessionWindow)
+    folding = w.pane_folding()
+    assert payload is not None and folding is not None
     types: dict[str, DataType] = {f.name: f.dataType for f in payload.fields}
 
     def origin(name: str) -> str | None:  # the payload field an output column reads as is
@@ -139,13 +142,13 @@ def foldable(
             return f"[transform].sql computes {sorted(clash)[0]}, also a group key's field"
     return CombinePlan(
         time,
-        w.pane_ms if isinstance(w, PaneWindow) else 0,
+        folding.pane_ms,
         w.max_event_time_skew_ms,
         tuple(k for k in keys if k is not None),
         tuple((f, tuple(in_struct_order(ps))) for f, ps in fields.items()),
         fold=w.pre_aggregate,
         stage=stage,
-        gap_ms=(w.gap_ms or 0) if isinstance(w, SessionWindow) else 0,
+        gap_ms=folding.gap_ms,
         imports=plug_in_modules(p for ps in fields.values() for p in ps.values()),
     )
 

@@ -1,12 +1,12 @@
-"""Compile windows onto Spark's arbitrary-state API: sliding and count-based windows,
-tumbling/hopping windows that reopen, sessions emitted "current", and tumbling, hopping
-and session windows with an exact ``count_distinct`` (capped while open).
+"""Compile windows onto Spark's arbitrary-state API: the kinds Spark has no operator for,
+and any window ``WindowSpec.engine`` puts there (it reopens, emits what Spark's operator
+cannot, or holds an exact ``count_distinct``, capped while open).
 
 The window input is projected to what the operator needs, grouped by the group keys and
 handed to ``transformWithStateInPandas`` with ``flow_jobs.windows.processor``:
 
 * ``flowop_t``: the event time in epoch milliseconds; the watermarked TIMESTAMP column
-  stays in the input so Spark drops late rows (sliding windows, event-time mode);
+  stays in the input so Spark drops late rows (event-time mode);
 * the tie-break of equal event times, the lane and position of
   ``flow_jobs.plan.ordering`` (Kafka topic and partition, offset; or a hash of the row);
 * each column an aggregation reads, numeric and timestamp columns split into a value
@@ -98,7 +98,7 @@ def compile_state_window(
         columns=tuple(kinds),
         aggregators=tuple(aggregators),
         output_columns=tuple(schema.fieldNames()),
-        **vars(window.shape()),  # the family's parameters (flow_jobs.windows)
+        family=window.state_family(),  # the family with its parameters
     )
     return (
         framed.select(*projection)

@@ -1,17 +1,13 @@
 """Window operators: Spark's aggregation for the kinds it has, the state API for the rest.
 
-Native kinds (tumbling, hopping, session) are Spark's ``window()`` / ``session_window()``
-grouping with a watermark (each family's ``native_window``, ``flow_jobs.windows``): a
-JVM hash aggregation whose partial aggregates are shuffled and kept in the state store.
-``window()`` aligns to the epoch and a row belongs to every window [start, end) that
-contains it (the textbook hopping formula,
-``[event_ts − duration + hop, event_ts]``, misses the window that starts exactly
-``duration − hop`` before the row when ``hop`` does not divide the time since epoch;
-Spark's is right). A session is [first event, last event + gap).
+A kind with a native form is Spark's grouping on the window column its family gives
+(``WindowSpec.native_window``: ``window()``, ``session_window()``, or a list of windows
+per row that is exploded first, ``EXPLODES``) with a watermark: a JVM hash aggregation
+whose partial aggregates are shuffled and kept in the state store.
 
-Sliding and count-based windows have no native form: they run on Spark's
-arbitrary-state API (``flow_jobs.plan.state_windows``), as do sessions with emit =
-"current" (Spark refuses update mode for ``session_window``) and windows that reopen.
+A window runs on Spark's arbitrary-state API (``flow_jobs.plan.state_windows``) where
+``WindowSpec.engine`` says so: its kind has no native form, or Spark's operator cannot
+do what it asks (reopen, emit what it refuses, cap an exact distinct set while open).
 
 ``emit = "final"`` is output mode append (a window once, when the watermark passes its
 end); ``emit = "current"`` is update (every trigger, the windows it changed).
@@ -117,7 +113,7 @@ class CompiledWindow:
             if self.output_mode == "update"
             else f"output mode {self.output_mode}: each window once, when it closes"
         )
-        if w.kind == "session" and w.emit == "current":
+        if w.supersedes_overlapping:
             text += "; each row replaces the group's rows its bounds overlap"
         return text
 
@@ -217,7 +213,7 @@ def compile_window(
 
 
 def _exploded(timed: DataFrame, window: WindowSpec, windows: Column) -> tuple[DataFrame, Column]:
-    """One row per window of the row's list (cumulating windows), the (start, end)
+    """One row per window of the row's list (a family that ``EXPLODES``), the (start, end)
     struct marked as the watermarked event time, as ``window()`` marks its own: Spark's
     aggregation then closes each window, and drops a late row of it, by its end."""
     timed = timed.withColumn(_WINDOW, F.explode(windows))

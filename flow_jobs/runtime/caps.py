@@ -8,12 +8,14 @@ the query) with the message of docs/spec-reference.md, "Memory caps". It is gate
 Spark's own ``numRowsTotal``: no window can hold more groups than the state holds rows,
 so until the state outgrows the cap the check costs nothing.
 
-Per kind, "groups per window" is:
+What "groups per window" is depends on where the state is:
 
-* tumbling / hopping: state rows sharing a window (they are keyed by window + group);
-* session, sliding, count-based, and tumbling / hopping that reopen (state-API
-  windows): these windows belong to one group each, so the cap bounds the groups
-  holding open windows; the message names the span they cover.
+* Spark's aggregation keyed by (window, group) (a family with ``SHARED_BOUNDS``): the
+  state rows sharing a window;
+* Spark's aggregation with each group's own bounds in the state value (the family's
+  ``NATIVE_STATE_BOUNDS``), and every state-API window: these windows belong to one
+  group each, so the cap bounds the groups holding open windows; the message names the
+  span they cover.
 """
 
 from __future__ import annotations
@@ -34,7 +36,6 @@ from flow_jobs.runtime.reports import (
     window_state_rows,
 )
 from flow_jobs.spec.models import PipelineSpec
-from flow_jobs.windows.fixed import PaneWindow
 from flow_jobs.windows.processor import STATE_VARIABLE
 
 log = logging.getLogger(__name__)
@@ -95,7 +96,8 @@ class GroupCap:
             .option("operatorId", self._window_operator())
         )
         window = self.spec.window
-        if window.engine == "native" and isinstance(window, PaneWindow):
+        own_bounds = window.NATIVE_STATE_BOUNDS
+        if window.engine == "native" and own_bounds is None:
             state = reader.load(self.checkpoint)
             rows = (
                 state.groupBy(F.col(f"key.{state_window_key(state)}").alias("w"))
@@ -110,13 +112,13 @@ class GroupCap:
                 if rows
                 else None
             )
-        if window.kind == "session":
+        if window.engine == "native":
             state = reader.load(self.checkpoint)
             groups = [F.col(f"key.{c}") for c in self.spec.window.group_by] or [F.lit(0)]
             row = state.select(
                 F.count_distinct(*groups).alias("groups"),
-                F.min("value.session_window.start").alias("start"),
-                F.max("value.session_window.end").alias("end"),
+                F.min(f"value.{own_bounds}.start").alias("start"),
+                F.max(f"value.{own_bounds}.end").alias("end"),
             ).first()
             closing = ")"
         else:

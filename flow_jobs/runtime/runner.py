@@ -126,7 +126,7 @@ class PipelineRunner:
     def _target(self, ledger: StateStore | None) -> BatchTarget:
         """The target's writer (``ledger`` None: built only to be described)."""
         target = self._open_target(ledger)
-        if self.spec.supersedes_sessions:
+        if self.spec.supersedes_overlapping:
             w = self.spec.window
             target.supersede = Supersede(
                 tuple(w.group_by), w.window_start_column, w.window_end_column

@@ -1,8 +1,8 @@
 """Pipeline specs: models, TOML loading, validation.
 
 The names below are imported on first use (PEP 562): the window families
-(``flow_jobs.windows``) import ``flow_jobs.spec.windows``, and the spec's models import
-the families, so this package must not import its models on its own.
+(``flow_jobs.windows``) import ``flow_jobs.spec.windows``, and the spec's models read
+them through its registry, so this package must not import its models on its own.
 """
 
 from __future__ import annotations

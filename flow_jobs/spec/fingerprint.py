@@ -11,6 +11,8 @@ It is a deny-list of *safe* keys, not an allow-list of dangerous ones: a key add
 the spec later is fingerprinted until someone decides it is safe. Safe to change, and
 resumed under:
 
+* ``plugins``: which modules register kinds; the window's kind and keys are
+  fingerprinted like any other's, whatever registered them;
 * where things are written or read from: ``target``, ``dead_letter``, ``state_store``,
   ``checkpoint``, sources' ``bootstrap_servers``, ``client_config`` and
   ``schema_registry`` (same topic or schemas on another address, credentials);
@@ -60,7 +62,7 @@ import hashlib
 import json
 from typing import Any
 
-from flow_jobs.spec.models import PipelineSpec, WindowSpec
+from flow_jobs.spec.models import PipelineSpec
 
 SAFE_SOURCE_KEYS = frozenset(
     {
@@ -104,6 +106,10 @@ ADDED_KEYS: dict[str, Any] = {
     "transform.window.max_duration_ms": None,
     "transform.temporal_join": None,
 }
+#: The size keys of the one window model there was before the window families: a
+#: fingerprint stored then holds each, None where the window's kind has none. A family
+#: added since has its own keys in its window's dump, and only there.
+SHARED_SIZE_KEYS = ("duration_ms", "hop_ms", "gap_ms", "count", "step")
 #: Fields added after checkpoints existed that have no default to compare with: each
 #: spec has them. A fingerprint stored without them is accepted once and replaced.
 ORDER_KEYS = ("transform.window.aggregations.order",)
@@ -144,16 +150,14 @@ def fingerprint_fields(spec: PipelineSpec) -> dict[str, Any]:
         fields[f"transform.dedup.{name}.within_ms"] = dedup.within_ms
     window = transform.window
     if window is not None:
-        # Each family's model holds its own size keys; the fingerprint keeps every
-        # kind's (None where the kind has none), as it had them when one model held all.
-        for key in WindowSpec.size_keys():
+        for key in SHARED_SIZE_KEYS:
             fields.setdefault(f"transform.window.{key}", None)
-    # Not a spec key: where the window's state lives. A tumbling, hopping, cumulate or
-    # session window with an exact count_distinct moved from Spark's aggregation to the state
-    # API (its cap is checked while open); a checkpoint of the former cannot resume there.
+    # Not a spec key: where the window's state lives. A window of a kind Spark's
+    # aggregation runs, with an exact count_distinct, moved from there to the state API
+    # (its cap is checked while open); a checkpoint of the former cannot resume there.
     moved = (
         window is not None
-        and window.kind in ("tumbling", "hopping", "session", "cumulate")
+        and window.has_native_form
         and window.engine == "state"
         and not window.reopens
     )

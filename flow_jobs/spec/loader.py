@@ -13,7 +13,6 @@ from pydantic import ValidationError
 
 from flow_jobs.secrets import redact
 from flow_jobs.spec.models import PipelineSpec
-from flow_jobs.spec.windows import KINDS
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 #: Keys whose values are never echoed back in an error message.
@@ -49,18 +48,10 @@ def _key_path(loc: tuple[int | str, ...]) -> str:
 _OWN_MESSAGES = ("value_error", "assertion_error", "spec_key", "union_tag_invalid")
 
 
-def _flat_window(loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
-    """``[transform.window]`` is a union on ``kind`` (``flow_jobs.windows``): pydantic
-    puts the kind in an error's location, but the user's key has no such level."""
-    return tuple(
-        part for i, part in enumerate(loc) if not (i and loc[i - 1] == "window" and part in KINDS)
-    )
-
-
 def format_validation_error(err: ValidationError) -> list[str]:
     problems = []
     for e in err.errors():
-        loc, msg = _flat_window(e["loc"]), e["msg"].removeprefix("Value error, ")
+        loc, msg = e["loc"], e["msg"].removeprefix("Value error, ")
         ctx = e.get("ctx") or {}
         if e["type"] == "spec_key":  # raised by a model validator about one of its keys
             loc, msg = (*loc, ctx["key"]), ctx["message"]

@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from flow_jobs.locations import on_object_store
+from flow_jobs.plugins import PluginError, load_plugins
 from flow_jobs.spec.aggregation import Aggregation
 from flow_jobs.spec.base import (
     EVENT_TS,
@@ -68,10 +69,8 @@ from flow_jobs.spec.transform import (
     TransformSpec,
 )
 from flow_jobs.spec.windows import WindowSpec
-from flow_jobs.windows import COUNT_KINDS, REOPEN_KINDS, TIME_KINDS, WindowKind
 
 __all__ = [
-    "COUNT_KINDS",
     "EVENT_TS",
     "IMPORT_PATH",
     "KAFKA_COLUMN",
@@ -79,10 +78,8 @@ __all__ = [
     "PIPELINE_NAME",
     "REFUSED_SPARK_CONF",
     "REFUSED_SPARK_CONF_SAFE",
-    "REOPEN_KINDS",
     "SQL_IDENTIFIER",
     "TARGET_KINDS",
-    "TIME_KINDS",
     "Aggregation",
     "CheckpointSpec",
     "ChecksSpec",
@@ -109,7 +106,6 @@ __all__ = [
     "Target",
     "TemporalJoinSpec",
     "TransformSpec",
-    "WindowKind",
     "WindowSpec",
     "aware_instant",
     "dead_letter_topic_rule",
@@ -127,6 +123,9 @@ TARGET_KINDS = ("delta", "postgres", "kafka")
 class PipelineSpec(SpecModel):
     """One ``pipelines/*.toml`` file."""
 
+    #: Modules imported before the rest of the spec is read: plug-ins that register
+    #: window kinds, aggregators... (``flow_jobs.plugins``).
+    plugins: list[str] = Field(default_factory=list)
     name: str
     sources: list[KafkaSource] = Field(min_length=1)
     transform: TransformSpec
@@ -138,6 +137,24 @@ class PipelineSpec(SpecModel):
     runtime: RuntimeSpec = Field(default_factory=RuntimeSpec)
     checks: ChecksSpec = Field(default_factory=ChecksSpec)
     orchestration: OrchestrationSpec = Field(default_factory=OrchestrationSpec)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _load_plugins(cls, data: Any) -> Any:
+        """Import the spec's plug-ins first: the kinds they register then validate."""
+        modules = data.get("plugins") if isinstance(data, dict) else None
+        for i, module in enumerate(modules if isinstance(modules, list) else []):
+            if not isinstance(module, str):
+                continue  # the field's own check names it
+            try:
+                load_plugins([module])
+            except PluginError as error:
+                why = f"cannot be imported ({error.__cause__})" if error.__cause__ else str(error)
+                raise key_error(
+                    f"plugins[{i}]",
+                    f"{module!r} {why}: install it, or put it on PYTHONPATH",
+                ) from None
+        return data
 
     @field_validator("name")
     @classmethod
@@ -207,12 +224,12 @@ class PipelineSpec(SpecModel):
                 "leaves the top N is deleted, which an append-only topic cannot do; use "
                 'a delta or postgres target, or emit = "final"',
             )
-        if self.supersedes_sessions and self.target.kind == "kafka":
+        if self.supersedes_overlapping and self.target.kind == "kafka":
             raise key_error(
                 "target.kind",
-                'kind = "kafka" cannot take session windows with emit = "current": each '
-                "update replaces the group's rows its bounds overlap (a session grows, or "
-                "two merge), which an append-only topic cannot delete; use a delta or "
+                f'kind = "kafka" cannot take {self.window.kind} windows with emit = "current": '
+                "each update replaces the group's rows its bounds overlap (a window grows, "
+                "or two merge), which an append-only topic cannot delete; use a delta or "
                 'postgres target, or emit = "final"',
             )
         return self
@@ -290,10 +307,10 @@ class PipelineSpec(SpecModel):
         return f"transform.dedup[{self.transform.dedup.index(dedup)}]"
 
     @property
-    def supersedes_sessions(self) -> bool:
-        """Session windows emitted "current": a row replaces the group's rows it overlaps."""
+    def supersedes_overlapping(self) -> bool:
+        """A row replaces the group's rows it overlaps (``WindowSpec.supersedes_overlapping``)."""
         w = self.transform.window
-        return w is not None and w.kind == "session" and w.emit == "current"
+        return w is not None and w.supersedes_overlapping
 
     @property
     def ranks_current(self) -> bool:

@@ -9,6 +9,9 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     Field,
     SecretStr,
+    SerializeAsAny,
+    ValidationInfo,
+    field_validator,
     model_validator,
 )
 
@@ -20,7 +23,7 @@ from flow_jobs.spec.base import (
     key_error,
     not_supported,
 )
-from flow_jobs.windows import AnyWindow
+from flow_jobs.spec.windows import WindowSpec
 
 JoinHow = Literal["inner", "left", "right", "full"]
 #: Output column lists: names kept as they are, or a table of column -> new name.
@@ -276,10 +279,17 @@ class TransformSpec(SpecModel):
     sql: str | None = None
     lookups: list[LookupSpec] = Field(default_factory=list)
     dedup: list[DedupSpec] = Field(default_factory=list)
-    window: AnyWindow | None = None
+    #: the model of its kind (``WindowSpec.model_validate``); dumped as that model
+    window: SerializeAsAny[WindowSpec] | None = None
     join: JoinSpec | None = None
     temporal_join: TemporalJoinSpec | None = None
     chain: list[Literal["join", "window"]] | None = None
+
+    @field_validator("window", mode="before")
+    @classmethod
+    def _window_kind(cls, v: Any, info: ValidationInfo) -> Any:
+        # the kinds registered now (``WINDOW_FAMILIES``: the built-ins, the plug-ins)
+        return WindowSpec.model_validate(v, context=info.context) if isinstance(v, dict) else v
 
     @model_validator(mode="before")
     @classmethod

@@ -1,23 +1,27 @@
-"""``[transform.window]``: the keys and rules every window kind shares.
+"""``[transform.window]``: the keys and rules every window kind shares, and the registry
+of the window families.
 
-Each window family is one module of ``flow_jobs.windows`` holding its spec model (a
-subclass of ``WindowSpec`` with its size keys and rules: ``fixed`` for tumbling and
-hopping, ``cumulate``, ``session``, ``sliding``, ``count``), its engine choice, its native
-compile, its descriptions, its state-size bound and its state-API logic.
-``flow_jobs.windows`` joins the models into the union ``[transform.window]`` is read with,
-discriminated on ``kind``.
+A window family is one module (``flow_jobs.windows`` holds the built-in ones; a plug-in
+may add its own, ``flow_jobs.plugins``) that defines a subclass of ``WindowSpec`` with
+its kinds, size keys and rules, and registers it (``register_window_family``). The
+subclass answers everything the engine asks of a window kind: where it runs, Spark's
+window column, what ``--plan``, the CLI and ``inspect`` say, its state-size bound, how
+the Kafka reader may pre-aggregate for it and its state-API logic (a
+``flow_jobs.windows.family.StateFamily``). The core reads ``[transform.window]`` with
+the model its ``kind`` names in ``WINDOW_FAMILIES`` when it validates, and never names a
+kind itself.
 """
 
 from __future__ import annotations
 
 from abc import abstractmethod
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar
 
-from pydantic import (
-    Field,
-    model_validator,
-)
+from pydantic import Field, ValidationError, model_validator
+from pydantic_core import InitErrorDetails
 
+from flow_jobs.plugins import Registry
 from flow_jobs.spec.aggregation import Aggregation
 from flow_jobs.spec.base import (
     EVENT_TS,
@@ -27,56 +31,58 @@ from flow_jobs.spec.base import (
     key_error,
     not_supported,
 )
+from flow_jobs.spec.top_n import TopNSpec
+from flow_jobs.spec.window_columns import check_output_columns
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
 
-    from flow_jobs.windows.family import Shape, StateFamily
+    from flow_jobs.windows.family import StateFamily
 
+__all__ = ["WINDOW_FAMILIES", "PaneFolding", "TopNSpec", "WindowSpec", "register_window_family"]
 
-class TopNSpec(SpecModel):
-    """``[transform.window.top_n]``: only the top ``n`` rows of each window (and
-    ``partition_by`` values), ranked by ``order_by`` (docs/spec-reference.md, "Top N")."""
-
-    n: Annotated[int, Field(gt=0)]
-    #: aggregation aliases, each with its direction: "clicks DESC", "amount_sum ASC"
-    order_by: list[str] = Field(min_length=1)
-    partition_by: list[str] = Field(default_factory=list)
-
-    def ordering(self) -> list[tuple[str, Literal["ascending", "descending"]]]:
-        """``order_by`` as (alias, direction) pairs (checked by ``WindowSpec``)."""
-        out: list[tuple[str, Literal["ascending", "descending"]]] = []
-        for item in self.order_by:
-            alias, _, direction = item.strip().rpartition(" ")
-            out.append(
-                (alias.strip(), "descending" if direction.upper() == "DESC" else "ascending")
-            )
-        return out
-
-
-#: Kinds whose windows share their bounds across groups (each window closes for every
-#: group at once), which top_n ranks within.
-TOP_N_KINDS = ("tumbling", "hopping", "cumulate")
-
-#: Every window kind, in the order its family's model registered it (``flow_jobs.windows``
-#: imports the families: fixed, session, sliding, count).
-KINDS: dict[str, type[WindowSpec]] = {}
+#: Every window kind's model, in the order the families registered them.
+WINDOW_FAMILIES: Registry[type[WindowSpec]] = Registry("window kind")
 #: What a state-API window compiles to, in ``validate --plan``.
 ON_STATE_API = "transformWithStateInPandas (event-time timers)"
 #: Why a kind Spark has no operator for runs on the state API (``state_reason``).
 NO_SPARK_OPERATOR = "Spark has no operator for it"
 
+Model = TypeVar("Model", bound="type[WindowSpec]")
+
+
+def register_window_family(model: Model) -> Model:
+    """Register a family's model under each of its kinds (``SIZE_KEYS``); a class
+    decorator, run when the family's module is imported."""
+    for kind in model.SIZE_KEYS:
+        WINDOW_FAMILIES.register(kind, model)
+    return model
+
+
+@dataclass(frozen=True)
+class PaneFolding:
+    """How the Kafka reader may fold a window's rows into partials before Spark
+    (``flow_jobs.plan.combine``): per pane of ``pane_ms`` (every window a whole number of
+    panes aligned to the epoch), or, with ``gap_ms``, per run of rows at most the gap
+    apart (what a session merges)."""
+
+    pane_ms: int = 0
+    gap_ms: int = 0
+
 
 class WindowSpec(SpecModel):
     """``[transform.window]``: the keys every kind shares (docs/spec-reference.md).
 
-    A family's model (``flow_jobs.windows``) narrows ``kind`` to its kinds, adds its size
-    keys (``SIZE_KEYS``) and rules, and answers what the rest of the engine asks of a
-    window kind: where it runs (``runs_natively``), Spark's window column
-    (``native_window``), what ``--plan`` and the CLI say (``native_text``,
-    ``state_reason``, ``size_text``), how many windows a group holds at once
-    (``active_windows``), its parameters as its state-API family reads them (``shape``)
-    and that family (``STATE_FAMILY``)."""
+    A family's model narrows ``kind`` to its kinds, adds its size keys (``SIZE_KEYS``)
+    and rules, and answers what the rest of the engine asks of a window kind: where it
+    runs (``runs_natively``), Spark's window column (``native_window``), what ``--plan``
+    and the CLI say (``native_text``, ``state_reason``, ``size_text``), how many windows
+    a group holds at once (``active_windows``), how the reader pre-aggregates for it
+    (``pane_folding``) and its state-API logic (``state_family``); the class variables
+    below say the rest.
+
+    ``WindowSpec.model_validate`` gives the model of the data's ``kind``, looked up in
+    ``WINDOW_FAMILIES`` then."""
 
     kind: str
     event_time_column: str = EVENT_TS
@@ -93,21 +99,21 @@ class WindowSpec(SpecModel):
     on_state_cap: Literal["fail", "drop_new_groups", "backpressure"] = "fail"
     window_start_column: str = "window_start"
     window_end_column: str = "window_end"
-    #: Count windows only: their bounds (first and last event time) need not be unique.
+    #: Windows that count events (``COUNTS_EVENTS``) only: their bounds need not be unique.
     window_index_column: str = "window_index"
     #: late_data = "reopen": 1 for a window's first emit, +1 for each correction
     revision_column: str = "revision"
     #: "current" on every kind: an update per trigger supersedes the window's earlier
-    #: row. Time windows keep their natural key while they grow; count windows are keyed
-    #: by their index then (their bounds move); a session's bounds move too (an event
-    #: extends it, or merges two), so its row replaces the group's rows it overlaps.
+    #: row, by its natural key, its index (``COUNTS_EVENTS``), or every row of the group
+    #: its bounds overlap (``supersedes_overlapping``).
     emit: Literal["final", "current"] = "final"
     #: Rows whose event time is further ahead of the micro-batch's processing time are
     #: dead-lettered: one far-future row would otherwise push the watermark ahead and
     #: make every following on-time row late.
     max_event_time_skew_ms: Annotated[int, Field(gt=0)] = 300_000
-    #: Tumbling / hopping windows over one JSON source: the Kafka reader folds records
-    #: into partial aggregates before Spark (flow_jobs.plan.combine). A throughput knob.
+    #: Windows with a ``pane_folding`` over one JSON source: the Kafka reader folds
+    #: records into partial aggregates before Spark (flow_jobs.plan.combine). A
+    #: throughput knob.
     pre_aggregate: bool = True
     aggregations: list[Aggregation] = Field(min_length=1)
     #: only the top N rows of each window (and partition)
@@ -118,33 +124,31 @@ class WindowSpec(SpecModel):
     SIZE_KEYS: ClassVar[dict[str, tuple[str, ...]]] = {}
     #: Why the family's windows cannot reopen (late_data = "reopen"); None: they can.
     REOPEN_REFUSED: ClassVar[str | None] = ""
-    #: Count windows: numbered by event, keyed by their index.
+    #: Windows numbered by event, keyed by their index (``window_index_column``).
     COUNTS_EVENTS: ClassVar[bool] = False
     #: ``native_window`` is a list of windows (of different lengths) per row, which the
-    #: aggregation groups on one by one (cumulating windows).
+    #: aggregation groups on one by one (``flow_jobs.plan.windows``).
     EXPLODES: ClassVar[bool] = False
-    #: The family's state-API logic (``flow_jobs.windows.family``).
-    STATE_FAMILY: ClassVar[type[StateFamily]]
-
-    @classmethod
-    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
-        super().__pydantic_init_subclass__(**kwargs)
-        for kind in cls.SIZE_KEYS:
-            KINDS[kind] = cls
+    #: Every group's windows have the same bounds, so a window closes for every group at
+    #: once: top_n ranks the groups within it, and Spark's aggregation state is keyed by
+    #: (window, group), the window in the key.
+    SHARED_BOUNDS: ClassVar[bool] = False
+    #: Native windows whose bounds are each group's own: the field of Spark's
+    #: aggregation state value that holds them (``runtime.caps``, ``inspect``).
+    NATIVE_STATE_BOUNDS: ClassVar[str | None] = None
 
     @classmethod
     def model_validate(cls, obj: Any, *args: Any, **kwargs: Any) -> Any:
-        """On ``WindowSpec`` itself: the model of ``obj``'s kind (``flow_jobs.windows``)."""
-        if cls is WindowSpec:
-            from flow_jobs.windows import window_adapter
-
-            return window_adapter().validate_python(obj, *args, **kwargs)
+        """On ``WindowSpec`` itself: the model of ``obj``'s kind (``WINDOW_FAMILIES``)."""
+        if cls is WindowSpec and isinstance(obj, dict):
+            return _family_of(obj).model_validate(obj, *args, **kwargs)
         return super().model_validate(obj, *args, **kwargs)
 
     @staticmethod
     def size_keys() -> tuple[str, ...]:
         """Every family's size keys, in the order the families registered them."""
-        keys = (k for model in KINDS.values() for ks in model.SIZE_KEYS.values() for k in ks)
+        models = (model for _, model in WINDOW_FAMILIES.items())
+        keys = (k for model in models for ks in model.SIZE_KEYS.values() for k in ks)
         return tuple(dict.fromkeys(keys))
 
     # -- what each family answers ---------------------------------------------------
@@ -166,6 +170,11 @@ class WindowSpec(SpecModel):
         says it, e.g. "window(event_time, 60000 ms)" (None: no native form)."""
 
     @property
+    def has_native_form(self) -> bool:
+        """Spark's aggregation has a form of the kind, whether this window runs there."""
+        return self.native_text is not None
+
+    @property
     def state_reason(self) -> str:
         """Why the window runs on the state API, as ``validate --plan`` says it (the
         rules of ``engine``; a family adds its own)."""
@@ -185,11 +194,19 @@ class WindowSpec(SpecModel):
         """How many windows of a group can be open at once (``flow_jobs.plan.sizing``)."""
 
     @abstractmethod
-    def shape(self) -> Shape:
-        """The window's parameters as its state-API family reads them."""
-
     def state_family(self) -> StateFamily:
-        return self.STATE_FAMILY.of(self.shape())
+        """The family's state-API logic with this window's parameters, built on the
+        driver and pickled with the operator (``flow_jobs.windows.processor``)."""
+
+    def pane_folding(self) -> PaneFolding | None:
+        """How the Kafka reader may fold rows for this window (None: it may not)."""
+        return None
+
+    @property
+    def supersedes_overlapping(self) -> bool:
+        """An emitted row replaces the group's rows whose bounds it overlaps (bounds that
+        move and merge while open): the target deletes them (``Supersede``)."""
+        return False
 
     # -- rules ----------------------------------------------------------------------
 
@@ -202,7 +219,7 @@ class WindowSpec(SpecModel):
         own = cls.SIZE_KEYS.get(kind, ()) if isinstance(kind, str) else ()
         for key in WindowSpec.size_keys():
             if data.get(key) is not None and key not in own:  # None: not set
-                valid = [k for k, model in KINDS.items() if key in model.SIZE_KEYS[k]]
+                valid = [k for k, model in WINDOW_FAMILIES.items() if key in model.SIZE_KEYS[k]]
                 raise key_error(
                     key,
                     f"{key} is only valid for kind = "
@@ -223,7 +240,7 @@ class WindowSpec(SpecModel):
             raise not_supported("crash_recovery", self.crash_recovery, ("at_least_once",))
         if self.on_state_cap != "fail":
             raise not_supported("on_state_cap", self.on_state_cap, ("fail",))
-        self._output_rules()
+        check_output_columns(self)
         self._top_n_rules()
         return self
 
@@ -231,43 +248,16 @@ class WindowSpec(SpecModel):
         top = self.top_n
         if top is None:
             return
-        if self.kind not in TOP_N_KINDS:
+        if not self.SHARED_BOUNDS:
+            shared = [k for k, model in WINDOW_FAMILIES.items() if model.SHARED_BOUNDS]
             raise key_error(
                 "top_n",
                 f'top_n ranks the groups of one window; kind = "{self.kind}" gives each group '
-                f"windows of its own bounds: use one of {', '.join(TOP_N_KINDS)}",
+                f"windows of its own bounds: use one of {', '.join(shared)}",
             )
         if self.reopens:
             raise key_error("top_n", 'top_n with late_data = "reopen" is not supported')
-        ranked = {
-            name: a.agg
-            for a in self.aggregations
-            for name in a.output_names()
-            if not name.endswith("_sketch")
-        }
-        for i, item in enumerate(top.order_by):
-            words = item.split()
-            if len(words) != 2 or words[1].upper() not in ("ASC", "DESC"):
-                raise key_error(
-                    f"top_n.order_by[{i}]",
-                    f"{item!r}: give an aggregation alias and its direction, e.g. "
-                    f"'{words[0] if words else 'clicks'} DESC'",
-                )
-            if words[0] not in ranked:
-                raise key_error(
-                    f"top_n.order_by[{i}]",
-                    f"{words[0]!r} is not an aggregation alias ({', '.join(ranked)})",
-                )
-            if ranked[words[0]] in ("collect", "reduce"):
-                raise key_error(
-                    f"top_n.order_by[{i}]", f"{words[0]!r} is a {ranked[words[0]]}: not ordered"
-                )
-        for i, column in enumerate(top.partition_by):
-            if column not in self.group_by:
-                raise key_error(
-                    f"top_n.partition_by[{i}]",
-                    f"{column!r} is not a group_by column ({', '.join(self.group_by) or 'none'})",
-                )
+        top.check(self.aggregations, self.group_by)
 
     def _family_rules(self) -> None:
         """A family's rules between its size keys (e.g. ``hop_ms <= duration_ms``)."""
@@ -303,7 +293,7 @@ class WindowSpec(SpecModel):
     def _reopen_rules(self) -> None:
         if self.REOPEN_REFUSED is not None:
             why = self.REOPEN_REFUSED
-            reopening = [k for k, model in KINDS.items() if model.REOPEN_REFUSED is None]
+            reopening = [k for k, m in WINDOW_FAMILIES.items() if m.REOPEN_REFUSED is None]
             raise key_error(
                 "late_data",
                 f'late_data = "reopen" is not supported for kind = "{self.kind}": {why}; '
@@ -321,45 +311,6 @@ class WindowSpec(SpecModel):
                 'late_data = "reopen" re-emits a closed window when a late row corrects it; '
                 'emit = "current" already emits every change: use emit = "final" with reopen',
             )
-
-    def _output_rules(self) -> None:
-        seen: dict[str, str] = {}
-
-        def claim(name: str, key: str) -> None:
-            _identifier(key, name)
-            if name in seen:
-                raise key_error(
-                    key,
-                    f"{key} = {name!r} collides with {seen[name]}; output columns must be unique",
-                )
-            seen[name] = key
-
-        claim(self.window_start_column, "window_start_column")
-        claim(self.window_end_column, "window_end_column")
-        if self.is_count_based:
-            claim(self.window_index_column, "window_index_column")
-        if self.reopens:
-            claim(self.revision_column, "revision_column")
-        for i, column in enumerate(self.group_by):
-            if column in self.group_by[:i]:
-                raise key_error("group_by", f"group_by[{i}] = {column!r} is listed twice")
-            claim(column, f"group_by[{i}]")
-        for i, a in enumerate(self.aggregations):
-            for name in a.output_names():
-                key = f"aggregations[{i}].as"
-                if name in seen and seen[name].endswith(".as"):
-                    raise key_error(
-                        "aggregations",
-                        f"{key} = {name!r} repeats {seen[name]}; every alias must be unique",
-                    )
-                if name in seen and seen[name].startswith("group_by"):
-                    raise key_error(
-                        "aggregations",
-                        f"{key} = {name!r} equals a group_by column; output columns must be unique",
-                    )
-                if name in seen:
-                    raise key_error("aggregations", f"{key} = {name!r} equals a window column name")
-                seen[name] = key
 
     # -- derived --------------------------------------------------------------------
 
@@ -382,8 +333,7 @@ class WindowSpec(SpecModel):
         plus ``allowed_lateness_ms`` when windows reopen (their rows must still reach the
         operator; it emits a window first when the watermark + allowed lateness passes
         its end, ``flow_jobs.windows.fixed``)."""
-        allowed = (self.allowed_lateness_ms or 0) if self.reopens else 0
-        return self.lateness_ms + allowed
+        return self.lateness_ms + self.reopen_lateness_ms
 
     @property
     def engine(self) -> Literal["native", "state"]:
@@ -396,18 +346,33 @@ class WindowSpec(SpecModel):
             return "state"
         return "native" if self.runs_natively else "state"
 
-    def _shape_fields(self) -> dict[str, Any]:
-        """The keys of ``Shape`` every family shares."""
-        return {
-            "allowed_lateness_ms": (self.allowed_lateness_ms or 0) if self.reopens else 0,
-            "revision": self.reopens,
-            "event_time": self.time_mode == "event",
-        }
+    @property
+    def reopen_lateness_ms(self) -> int:
+        """How long after its end a window still takes late rows (0: it does not reopen)."""
+        return (self.allowed_lateness_ms or 0) if self.reopens else 0
+
+
+def _family_of(data: dict[str, Any]) -> type[WindowSpec]:
+    """The model of ``data``'s kind, or a validation error on ``kind`` (a nested
+    ``ValidationError`` keeps its key: ``transform.window.kind``)."""
+    kind = data.get("kind")
+    if kind is None:
+        raise _kind_error(data, "required key is missing")
+    if not isinstance(kind, str) or kind not in WINDOW_FAMILIES:
+        names = [repr(k) for k in WINDOW_FAMILIES.names()]
+        expected = ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else names[0]
+        raise _kind_error(data, f"Input should be {expected} (got {kind!r})")
+    return WINDOW_FAMILIES.get(kind)
+
+
+def _kind_error(data: dict[str, Any], message: str) -> ValidationError:
+    error = InitErrorDetails(type=key_error("kind", message), loc=(), input=data)
+    return ValidationError.from_exception_data("WindowSpec", [error])
 
 
 class StateApiWindow(WindowSpec):
-    """A kind Spark has no operator for (sliding and count windows): always on the state
-    API, a group's state its events, sized per row rather than per window."""
+    """A kind Spark has no operator for: always on the state API, a group's state its
+    events, sized per row rather than per window."""
 
     @property
     def runs_natively(self) -> bool:

@@ -25,7 +25,7 @@ too); the target keeps one row per window index, its latest.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -34,13 +34,12 @@ from pydantic import Field
 from flow_jobs.operators.frame import EventFrame
 from flow_jobs.operators.ranges import Ranges
 from flow_jobs.spec.base import key_error
-from flow_jobs.spec.windows import StateApiWindow
+from flow_jobs.spec.windows import StateApiWindow, register_window_family
 from flow_jobs.state_codec import Fields, scalar
 from flow_jobs.windows.family import (
     CloseRule,
     Emission,
     RuleClock,
-    Shape,
     StateFamily,
 )
 
@@ -226,16 +225,13 @@ class Count(StateFamily):
     def _k(self) -> tuple[int, int]:
         return self.count, self.stride
 
-    @classmethod
-    def of(cls, plan: Any) -> Count:
-        return cls(plan.count or 0, plan.stride or 0, plan.event_time)
-
 
 def _emission(windows: Windows) -> Emission:
     w, t = windows.ranges, windows.frame.t
     return Emission(windows.frame, w, t[w.lo], t[w.hi], indices=windows.ks)
 
 
+@register_window_family
 class CountWindow(StateApiWindow):
     """``kind = "count_tumbling"`` (``count``), ``"count_hopping"`` (``count``, ``step``)
     or ``"count_sliding"`` (``count``): windows of ``count`` events of a group, one every
@@ -255,7 +251,6 @@ class CountWindow(StateApiWindow):
         "has no number left to take"
     )
     COUNTS_EVENTS: ClassVar[bool] = True
-    STATE_FAMILY: ClassVar[type[StateFamily]] = Count
 
     def _family_rules(self) -> None:
         if self.step is not None and self.count is not None and self.step > self.count:
@@ -276,5 +271,6 @@ class CountWindow(StateApiWindow):
             return f"of {self.count} events every {self.step}"
         return f"of {self.count} events"
 
-    def shape(self) -> Shape:
-        return Shape(count=self.count, stride=self.stride, **self._shape_fields())
+    def state_family(self) -> Count:
+        assert self.count is not None and self.stride is not None
+        return Count(self.count, self.stride, self.time_mode == "event")

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field
 
 from flow_jobs.spec.base import key_error
-from flow_jobs.windows.family import Shape, StateFamily
+from flow_jobs.spec.windows import register_window_family
 from flow_jobs.windows.fixed import Fixed, PaneWindow
 
 if TYPE_CHECKING:
@@ -66,12 +66,8 @@ class CumulateBounds:
 class Cumulate(Fixed):
     """Cumulating windows on the state API: ``Fixed``'s rules with their bounds."""
 
-    @classmethod
-    def of(cls, plan: Any) -> Cumulate:
-        bounds = CumulateBounds(plan.step_ms, plan.max_duration_ms, plan.allowed_lateness_ms)
-        return cls(bounds, plan.revision)
 
-
+@register_window_family
 class CumulateWindow(PaneWindow):
     """``kind = "cumulate"``: per cumulation ``[s, s + max_duration_ms)`` aligned to the
     epoch, the windows ``[s, s + k·step_ms)``, k = 1 … max_duration_ms / step_ms."""
@@ -82,7 +78,6 @@ class CumulateWindow(PaneWindow):
 
     SIZE_KEYS: ClassVar[dict[str, tuple[str, ...]]] = {"cumulate": ("step_ms", "max_duration_ms")}
     REOPEN_REFUSED: ClassVar[str | None] = None
-    STATE_FAMILY: ClassVar[type[StateFamily]] = Cumulate
     #: Spark's aggregation groups a row once per window it is in (``native_window`` is
     #: the list of them: ``flow_jobs.plan.windows`` explodes it).
     EXPLODES: ClassVar[bool] = True
@@ -146,7 +141,6 @@ class CumulateWindow(PaneWindow):
         # before are held until the watermark (the delay behind) passes their ends
         return math.ceil((self.max_duration + self.watermark_delay_ms) / self.step)
 
-    def shape(self) -> Shape:
-        return Shape(
-            step_ms=self.step_ms, max_duration_ms=self.max_duration_ms, **self._shape_fields()
-        )
+    def state_family(self) -> Cumulate:
+        bounds = CumulateBounds(self.step, self.max_duration, self.reopen_lateness_ms)
+        return Cumulate(bounds, self.reopens)

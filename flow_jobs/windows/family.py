@@ -1,7 +1,8 @@
 """The interface every state-API window family implements, and what it emits.
 
-A family is a small object built from the plan (``WindowOperatorPlan``) that holds the
-family's parameters (a duration, a gap, a count...); a group's state is a plain value
+A family is a small object its spec model builds (``WindowSpec.state_family``) that
+holds the family's parameters (a duration, a gap, a count...), and the operator's plan
+carries (``WindowOperatorPlan``) to the executors; a group's state is a plain value
 (a dataclass of numpy arrays and an ``EventFrame``, the family's ``STATE``) that the
 processor saves in the group's ``ValueState`` in its declared fields
 (``flow_jobs.state_codec``). The processor (``flow_jobs.windows.processor``) calls, per
@@ -29,27 +30,6 @@ import numpy as np
 
 from flow_jobs.operators.frame import EventFrame
 from flow_jobs.operators.ranges import Ranges
-
-
-@dataclass(frozen=True)
-class Shape:
-    """A window's parameters, as the families read them (the operator's plan extends it;
-    each window family's spec model derives them: ``WindowSpec.shape``)."""
-
-    duration_ms: int | None = None
-    hop_ms: int | None = None
-    #: cumulating windows
-    step_ms: int | None = None
-    max_duration_ms: int | None = None
-    gap_ms: int | None = None
-    count: int | None = None
-    stride: int | None = None
-    #: tumbling / hopping windows that reopen (late_data = "reopen"): how long after
-    #: their end, and the revision column last in the output
-    allowed_lateness_ms: int = 0
-    revision: bool = False
-    #: False: time_mode = "processing" (count windows number events on arrival)
-    event_time: bool = True
 
 
 @dataclass(frozen=True)
@@ -122,12 +102,6 @@ class StateFamily(ABC):
     closes_on_input: ClassVar[bool] = False
     #: a window holds its end (sliding and count windows: ``[start, end]``)
     holds_end: ClassVar[bool] = False
-
-    @classmethod
-    @abstractmethod
-    def of(cls, shape: Any) -> StateFamily:
-        """The family for a window's parameters (a ``Shape``, or the operator's plan,
-        which carries the same fields)."""
 
     @abstractmethod
     def empty(self, frame: EventFrame) -> Any:

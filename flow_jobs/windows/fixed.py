@@ -16,7 +16,11 @@ therefore run on the arbitrary-state API, like sliding windows, and keep their e
 exactly as for the other state-API windows).
 
 Windows are Spark's ``window()``: aligned to the epoch, ``[start, start + duration)``,
-one every ``hop`` (tumbling: ``hop = duration``); a window exists once a row falls in it.
+one every ``hop`` (tumbling: ``hop = duration``); a window exists once a row falls in it,
+and a row belongs to every window that contains it (the textbook hopping formula,
+``[event_ts − duration + hop, event_ts]``, misses the window that starts exactly
+``duration − hop`` before the row when ``hop`` does not divide the time since epoch;
+Spark's is right).
 
 Spark's watermark ``W`` runs ``allowed_lateness_ms`` behind the pipeline's (the plan
 gives ``withWatermark`` the delay ``lateness_ms + allowed_lateness_ms``), so rows up to
@@ -38,7 +42,7 @@ from __future__ import annotations
 import math
 from abc import abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Protocol
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -47,13 +51,17 @@ from pydantic import Field
 from flow_jobs.operators.frame import EventFrame
 from flow_jobs.operators.ranges import Ranges
 from flow_jobs.spec.base import key_error
-from flow_jobs.spec.windows import WindowSpec, milliseconds
+from flow_jobs.spec.windows import (
+    PaneFolding,
+    WindowSpec,
+    milliseconds,
+    register_window_family,
+)
 from flow_jobs.state_codec import Fields, numbers, table
 from flow_jobs.windows.family import (
     CloseRule,
     Emission,
     RuleClock,
-    Shape,
     StateFamily,
     time_rule,
 )
@@ -243,12 +251,6 @@ class Fixed(StateFamily):
             for e, r in zip(held.ends, revisions, strict=True)
         ]
 
-    @classmethod
-    def of(cls, plan: Any) -> Fixed:
-        duration = plan.duration_ms or 0
-        bounds = Bounds(duration, plan.hop_ms or duration, plan.allowed_lateness_ms)
-        return cls(bounds, plan.revision)
-
 
 class PaneWindow(WindowSpec):
     """Windows with fixed bounds, each a whole number of panes of one length, aligned to
@@ -256,12 +258,18 @@ class PaneWindow(WindowSpec):
     panes (``flow_jobs.plan.combine``), and Spark's aggregation keys its state by the
     window (``flow_jobs.runtime.caps`` counts a window's groups there)."""
 
+    SHARED_BOUNDS: ClassVar[bool] = True
+
     @property
     @abstractmethod
     def pane_ms(self) -> int:
         """The windows' common pane: every window is a whole number of panes."""
 
+    def pane_folding(self) -> PaneFolding:
+        return PaneFolding(pane_ms=self.pane_ms)
 
+
+@register_window_family
 class FixedWindow(PaneWindow):
     """``kind = "tumbling"`` or ``"hopping"``: windows ``[start, start + duration_ms)``
     aligned to the epoch, one every ``hop_ms`` (tumbling: every ``duration_ms``)."""
@@ -275,7 +283,6 @@ class FixedWindow(PaneWindow):
         "hopping": ("duration_ms", "hop_ms"),
     }
     REOPEN_REFUSED: ClassVar[str | None] = None
-    STATE_FAMILY: ClassVar[type[StateFamily]] = Fixed
 
     def _family_rules(self) -> None:
         hop, duration = self.hop_ms, self.duration_ms
@@ -324,5 +331,5 @@ class FixedWindow(PaneWindow):
         # and a reopening window's allowed lateness, behind) passes its end
         return math.ceil((self.duration + self.watermark_delay_ms) / self.hop)
 
-    def shape(self) -> Shape:
-        return Shape(duration_ms=self.duration_ms, hop_ms=self.hop_ms, **self._shape_fields())
+    def state_family(self) -> Fixed:
+        return Fixed(Bounds(self.duration, self.hop, self.reopen_lateness_ms), self.reopens)

@@ -1,7 +1,6 @@
-"""The one ``StatefulProcessor`` that runs every state-API window family: sliding,
-count-based, session windows that emit "current", and tumbling/hopping windows that
-reopen; session, tumbling and hopping windows with an exact ``count_distinct`` too (only
-here is its cap checked while a window is open).
+"""The one ``StatefulProcessor`` that runs every window on the state API: the kinds
+Spark has no operator for, and any window ``WindowSpec.engine`` puts here (it reopens,
+or holds an exact ``count_distinct``, whose cap only here is checked while open).
 
 Per group, all window state is one ``ValueState`` blob (a ``WindowGroup``: the family's
 state and the group's timer, in the format of ``flow_jobs.state_codec``), read and
@@ -21,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields, replace
-from functools import cached_property
 from typing import Any, ClassVar
 
 import pandas as pd
@@ -33,8 +31,8 @@ from flow_jobs import state_codec
 from flow_jobs.operators.frame import ColumnKind, EventFrame, frame_from_pandas
 from flow_jobs.operators.ranges import Context, WindowAggregator
 from flow_jobs.state_codec import Fields, StateFormatError, nested, scalar
-from flow_jobs.windows import KINDS, fixed, timers
-from flow_jobs.windows.family import Emission, Shape, StateFamily
+from flow_jobs.windows import timers
+from flow_jobs.windows.family import Emission, StateFamily
 
 #: The group's window state, plus the time span of its open windows (epoch ms): read by
 #: the max_groups_per_window check (``flow_jobs.runtime.caps``) without decoding it.
@@ -49,13 +47,13 @@ STATE_VARIABLE = "window_state"
 
 
 @dataclass(frozen=True, kw_only=True)
-class WindowOperatorPlan(Shape):
+class WindowOperatorPlan:
     """Everything the processor needs, decided at plan time on the driver: the window's
-    parameters as its family reads them (``Shape``, from the family's spec model), and
-    the rest."""
+    family with its parameters (its spec model's ``state_family``), and the rest."""
 
     pipeline: str
-    kind: str  # a key of FAMILIES
+    kind: str
+    family: StateFamily
     emit: str
     group_columns: tuple[str, ...]  # empty: one global group
     columns: tuple[ColumnKind, ...]
@@ -63,22 +61,19 @@ class WindowOperatorPlan(Shape):
     aggregators: tuple[WindowAggregator, ...]
     output_columns: tuple[str, ...]
 
-    @property
-    def bounds(self) -> fixed.Bounds:
-        """Tumbling and hopping windows' bounds (``flow_jobs.windows.fixed``)."""
-        duration = self.duration_ms or 0
-        return fixed.Bounds(duration, self.hop_ms or duration, self.allowed_lateness_ms)
 
-
-#: Each family by the plan's ``kind``: its spec model's ``STATE_FAMILY``.
-FAMILIES: dict[str, Callable[[Any], StateFamily]] = {
-    kind: model.STATE_FAMILY.of for kind, model in KINDS.items()
-}
-
-#: Each family's state class by its saved name.
-_STATES: dict[str, type[Any]] = {
-    m.STATE_FAMILY.STATE.STATE_TYPE: m.STATE_FAMILY.STATE for m in KINDS.values()
-}
+def _states() -> dict[str, type[Any]]:
+    """Each family's state class by its saved name: every ``StateFamily`` imported (the
+    built-ins and the plug-ins' families alike) declares its ``STATE``."""
+    found: dict[str, type[Any]] = {}
+    todo = list(StateFamily.__subclasses__())
+    while todo:
+        family = todo.pop()
+        todo.extend(family.__subclasses__())
+        state = getattr(family, "STATE", None)
+        if state is not None:
+            found[state.STATE_TYPE] = state
+    return found
 
 
 @dataclass
@@ -104,13 +99,13 @@ class WindowGroup:
 
     @classmethod
     def from_fields(cls, f: Fields) -> WindowGroup:
-        family = f.value("family")
-        if family not in _STATES:
+        family, states = f.value("family"), _states()
+        if family not in states:
             raise StateFormatError(
                 f"window state of family {family!r}, which this flow-jobs does not know "
-                f"({', '.join(sorted(_STATES))}): a newer release wrote it"
+                f"({', '.join(sorted(states))}): a newer release or another plug-in wrote it"
             )
-        state = _STATES[family].from_fields(f.nested("state"))
+        state = states[family].from_fields(f.nested("state"))
         return cls(state, f.value("timer"), f.value("timer_rule"))
 
 
@@ -137,10 +132,7 @@ def _typed(state: Any, columns: tuple[ColumnKind, ...]) -> Any:
 class WindowProcessor(StatefulProcessor):
     def __init__(self, plan: WindowOperatorPlan) -> None:
         self.plan = plan
-
-    @cached_property
-    def family(self) -> StateFamily:
-        return FAMILIES[self.plan.kind](self.plan)
+        self.family = plan.family
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle

@@ -21,7 +21,7 @@ emitted.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -29,13 +29,17 @@ from pydantic import Field
 
 from flow_jobs.operators.frame import EventFrame
 from flow_jobs.operators.ranges import Ranges
-from flow_jobs.spec.windows import WindowSpec, milliseconds
+from flow_jobs.spec.windows import (
+    PaneFolding,
+    WindowSpec,
+    milliseconds,
+    register_window_family,
+)
 from flow_jobs.state_codec import Fields
 from flow_jobs.windows.family import (
     CloseRule,
     Emission,
     RuleClock,
-    Shape,
     StateFamily,
     time_rule,
 )
@@ -152,11 +156,8 @@ class Session(StateFamily):
     def close_rules(self, state: SessionState, held: Emission, clock: RuleClock) -> list[CloseRule]:
         return [time_rule(clock, int(e)) for e in held.ends]
 
-    @classmethod
-    def of(cls, plan: Any) -> Session:
-        return cls(plan.gap_ms or 0)
 
-
+@register_window_family
 class SessionWindow(WindowSpec):
     """``kind = "session"``: a group's events less than ``gap_ms`` apart, one session
     ``[first event, last event + gap_ms)``."""
@@ -169,7 +170,8 @@ class SessionWindow(WindowSpec):
         "a late row can merge two emitted sessions into one with other bounds, and the "
         "superseded rows would stay in the target"
     )
-    STATE_FAMILY: ClassVar[type[StateFamily]] = Session
+    #: Spark's session_window keeps each group's session bounds in its state's value
+    NATIVE_STATE_BOUNDS: ClassVar[str | None] = "session_window"
 
     @property
     def runs_natively(self) -> bool:
@@ -198,5 +200,19 @@ class SessionWindow(WindowSpec):
     def active_windows(self) -> int:
         return 1  # per-group state, sized per row
 
-    def shape(self) -> Shape:
-        return Shape(gap_ms=self.gap_ms, **self._shape_fields())
+    def state_family(self) -> Session:
+        return Session(self.gap)
+
+    @property
+    def gap(self) -> int:
+        assert self.gap_ms is not None
+        return self.gap_ms
+
+    def pane_folding(self) -> PaneFolding:
+        # a group's rows at most the gap apart fold into the session they merge into
+        return PaneFolding(gap_ms=self.gap)
+
+    @property
+    def supersedes_overlapping(self) -> bool:
+        # emitted while open, a session's bounds move (an event extends it, or merges two)
+        return self.emit == "current"

@@ -10,7 +10,7 @@ final once the watermark passes ``t``: no event at or before ``t`` can still arr
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -18,13 +18,12 @@ from pydantic import Field
 
 from flow_jobs.operators.frame import EventFrame
 from flow_jobs.operators.ranges import Ranges
-from flow_jobs.spec.windows import StateApiWindow
+from flow_jobs.spec.windows import StateApiWindow, register_window_family
 from flow_jobs.state_codec import Fields, listed
 from flow_jobs.windows.family import (
     CloseRule,
     Emission,
     RuleClock,
-    Shape,
     StateFamily,
 )
 
@@ -147,11 +146,8 @@ class Sliding(StateFamily):
             for e in held.ends
         ]
 
-    @classmethod
-    def of(cls, plan: Any) -> Sliding:
-        return cls(plan.duration_ms or 0)
 
-
+@register_window_family
 class SlidingWindow(StateApiWindow):
     """``kind = "sliding"``: one window ``[t - duration_ms, t]`` per distinct event time
     ``t`` of a group."""
@@ -163,11 +159,11 @@ class SlidingWindow(StateApiWindow):
     REOPEN_REFUSED: ClassVar[str | None] = (
         "each event time is its own window; reopening one is not there yet"
     )
-    STATE_FAMILY: ClassVar[type[StateFamily]] = Sliding
 
     @property
     def size_text(self) -> str:
         return f"{self.duration_ms} ms per event"
 
-    def shape(self) -> Shape:
-        return Shape(duration_ms=self.duration_ms, **self._shape_fields())
+    def state_family(self) -> Sliding:
+        assert self.duration_ms is not None
+        return Sliding(self.duration_ms)

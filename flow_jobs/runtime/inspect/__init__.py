@@ -8,8 +8,9 @@ the watermark that batch ran under (Spark's offset log) and each source's waterm
 
 Where the partial aggregates come from:
 
-* native windows (tumbling, hopping, cumulate, session on Spark's aggregation): the
-  state value is Spark's aggregation buffers. Which buffers, in which order, is what
+* windows on Spark's aggregation: the state value is Spark's aggregation buffers (the
+  window's bounds in the key, or in the value where the family keeps each group's
+  own: ``WindowSpec.NATIVE_STATE_BOUNDS``). Which buffers, in which order, is what
   the pipeline's compiled plan says (``flow_jobs.runtime.inspect.buffers``): inspect
   compiles it on its checkpoint as a run would, so a window that merges the Kafka
   reader's partials (``flow_jobs.plan.combine``) is read in that layout, a plain one in
@@ -19,10 +20,11 @@ Where the partial aggregates come from:
   sketch's estimate). ``collect`` and ``reduce`` show "n/a" (Spark's own serialization
   of the items; the user's functions), and the report's note names each aggregate that
   does and why;
-* state-API windows (sliding, count-based, reopening, current sessions, exact distinct
-  counts): the value is flow-jobs' own (``flow_jobs.windows.processor``): the
-  group's buffered events, from which each open window's aggregates are computed here
-  (``reduce``: "n/a", it would run the user's function on the driver).
+* windows on the state API: the value is flow-jobs' own
+  (``flow_jobs.windows.processor``): the group's buffered events, from which each open
+  window's aggregates are computed here by the family (``WindowSpec.state_family``)
+  and the aggregators (``reduce``: "n/a", it would run the user's function on the
+  driver).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """``flow-jobs inspect``: a window's open windows, from Spark's aggregation state (native
-windows) or from the operator's own (state-API windows)."""
+windows) or from the operator's own (state-API windows, read by the window's family)."""
 
 from __future__ import annotations
 
@@ -41,8 +41,8 @@ def native_windows(
     state = reader.load(c.report.checkpoint)
     w = c.window
     value_type = state.schema["value"].dataType
-    session_kind = "session_window" in value_type.fieldNames()
-    bounds = "value.session_window" if session_kind else f"key.{state_window_key(state)}"
+    own = w.NATIVE_STATE_BOUNDS  # each group's own bounds, in the value (the family's)
+    bounds = f"value.{own}" if own else f"key.{state_window_key(state)}"
     group_cols = {g: F.col(f"key.{g}") for g in w.group_by}
     state = filter_state(state, group_cols, c.window_groups)
     total = state.count()

@@ -1,0 +1,62 @@
+"""``[transform.window.top_n]``: only the top ``n`` rows of each window."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from flow_jobs.spec.aggregation import Aggregation
+from flow_jobs.spec.base import SpecModel, key_error
+
+
+class TopNSpec(SpecModel):
+    """``[transform.window.top_n]``: only the top ``n`` rows of each window (and
+    ``partition_by`` values), ranked by ``order_by`` (docs/spec-reference.md, "Top N")."""
+
+    n: Annotated[int, Field(gt=0)]
+    #: aggregation aliases, each with its direction: "clicks DESC", "amount_sum ASC"
+    order_by: list[str] = Field(min_length=1)
+    partition_by: list[str] = Field(default_factory=list)
+
+    def ordering(self) -> list[tuple[str, Literal["ascending", "descending"]]]:
+        """``order_by`` as (alias, direction) pairs (checked by ``check``)."""
+        out: list[tuple[str, Literal["ascending", "descending"]]] = []
+        for item in self.order_by:
+            alias, _, direction = item.strip().rpartition(" ")
+            out.append(
+                (alias.strip(), "descending" if direction.upper() == "DESC" else "ascending")
+            )
+        return out
+
+    def check(self, aggregations: list[Aggregation], group_by: list[str]) -> None:
+        """``order_by`` names ordered aggregation aliases, ``partition_by`` group keys."""
+        ranked = {
+            name: a.agg
+            for a in aggregations
+            for name in a.output_names()
+            if not name.endswith("_sketch")
+        }
+        for i, item in enumerate(self.order_by):
+            words = item.split()
+            if len(words) != 2 or words[1].upper() not in ("ASC", "DESC"):
+                raise key_error(
+                    f"top_n.order_by[{i}]",
+                    f"{item!r}: give an aggregation alias and its direction, e.g. "
+                    f"'{words[0] if words else 'clicks'} DESC'",
+                )
+            if words[0] not in ranked:
+                raise key_error(
+                    f"top_n.order_by[{i}]",
+                    f"{words[0]!r} is not an aggregation alias ({', '.join(ranked)})",
+                )
+            if ranked[words[0]] in ("collect", "reduce"):
+                raise key_error(
+                    f"top_n.order_by[{i}]", f"{words[0]!r} is a {ranked[words[0]]}: not ordered"
+                )
+        for i, column in enumerate(self.partition_by):
+            if column not in group_by:
+                raise key_error(
+                    f"top_n.partition_by[{i}]",
+                    f"{column!r} is not a group_by column ({', '.join(group_by) or 'none'})",
+                )
