@@ -1,18 +1,19 @@
 """The checks' rules: functions of the spec, the ledger and the target, each returning
 an ``AssetCheckResult``. ``checks.py`` turns them into Dagster checks; the target is
-read with bounded queries only (an aggregate in delta-rs's engine or in Postgres)."""
+read with bounded queries only (an aggregate where its rows are: the sink's ``crowded``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from dagster import AssetCheckResult, AssetCheckSeverity
 
 from flow_jobs.io.state_store import StateStore
-from flow_jobs.spec.models import PipelineSpec, revealed
+from flow_jobs.sinks import sink_for
+from flow_jobs.sinks.base import Crowded, TargetUnreadable
+from flow_jobs.spec.models import PipelineSpec
 
 
 def check_window_config(spec_path: Path) -> AssetCheckResult:
@@ -66,58 +67,39 @@ def check_late_row_rate(spec: PipelineSpec, ledger: StateStore) -> AssetCheckRes
     )
 
 
-@dataclass(frozen=True)
-class _Crowded:
-    """Groups of the target's rows (by some columns) holding more than a limit."""
-
-    groups: int  # how many
-    extra: int  # their rows beyond the limit, summed
-    most: int  # the largest group's rows (0: none over)
-
-
 def _crowded(
     spec: PipelineSpec, ledger: StateStore, columns: list[str], limit: int
-) -> _Crowded | str:
-    """One aggregate in Postgres or in delta-rs's engine (no row of the target comes into
-    Python); a Delta target that cannot be read gives the error's text."""
-    if spec.target.kind == "postgres":
-        from psycopg import sql
-
-        with ledger.connect() as conn:
-            row = conn.execute(
-                sql.SQL(
-                    "SELECT count(*), coalesce(sum(k - %s), 0), coalesce(max(k), 0) FROM "
-                    "(SELECT count(*) AS k FROM {} GROUP BY {} HAVING count(*) > %s) d"
-                ).format(
-                    sql.Identifier(spec.target.schema_name, spec.target.table),
-                    sql.SQL(", ").join(map(sql.Identifier, columns)),
-                ),
-                (limit, limit),
-            ).fetchone()
-        return _Crowded(*(int(v) for v in row)) if row else _Crowded(0, 0, 0)
-    from flow_jobs.io.delta import query_delta, quoted
-
-    query = (
-        f"SELECT count(*) AS groups, coalesce(sum(k - {limit}), 0) AS extra, "
-        "coalesce(max(k), 0) AS most FROM (SELECT count(*) AS k FROM t GROUP BY "
-        f"{', '.join(map(quoted, columns))} HAVING count(*) > {limit}) d"
-    )
+) -> Crowded | AssetCheckResult:
+    """One aggregate where the target's rows are (no row comes into Python: the sink's
+    ``crowded``); the check's result where it cannot count them."""
+    target = spec.target
     try:
-        found = query_delta(spec.target.path, query, revealed(spec.target.storage_options))
-    except Exception as e:
-        return f"cannot read the target: {e}"
-    return _Crowded(*(int(found[c][0].as_py()) for c in ("groups", "extra", "most")))
+        found = sink_for(target).crowded(target, ledger, columns, limit)
+    except TargetUnreadable as e:
+        return AssetCheckResult(passed=False, description=str(e))
+    if found is None:
+        return AssetCheckResult(
+            passed=True, description=f"{target.kind} target: not read back, n/a"
+        )
+    return found
+
+
+def _not_read_back(spec: PipelineSpec) -> AssetCheckResult | None:
+    """A target whose rows are only appended: the checks on its rows do not apply."""
+    if spec.target.append_only is None:
+        return None
+    return AssetCheckResult(passed=True, description=f"{spec.target.kind} target: append-only, n/a")
 
 
 def check_natural_key_unique(spec: PipelineSpec, ledger: StateStore) -> AssetCheckResult:
-    if spec.target.kind == "kafka":
-        return AssetCheckResult(passed=True, description="kafka target: append-only, n/a")
+    if (appended := _not_read_back(spec)) is not None:
+        return appended
     key = ledger.natural_key(spec.name)
     if key is None:
         return AssetCheckResult(passed=True, description="no run recorded yet: nothing written")
     repeated = _crowded(spec, ledger, key, 1)
-    if isinstance(repeated, str):
-        return AssetCheckResult(passed=False, description=repeated)
+    if isinstance(repeated, AssetCheckResult):
+        return repeated
     keys, extra = repeated.groups, repeated.extra
     return AssetCheckResult(
         passed=keys == 0,
@@ -131,12 +113,12 @@ def check_top_n_bounded(spec: PipelineSpec, ledger: StateStore) -> AssetCheckRes
     rows in the target."""
     w = spec.window
     assert w.top_n is not None
-    if spec.target.kind == "kafka":
-        return AssetCheckResult(passed=True, description="kafka target: append-only, n/a")
+    if (appended := _not_read_back(spec)) is not None:
+        return appended
     n, within = w.top_n.n, [w.window_start_column, w.window_end_column, *w.top_n.partition_by]
     crowded = _crowded(spec, ledger, within, n)
-    if isinstance(crowded, str):
-        return AssetCheckResult(passed=False, description=crowded)
+    if isinstance(crowded, AssetCheckResult):
+        return crowded
     over, most = crowded.groups, crowded.most
     return AssetCheckResult(
         passed=over == 0,

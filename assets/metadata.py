@@ -8,7 +8,7 @@ from typing import Any
 
 from dagster import MetadataValue
 
-from flow_jobs.io.targets import TARGETS
+from flow_jobs.sinks import target_summary
 from flow_jobs.spec.models import PipelineSpec
 
 PREVIEW_ROWS = 10
@@ -24,7 +24,7 @@ def run_metadata(runner: Any, spec: PipelineSpec, summary: Any) -> dict[str, Any
         "dead_lettered_rows": summary.dead_lettered,
         "global_watermark": summary.watermark or "",
         "batches": summary.batches,
-        "target": TARGETS[spec.target.kind].summary(spec.target),
+        "target": target_summary(spec.target),
         # as the run's summary line and `flow-jobs state show` say it ("Delta version 7")
         "target_commit": summary.target_commit_text,
         "query_id": summary.query_id,
@@ -48,7 +48,8 @@ def run_metadata(runner: Any, spec: PipelineSpec, summary: Any) -> dict[str, Any
 
 def preview_rows(spec: PipelineSpec, runner: Any) -> list[dict[str, Any]]:
     """The newest rows of the target (by its first natural-key columns)."""
-    from flow_jobs.io.target_rows import NoTargetYet, newest_rows
+    from flow_jobs.sinks import newest_rows
+    from flow_jobs.sinks.base import NoTargetYet
 
     try:
         return newest_rows(spec, runner.compiled.natural_key, runner.ledger, PREVIEW_ROWS)

@@ -28,15 +28,9 @@ def _identifier(raw: str) -> str:
 
 
 def asset_name(spec: PipelineSpec) -> str:
-    """The asset key: the target's table (Delta folder, Postgres table, Kafka topic)."""
-    target = spec.target
-    if target.kind == "postgres":
-        raw = target.table
-    elif target.kind == "kafka":
-        raw = target.topic
-    else:
-        raw = target.path.rstrip("/").rsplit("/", 1)[-1]
-    return _identifier(raw) or spec.name
+    """The asset key: the target's own name (a Delta folder's, a Postgres table's, a
+    Kafka topic's: ``TargetSpec.short_name``)."""
+    return _identifier(spec.target.short_name()) or spec.name
 
 
 def target_key(spec: PipelineSpec) -> AssetKey:

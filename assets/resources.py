@@ -8,8 +8,6 @@ production broker, database and bucket when the deployment configures the resour
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
 
 from dagster import ConfigurableResource
@@ -18,7 +16,7 @@ from pydantic import Field
 
 from flow_jobs.io.state_store import StateStore
 from flow_jobs.io.state_store_location import state_store_schema, state_store_url
-from flow_jobs.locations import is_uri, on_object_store
+from flow_jobs.locations import on_object_store
 from flow_jobs.spec.models import PipelineSpec
 
 
@@ -148,20 +146,12 @@ def apply_resources(
         doc.setdefault("state_store", {})["url"] = state_store.url
     if state_store.schema_name:
         doc.setdefault("state_store", {})["schema"] = state_store.schema_name
-    target = doc["target"]
-    if target.get("kind", "delta") == "delta":
-        path = target["path"]
-        if delta.root and not is_uri(path) and not os.path.isabs(path):
-            target["path"] = (
-                str(Path(delta.root) / path)
-                if not is_uri(delta.root)
-                else (f"{delta.root.rstrip('/')}/{path.removeprefix('./')}")
-            )
+    # A target that keeps files (a Delta table) goes under the resource's root, with
+    # its storage options (TargetSpec.stored_under); other kinds keep none.
+    stored = spec.target.stored_under(delta.root, delta.storage_options)
+    if stored is not None:
+        doc["target"].update(stored)
         if delta.storage_options:
-            target["storage_options"] = {
-                **target.get("storage_options", {}),
-                **delta.storage_options,
-            }
             # A dead-letter table on object storage gets them too (one left to its
             # default beside such a target takes the target's: PipelineSpec).
             dead = doc.get("dead_letter", {})

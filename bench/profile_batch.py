@@ -89,14 +89,14 @@ def sink_steps(timings: Timings) -> Iterator[None]:
     """The flow-jobs sink's steps, timed where the sink calls them."""
     from flow_jobs.io.dead_letters import DeadLetterTable
     from flow_jobs.io.ledger import BatchLedger
-    from flow_jobs.io.targets import DeltaBatchTarget
     from flow_jobs.runtime import sink
+    from flow_jobs.sinks.delta import DeltaMergeSink
 
     undo = [
         timings.wrap(sink.Observations, "take", "sink: take the dead letters"),
         timings.wrap(sink, "read_offset_log", "sink: read the offset log (x2)"),
         timings.wrap(DeadLetterTable, "commit", "sink: commit dead letters"),
-        timings.wrap(DeltaBatchTarget, "write", "sink: MERGE into Delta"),
+        timings.wrap(DeltaMergeSink, "write", "sink: MERGE into Delta"),
         timings.wrap(BatchLedger, "_insert", "sink: ledger row"),
         timings.wrap(sink.WindowBatchSink, "__call__", "sink: whole foreachBatch call"),
     ]

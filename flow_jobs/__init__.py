@@ -29,8 +29,9 @@ from flow_jobs.lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from flow_jobs.runtime.progress import RunSummary
+    from flow_jobs.sinks.delta import DeltaTarget
     from flow_jobs.spec.loader import SpecError, load_spec, parse_spec
-    from flow_jobs.spec.models import Aggregation, DeltaTarget
+    from flow_jobs.spec.models import Aggregation
     from flow_jobs.spec.models import JoinSpec as Join
     from flow_jobs.spec.models import KafkaSource as Source
     from flow_jobs.spec.models import LookupSpec as Lookup
@@ -43,7 +44,7 @@ __version__ = "0.1.0"
 #: The facade's names, imported on first use (``flow_jobs.lazy``).
 _FACADE = {
     "Aggregation": ("flow_jobs.spec.models", "Aggregation"),
-    "DeltaTarget": ("flow_jobs.spec.models", "DeltaTarget"),
+    "DeltaTarget": ("flow_jobs.sinks.delta", "DeltaTarget"),
     "Join": ("flow_jobs.spec.models", "JoinSpec"),
     "Lookup": ("flow_jobs.spec.models", "LookupSpec"),
     "Pipeline": ("flow_jobs.spec.models", "PipelineSpec"),

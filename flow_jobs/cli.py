@@ -23,9 +23,8 @@ from flow_jobs.cli_store import (
     require_known,
     store_for,
 )
-from flow_jobs.errors import PlanError
+from flow_jobs.errors import PlanError, TargetError
 from flow_jobs.io.checkpoint_claim import IncompatibleSpec
-from flow_jobs.io.delta import TargetError
 from flow_jobs.io.state_store import PipelineBusy, refuse_incompatible
 from flow_jobs.locations import local_path
 from flow_jobs.one_line import pipeline_summary

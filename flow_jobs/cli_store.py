@@ -18,12 +18,12 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from rich.table import Table
 
 from flow_jobs import tables
-from flow_jobs.io.batch import describe_commit
 from flow_jobs.io.state_store import StateStore
 from flow_jobs.io.state_store_location import state_store_schema, state_store_url
-from flow_jobs.io.target_rows import NoTargetYet, newest_rows
 from flow_jobs.secrets import redact
 from flow_jobs.settings import Settings
+from flow_jobs.sinks import describe_commit, sink_for
+from flow_jobs.sinks.base import NoTargetYet
 from flow_jobs.spec import load_spec
 from flow_jobs.spec.models import PipelineSpec
 
@@ -208,25 +208,20 @@ def run_target_show(args: argparse.Namespace) -> int:
     store, name, target = open_store(args, spec), spec.name, spec.target
     last = store.recent_batches(name, 1) if name in store.pipeline_names() else []
     commit = describe_commit(target.kind, last[-1]["target_version"]) if last else "-"
-    if target.kind == "postgres":
-        where = f"Postgres table {target.describe()} in {_where(store.url, _embedded(args, spec))}"
-        if args.psql:
-            return open_psql(store.url, search_path=target.schema_name)
-    elif target.kind == "delta":
-        where = f"Delta table {target.path}"
-    else:
-        print(
-            f"pipeline {name}: target Kafka topic {target.topic} on {target.bootstrap_servers} "
-            f"(last commit {commit}); read it with a Kafka consumer, e.g. kcat -C -b "
-            f"{target.bootstrap_servers} -t {target.topic} -o -{args.limit} -e: each "
-            "message's key is its natural key as a JSON array"
-        )
-        return 0
+    sink = sink_for(target)
+    where = sink.location(target, _where(store.url, _embedded(args, spec)))
+    schema = sink.psql_schema(target)
+    if args.psql and schema is not None:
+        return open_psql(store.url, search_path=schema)
     key = store.natural_key(name) or (spec.natural_key() if spec.has_window else [])
     try:
-        rows = newest_rows(spec, key, store, args.limit)
+        rows = sink.newest_rows(target, key, store, args.limit)
     except NoTargetYet:
         print(f"pipeline {name}: target {where}: no table yet (the pipeline has not written)")
+        return 0
+    if rows is None:  # a kind not read back: where it is, and how to read it
+        print(f"pipeline {name}: target {where} (last commit {commit}); "
+              f"{sink.how_to_read(target, args.limit)}")  # fmt: skip
         return 0
     order = f"; the newest {len(rows)} by {', '.join(key)}" if key else ""
     print(f"pipeline {name}: target {where} (last commit {commit}{order}; times UTC)")

@@ -1,10 +1,10 @@
 """A pipeline in one line, without compiling it: ``flow-jobs validate``'s and the Dagster
 asset's description. Each part says it from the object that runs it: the window family
-(its kind, size and engine), the join's spec, the target's writer class."""
+(its kind, size and engine), the join's spec, the target's sink."""
 
 from __future__ import annotations
 
-from flow_jobs.io.targets import TARGETS
+from flow_jobs.sinks import target_summary
 from flow_jobs.spec.models import PipelineSpec
 
 #: Where a window runs (``WindowSpec.engine``), in a few words.
@@ -15,7 +15,7 @@ def pipeline_summary(spec: PipelineSpec) -> str:
     """E.g. "pipeline 'clicks': tumbling window 60000 ms on Spark's aggregation over
     clicks -> Delta MERGE (deltalake) into ./data/clicks"."""
     join, temporal = spec.transform.join, spec.transform.temporal_join
-    target = TARGETS[spec.target.kind].summary(spec.target)
+    target = target_summary(spec.target)
     if temporal is not None:
         return (
             f"pipeline {spec.name!r}: {temporal.how} temporal join of {temporal.stream_source} "

@@ -33,6 +33,9 @@ T = TypeVar("T")
 BUILTIN = (
     "flow_jobs.aggregations",
     "flow_jobs.windows",
+    "flow_jobs.sinks.delta",
+    "flow_jobs.sinks.postgres",
+    "flow_jobs.sinks.kafka",
 )
 ENTRY_POINT_GROUP = "flow_jobs.plugins"
 

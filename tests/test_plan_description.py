@@ -18,16 +18,14 @@ from pyspark.sql import DataFrame, SparkSession
 from flow_jobs.aggregations import AGGREGATORS
 from flow_jobs.io.combine import CombinePlan
 from flow_jobs.io.dead_letters import OBSERVATION_PREFIX
-from flow_jobs.io.targets import (
-    TARGETS,
-    DeltaBatchTarget,
-    KafkaBatchTarget,
-    PostgresBatchTarget,
-)
 from flow_jobs.one_line import ENGINES, pipeline_summary
 from flow_jobs.plan.combine import MARKER
 from flow_jobs.plan.windows import STATE_STORE_PROVIDER
 from flow_jobs.runtime.runner import PipelineRunner
+from flow_jobs.sinks import SINKS
+from flow_jobs.sinks.delta import DeltaMergeSink
+from flow_jobs.sinks.kafka import KafkaProduceSink
+from flow_jobs.sinks.postgres import PostgresUpsertSink
 from flow_jobs.spec import load_spec
 from flow_jobs.spec.models import PipelineSpec
 
@@ -36,9 +34,9 @@ SPECS = sorted(PIPELINES.glob("*.toml"))
 CLICKS = PIPELINES / "clicks_per_minute.toml"
 #: What each writer's line may not say: another writer's way of writing.
 FOREIGN = {
-    DeltaBatchTarget: ("ON CONFLICT", "producer"),
-    PostgresBatchTarget: ("MERGE", "producer", "deltalake"),
-    KafkaBatchTarget: ("MERGE", "ON CONFLICT", "deltalake"),
+    DeltaMergeSink: ("ON CONFLICT", "producer"),
+    PostgresUpsertSink: ("MERGE", "producer", "deltalake"),
+    KafkaProduceSink: ("MERGE", "ON CONFLICT", "deltalake"),
 }
 AVRO_CLICK = json.dumps(
     {
@@ -138,18 +136,18 @@ def check_plan_lines(runner: PipelineRunner, spark: SparkSession) -> dict[str, s
 
     target = runner._target(None)
     written = by_part[f"target {spec.target.kind}"]
-    assert type(target) is TARGETS[spec.target.kind]
-    assert TARGETS[spec.target.kind].WRITES in pipeline_summary(spec)
+    assert type(target) is SINKS.get(spec.target.kind)
+    assert SINKS.get(spec.target.kind).WRITES in pipeline_summary(spec)
     for word in FOREIGN[type(target)]:
         assert word not in written, (word, written)
     keys = ", ".join(runner.compiled.natural_key)
-    if isinstance(target, DeltaBatchTarget):
+    if isinstance(target, DeltaMergeSink):
         assert f"deltalake MERGE into {target.table.path} on ({keys})" in written
         assert "application transaction" in written  # once by the table's own txn id
-    if isinstance(target, PostgresBatchTarget):
+    if isinstance(target, PostgresUpsertSink):
         assert f"ON CONFLICT ({keys})" in written and target.description in written
         assert "one transaction with the batch's ledger row" in written  # once_by "ledger"
-    if isinstance(target, KafkaBatchTarget):
+    if isinstance(target, KafkaProduceSink):
         assert target.spec.topic in written and "enable.idempotence" in written
         assert f"natural key ({keys})" in written and "repeats the batch" in written
     return by_part

@@ -1,13 +1,17 @@
-"""What the sink, the ledger and a target pass each other about one micro-batch: its
-ledger row as the sink fills it in (``BatchEntry``, written by
-``flow_jobs.io.ledger.BatchLedger``) and what a target's write did (``WriteResult``)."""
+"""What the sink, the ledger and a target's sink pass each other about one micro-batch:
+its ledger row as the sink fills it in (``BatchEntry``, written by
+``flow_jobs.io.ledger.BatchLedger``), what a sink's write did (``WriteResult``), and the
+rows a write must leave alone or delete besides its own (``ClosedWindows``,
+``Supersede``), which every target kind honours in its own dialect."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 
 @dataclass
@@ -35,34 +39,47 @@ class WriteResult:
     skipped: bool  # the batch was already written (a replay)
     inserted: int
     updated: int
-    #: the batch's target commit (``describe_commit``), kept in the ledger's
-    #: ``target_version``: a Delta table version, a Postgres transaction id, Kafka offsets
+    #: the batch's target commit (``flow_jobs.sinks.describe_commit``), kept in the
+    #: ledger's ``target_version``: a Delta table version, a Postgres transaction id...
     version: str | None
     superseded: int = 0  # rows an overlapping session row replaced (Supersede)
 
 
-#: What a target commit is, per target kind: the Delta table version the batch left
-#: (the one its MERGE committed, or the table's as it stood when it merged nothing),
-#: the id of the Postgres transaction that wrote its rows with its ledger row, the
-#: offset of its last message in each partition of a Kafka topic (none when it
-#: produced nothing).
-COMMIT_NAMES = {"delta": "Delta version", "postgres": "Postgres transaction",
-                "kafka": "Kafka offsets"}  # fmt: skip
+@dataclass(frozen=True)
+class Supersede:
+    """Session windows emitted "current": a row replaces its group's rows whose
+    [start, end) overlaps its own, earlier versions of the same session (it grew, its
+    start moved, or two sessions merged). A group's sessions never overlap each other,
+    so nothing else is deleted."""
+
+    group: tuple[str, ...]
+    start: str
+    end: str
 
 
-def describe_commit(kind: str, commit: str | None) -> str:
-    """A target commit as every output says it: "Delta version 7", "Postgres transaction
-    758", "Kafka offsets 0=41,1=40"; "-" for none."""
-    if commit is None:
-        return "-"
-    if kind == "kafka":
-        try:
-            offsets = json.loads(commit)
-            commit = ",".join(f"{p}={o}" for p, o in sorted(offsets.items(), key=_partition))
-        except (ValueError, AttributeError):  # not the JSON a Kafka target records
-            pass
-    return f"{COMMIT_NAMES.get(kind, kind)} {commit}"
+@dataclass(frozen=True)
+class ClosedWindows:
+    """The windows an earlier checkpoint lineage wrote complete, which a new lineage
+    inserts if absent and never updates (it may have seen only part of their rows):
+    those ending at or before ``until``, the highest watermark an earlier lineage ran
+    under. A replay generation (``flow-jobs reset --from T``) re-reads every record
+    stamped at or after T, so it rewrites the windows starting at or after T
+    (``replay_from``) too: a matched row is updated when its window ends after
+    ``until`` or starts at or after T. A window starting before T keeps its row.
 
+    Each sink says this condition in its own dialect (a Delta predicate, a Postgres
+    one); ``arrow_open`` says it over a batch's rows."""
 
-def _partition(item: tuple[str, Any]) -> int:
-    return int(item[0]) if str(item[0]).isdigit() else -1
+    end_column: str
+    until: datetime
+    start_column: str | None = None
+    replay_from: datetime | None = None
+
+    def arrow_open(self, rows: pa.Table) -> pa.Array:
+        """A mask over a batch's rows: true where the row's window may be written."""
+        end = rows.column(self.end_column)
+        mask = pc.greater(end, pa.scalar(self.until, end.type))
+        if self.replay_from is not None and self.start_column is not None:
+            start = rows.column(self.start_column)
+            mask = pc.or_(mask, pc.greater_equal(start, pa.scalar(self.replay_from, start.type)))
+        return mask

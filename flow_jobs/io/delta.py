@@ -23,19 +23,9 @@ from deltalake import CommitProperties, DeltaTable, QueryBuilder, Transaction
 from deltalake.exceptions import DeltaError, TableNotFoundError
 from deltalake.schema import Field
 
+from flow_jobs.errors import TargetSchemaError, TargetUnavailable
+from flow_jobs.io.batch import Supersede
 from flow_jobs.locations import is_uri
-
-
-class TargetError(RuntimeError):
-    """A target the run cannot write; the message says which and what to do."""
-
-
-class TargetSchemaError(TargetError):
-    """An existing table's columns differ from what the pipeline writes."""
-
-
-class TargetUnavailable(TargetError):
-    """A table that does not exist and cannot be created where the spec says."""
 
 
 @dataclass(frozen=True)
@@ -47,18 +37,6 @@ class MergeResult:
     deleted: int = 0  # rows superseded by an overlapping one (Supersede)
     files_scanned: int = 0  # target files the MERGE read
     files_skipped: int = 0  # target files its bounds let it skip (file statistics)
-
-
-@dataclass(frozen=True)
-class Supersede:
-    """Session windows emitted "current": a row replaces its group's rows whose
-    [start, end) overlaps its own, earlier versions of the same session (it grew, its
-    start moved, or two sessions merged). A group's sessions never overlap each other,
-    so nothing else is deleted."""
-
-    group: tuple[str, ...]
-    start: str
-    end: str
 
 
 #: Marks a source row of a superseding MERGE: true to upsert it, false to delete the

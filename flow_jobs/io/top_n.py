@@ -16,7 +16,7 @@ ledger, per checkpoint generation, each row a ``StandingRow`` in the format of
 ``flow_jobs.state_codec``); each batch's rows update it, and every partition
 they touch is ranked again from it. The batch then writes that partition's whole top N,
 and the target deletes, in the same Delta commit or Postgres transaction, the rows of
-those partitions that left it (``flow_jobs.io.targets``: a target's ``ranked``). A window's rows
+those partitions that left it (``flow_jobs.sinks.base``: a sink's ``ranked``). A window's rows
 leave the standings one batch after the watermark passed its end (no row can change
 them then, nor a replay of the batch that closed it).
 

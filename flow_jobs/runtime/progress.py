@@ -9,7 +9,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from flow_jobs.io.batch import describe_commit
 from flow_jobs.io.ledger import BatchLedger
 from flow_jobs.runtime.caps import StateSizeWatch
 from flow_jobs.runtime.display import Snapshot, SourceExtent
@@ -30,6 +29,7 @@ from flow_jobs.runtime.reports import (
     watermark,
 )
 from flow_jobs.runtime.sink import BatchOutcome
+from flow_jobs.sinks import describe_commit
 from flow_jobs.spec.models import PipelineSpec
 
 log = logging.getLogger("flow_jobs.progress")
@@ -46,7 +46,7 @@ class RunSummary:
     dead_lettered: int
     late_rows: int  # behind the watermark: dropped, or dead-lettered with late_data = "dlq"
     watermark: str | None
-    #: the newest target commit of the run (``flow_jobs.io.batch.describe_commit``), as
+    #: the newest target commit of the run (``flow_jobs.sinks.describe_commit``), as
     #: its batch's ledger row records it
     target_commit: str | None
     ended_by: str
@@ -56,7 +56,7 @@ class RunSummary:
     duplicates: int = 0
     #: broker outages seen while the run lasted, per source (flow_jobs.runtime.outages)
     source_outages: dict[str, int] = field(default_factory=dict)
-    target_kind: str = "delta"
+    target_kind: str = ""
 
     @property
     def target_commit_text(self) -> str:

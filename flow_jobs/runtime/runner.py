@@ -15,21 +15,15 @@ from pyspark.sql import SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming import StreamingQuery
 
+from flow_jobs.io.batch import Supersede
 from flow_jobs.io.checkpoint_files import (
     checkpoint_files,
     publish_driver_gateway,
     withdraw_driver_gateway,
 )
 from flow_jobs.io.dead_letters import DeadLetterTable
-from flow_jobs.io.delta import DeltaMergeTable, Supersede
 from flow_jobs.io.ledger import BatchLedger
 from flow_jobs.io.state_store import RunLock, StateStore
-from flow_jobs.io.targets import (
-    BatchTarget,
-    DeltaBatchTarget,
-    KafkaBatchTarget,
-    PostgresBatchTarget,
-)
 from flow_jobs.io.top_n import Ranking
 from flow_jobs.locations import local_path
 from flow_jobs.plan.combine import mark_checkpoint
@@ -51,7 +45,9 @@ from flow_jobs.runtime.session import pipeline_session, refuse_unshared_paths, s
 from flow_jobs.runtime.sink import StopRequested, WindowBatchSink, last_progress
 from flow_jobs.secrets import redact
 from flow_jobs.settings import Settings
-from flow_jobs.spec.models import PipelineSpec, revealed
+from flow_jobs.sinks import sink_for
+from flow_jobs.sinks.base import Sink, SinkOutput
+from flow_jobs.spec.models import PipelineSpec
 
 log = logging.getLogger(__name__)
 #: The run's summary line; the CLI prints it on stdout instead, so it quiets this logger.
@@ -123,9 +119,16 @@ class PipelineRunner:
             *self._target(None).describe(),
         ]
 
-    def _target(self, ledger: StateStore | None) -> BatchTarget:
-        """The target's writer (``ledger`` None: built only to be described)."""
-        target = self._open_target(ledger)
+    def _target(self, ledger: StateStore | None) -> Sink:
+        """The target's sink, its kind's (``ledger`` None: built only to be described)."""
+        compiled = self.compiled
+        output = SinkOutput(
+            self.output_schema,
+            tuple(compiled.natural_key),
+            tuple(compiled.nullable_key),
+            self.spec.name,
+        )
+        target = sink_for(self.spec.target)(self.spec.target, output, ledger)
         if self.spec.supersedes_overlapping:
             w = self.spec.window
             target.supersede = Supersede(
@@ -134,25 +137,6 @@ class PipelineRunner:
         if self.spec.ranks_current:
             target.ranked = Ranking.of(self.spec.window).partition_columns
         return target
-
-    def _open_target(self, ledger: StateStore | None) -> BatchTarget:
-        target, compiled = self.spec.target, self.compiled
-        if target.kind == "postgres":
-            return PostgresBatchTarget(
-                target, self.output_schema, compiled.natural_key, compiled.nullable_key, ledger
-            )
-        if target.kind == "kafka":
-            return KafkaBatchTarget(
-                target, compiled.natural_key, self.output_schema, self.spec.name
-            )
-        table = DeltaMergeTable(
-            target.path,
-            self.output_schema,
-            compiled.natural_key,
-            nullable_key=compiled.nullable_key,
-            storage_options=revealed(target.storage_options),
-        )
-        return DeltaBatchTarget(target, table)
 
     def run(self, available_now: bool = False, display: Display | None = None) -> RunSummary:
         """Process until the input is drained (``available_now``) or a stop is requested.

@@ -13,11 +13,10 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 
-from flow_jobs.io.batch import BatchEntry, WriteResult
+from flow_jobs.io.batch import BatchEntry, ClosedWindows, WriteResult
 from flow_jobs.io.dead_letters import OBSERVATION_PREFIX, DeadLetterTable
 from flow_jobs.io.ledger import BatchLedger
 from flow_jobs.io.state_store import RunLock
-from flow_jobs.io.targets import BatchTarget, ClosedWindows
 from flow_jobs.io.top_n import Ranking, Standings, rank
 from flow_jobs.io.waits import wait_out
 from flow_jobs.plan_lines import PlanLine
@@ -25,6 +24,7 @@ from flow_jobs.runtime.checkpoint import read_offset_log
 from flow_jobs.runtime.metrics import metrics
 from flow_jobs.runtime.observations import Observations
 from flow_jobs.runtime.reports import as_dict
+from flow_jobs.sinks.base import Sink
 from flow_jobs.spec.models import PipelineSpec
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ class BatchOutcome:
     dead_lettered: int
     seconds: float  # the whole call: running the micro-batch, then writing it
     write_seconds: float  # of which writing: the target, the ledger and the dead letters
-    #: the target commit its ledger row records (``flow_jobs.io.batch.describe_commit``),
+    #: the target commit its ledger row records (``flow_jobs.sinks.describe_commit``),
     #: also where it wrote no row; None for a replayed batch
     commit: str | None = None
 
@@ -57,7 +57,7 @@ class WindowBatchSink:
     def __init__(
         self,
         spec: PipelineSpec,
-        target: BatchTarget,
+        target: Sink,
         dead_letters: DeadLetterTable,
         ledger: BatchLedger,
         checkpoint: str,

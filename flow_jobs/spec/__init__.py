@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING
 from flow_jobs.lazy import lazy_getattr
 
 if TYPE_CHECKING:
+    from flow_jobs.sinks.delta import DeltaTarget
     from flow_jobs.spec.loader import SpecError, load_spec, parse_spec
     from flow_jobs.spec.models import (
         EVENT_TS,
         Aggregation,
-        DeltaTarget,
         KafkaSource,
         PipelineSpec,
         TransformSpec,
@@ -29,7 +29,7 @@ _NAMES = {
     "parse_spec": ("flow_jobs.spec.loader", "parse_spec"),
     "EVENT_TS": ("flow_jobs.spec.models", "EVENT_TS"),
     "Aggregation": ("flow_jobs.spec.models", "Aggregation"),
-    "DeltaTarget": ("flow_jobs.spec.models", "DeltaTarget"),
+    "DeltaTarget": ("flow_jobs.sinks.delta", "DeltaTarget"),
     "KafkaSource": ("flow_jobs.spec.models", "KafkaSource"),
     "PipelineSpec": ("flow_jobs.spec.models", "PipelineSpec"),
     "TransformSpec": ("flow_jobs.spec.models", "TransformSpec"),

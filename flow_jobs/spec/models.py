@@ -21,11 +21,12 @@ from typing import Any
 from pydantic import (
     Field,
     SecretStr,
+    SerializeAsAny,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
-from flow_jobs.locations import on_object_store
 from flow_jobs.plugins import PluginError, load_plugins
 from flow_jobs.spec.aggregation import Aggregation
 from flow_jobs.spec.base import (
@@ -57,7 +58,7 @@ from flow_jobs.spec.running import (
     StateStoreSpec,
 )
 from flow_jobs.spec.sources import KafkaSource, StartingOffsets, StartingTimestamp
-from flow_jobs.spec.targets import DeadLetterSpec, DeltaTarget, KafkaTarget, PostgresTarget, Target
+from flow_jobs.spec.targets import DeadLetterSpec, TargetSpec, deleting_kinds, validate_target
 from flow_jobs.spec.transform import (
     DedupSpec,
     JoinHow,
@@ -79,31 +80,27 @@ __all__ = [
     "REFUSED_SPARK_CONF",
     "REFUSED_SPARK_CONF_SAFE",
     "SQL_IDENTIFIER",
-    "TARGET_KINDS",
     "Aggregation",
     "CheckpointSpec",
     "ChecksSpec",
     "DeadLetterSpec",
     "DedupSpec",
-    "DeltaTarget",
     "ImportPath",
     "JoinHow",
     "JoinSpec",
     "KafkaSource",
-    "KafkaTarget",
     "LookupKind",
     "LookupSpec",
     "OrchestrationSpec",
     "OutputColumns",
     "PipelineSpec",
-    "PostgresTarget",
     "RuntimeSpec",
     "SparkSpec",
     "SpecModel",
     "StartingOffsets",
     "StartingTimestamp",
     "StateStoreSpec",
-    "Target",
+    "TargetSpec",
     "TemporalJoinSpec",
     "TransformSpec",
     "WindowSpec",
@@ -117,9 +114,6 @@ __all__ = [
 ]
 
 
-TARGET_KINDS = ("delta", "postgres", "kafka")
-
-
 class PipelineSpec(SpecModel):
     """One ``pipelines/*.toml`` file."""
 
@@ -129,7 +123,8 @@ class PipelineSpec(SpecModel):
     name: str
     sources: list[KafkaSource] = Field(min_length=1)
     transform: TransformSpec
-    target: Target
+    #: the kind's own model (``flow_jobs.sinks``), dumped with its own keys
+    target: SerializeAsAny[TargetSpec]
     dead_letter: DeadLetterSpec = Field(default_factory=DeadLetterSpec)
     state_store: StateStoreSpec = Field(default_factory=StateStoreSpec)
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
@@ -174,14 +169,8 @@ class PipelineSpec(SpecModel):
 
     @field_validator("target", mode="before")
     @classmethod
-    def _target_kind(cls, v: Any) -> Any:
-        if isinstance(v, dict):
-            v = {"kind": "delta", **v}
-            if v["kind"] not in TARGET_KINDS:
-                raise key_error(
-                    "kind", f"kind = {v['kind']!r} is not a target; use one of {TARGET_KINDS}"
-                )
-        return v
+    def _target_kind(cls, v: Any, info: ValidationInfo) -> Any:
+        return validate_target(v, info.context)  # read by its kind's sink's model
 
     @model_validator(mode="after")
     def _rules(self) -> PipelineSpec:
@@ -217,20 +206,21 @@ class PipelineSpec(SpecModel):
         self._dedup_rules()
         check_columns(self)
         check_event_time_types(self)
-        if self.ranks_current and self.target.kind == "kafka":
+        kind, append_only = self.target.kind, self.target.append_only
+        if self.ranks_current and append_only:
             raise key_error(
                 "target.kind",
-                'kind = "kafka" cannot take top_n with emit = "current": a row that '
-                "leaves the top N is deleted, which an append-only topic cannot do; use "
-                'a delta or postgres target, or emit = "final"',
+                f'kind = "{kind}" cannot take top_n with emit = "current": a row that '
+                f"leaves the top N is deleted, which {append_only} cannot do; use "
+                f'{deleting_kinds()}, or emit = "final"',
             )
-        if self.supersedes_overlapping and self.target.kind == "kafka":
+        if self.supersedes_overlapping and append_only:
             raise key_error(
                 "target.kind",
-                f'kind = "kafka" cannot take {self.window.kind} windows with emit = "current": '
-                "each update replaces the group's rows its bounds overlap (a window grows, "
-                "or two merge), which an append-only topic cannot delete; use a delta or "
-                'postgres target, or emit = "final"',
+                f'kind = "{kind}" cannot take {self.window.kind} windows with emit = '
+                '"current": each update replaces the group\'s rows its bounds overlap (a window '
+                f"grows, or two merge), which {append_only} cannot delete; use "
+                f'{deleting_kinds()}, or emit = "final"',
             )
         return self
 
@@ -330,12 +320,12 @@ class PipelineSpec(SpecModel):
     def warnings(self) -> list[str]:
         """What is valid but deserves a word at start-up (and from ``validate``)."""
         out = []
-        if self.has_window and self.window.reopens and self.target.kind == "kafka":
+        if self.has_window and self.window.reopens and self.target.append_only:
             out.append(
                 'late_data = "reopen" re-emits a window each time late rows correct it, and '
-                "a Kafka topic keeps every record: consumers see one record per revision "
-                f"(the {self.window.revision_column} column) and should keep the highest "
-                "per window and group"
+                f"{self.target.append_only} keeps every record: consumers see one record per "
+                f"revision (the {self.window.revision_column} column) and should keep the "
+                "highest per window and group"
             )
         return out
 
@@ -350,8 +340,9 @@ class PipelineSpec(SpecModel):
         return self.checkpoint.location or f"./.flow/{self.name}/checkpoint"
 
     def dead_letter_path(self) -> str:
-        """``[dead_letter] path``; unset, next to a Delta target on object storage
-        (``<target path>_dead_letters``), else ``./.flow/<name>/dead_letters``.
+        """``[dead_letter] path``; unset, next to a target on object storage (a Delta
+        target's ``<path>_dead_letters``: ``TargetSpec.table_beside``), else
+        ``./.flow/<name>/dead_letters``.
 
         Why beside such a target: its run may be a short-lived container (a Dagster run,
         a cluster driver) whose local disk goes with it, and dead letters must outlive
@@ -359,28 +350,21 @@ class PipelineSpec(SpecModel):
         the pipeline is known to write. A local target keeps the local default."""
         if self.dead_letter.path:
             return self.dead_letter.path
-        if self._dead_letters_beside_target():
-            assert isinstance(self.target, DeltaTarget)
-            return self.target.path.rstrip("/") + "_dead_letters"
-        return f"./.flow/{self.name}/dead_letters"
+        beside = self._dead_letters_beside_target()
+        return beside[0] if beside else f"./.flow/{self.name}/dead_letters"
 
     def dead_letter_storage_options(self) -> dict[str, str]:
         """The dead-letter table's storage options, revealed: ``[dead_letter]
         storage_options``, else the target's when the table defaults to beside it."""
         if self.dead_letter.storage_options:
             return revealed(self.dead_letter.storage_options)
-        if self._dead_letters_beside_target():
-            assert isinstance(self.target, DeltaTarget)
-            return revealed(self.target.storage_options)
-        return {}
+        beside = self._dead_letters_beside_target()
+        return revealed(beside[1]) if beside else {}
 
-    def _dead_letters_beside_target(self) -> bool:
-        return (
-            self.dead_letter.kind == "delta"
-            and not self.dead_letter.path
-            and isinstance(self.target, DeltaTarget)
-            and on_object_store(self.target.path)
-        )
+    def _dead_letters_beside_target(self) -> tuple[str, dict[str, SecretStr]] | None:
+        if self.dead_letter.kind != "delta" or self.dead_letter.path:
+            return None
+        return self.target.table_beside("_dead_letters")
 
     def natural_key(self) -> list[str]:
         """A windowed pipeline's natural key (a join's depends on the sources' schemas:

@@ -1,89 +1,105 @@
-"""``[target]`` (Delta, Postgres, Kafka) and ``[dead_letter]``."""
+"""``[target]`` and ``[dead_letter]``.
+
+A target's keys are its kind's: each target kind is a sink package
+(``flow_jobs.sinks``) whose spec model is a ``TargetSpec``. ``validate_target`` reads
+``[target]`` with the model of the sink registered under its ``kind``, so the spec knows
+no kind by name.
+"""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import (
+    Discriminator,
     Field,
     SecretStr,
+    Tag,
+    TypeAdapter,
+    model_serializer,
     model_validator,
 )
+from pydantic.functional_serializers import SerializerFunctionWrapHandler
 
-from flow_jobs.spec.base import SpecModel, _identifier, key_error
-from flow_jobs.spec.sources import SchemaRegistrySpec
-
-
-class DeltaTarget(SpecModel):
-    """``[target]`` with ``kind = "delta"``: MERGE on the natural key, once per batch
-    (Delta's application transaction)."""
-
-    kind: Literal["delta"] = "delta"
-    path: str = Field(min_length=1)
-    storage_options: dict[str, SecretStr] = Field(default_factory=dict)
-
-    def describe(self) -> str:
-        return self.path
+from flow_jobs.sinks import SINKS, default_kind
+from flow_jobs.spec.base import SpecModel, key_error
 
 
-class PostgresTarget(SpecModel):
-    """``[target]`` with ``kind = "postgres"``: upsert on the natural key, in the state
-    store's database, in one transaction with the batch's ledger row."""
+class TargetSpec(SpecModel):
+    """``[target]``: the base of every target kind's spec model.
 
-    kind: Literal["postgres"]
-    table: str
-    schema_name: str = Field(default="public", alias="schema")
+    A kind's model adds its keys and rules, and says what the spec's rules and the
+    Dagster adapter need to know of it without writing anything.
+    """
 
-    @model_validator(mode="after")
-    def _rules(self) -> PostgresTarget:
-        _identifier("table", self.table)
-        _identifier("schema", self.schema_name)
-        return self
+    kind: str
+    #: What the target is when it can neither delete nor replace a row it wrote (e.g.
+    #: "an append-only topic"), None when it can: a spec whose rows replace or delete
+    #: earlier ones (top_n or session windows emitted "current") is refused for it.
+    append_only: ClassVar[str | None] = None
 
     def describe(self) -> str:
-        return f"{self.schema_name}.{self.table}"
+        """Where it writes, in a few words: a path, a table, a topic."""
+        return self.kind
+
+    def short_name(self) -> str:
+        """Its own name without where it lives (a folder's, a table's, a topic's): the
+        Dagster asset's key."""
+        return self.describe()
+
+    def table_beside(self, suffix: str) -> tuple[str, dict[str, SecretStr]] | None:
+        """Where a Delta table beside it goes (its location plus ``suffix``, its storage
+        options), when it lives on object storage; None otherwise. The dead letters go
+        there by default: a run on a short-lived machine loses its local disk."""
+        return None
+
+    def stored_under(
+        self, root: str | None, storage_options: Mapping[str, str]
+    ) -> dict[str, Any] | None:
+        """Its keys changed by Dagster's object-storage resource: a relative location
+        put under ``root``, ``storage_options`` added. None: the kind keeps no files."""
+        return None
+
+    @model_serializer(mode="wrap")
+    def _with_kind(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # The kind is written even where it is its model's default, so a document read
+        # back names the same sink (a spec without kind reads as the default kind).
+        return {"kind": self.kind, **handler(self)}
 
 
-class KafkaTarget(SpecModel):
-    """``[target]`` with ``kind = "kafka"``: rows keyed by the natural key (a JSON
-    array). Append only: a crash between the produce and the ledger commit can repeat a
-    batch."""
-
-    kind: Literal["kafka"]
-    topic: str = Field(min_length=1)
-    bootstrap_servers: str = Field(min_length=1)
-    client_config: dict[str, SecretStr] = Field(default_factory=dict)
-    #: "json": each row a JSON object; "avro" / "protobuf" / "json_schema": Confluent-
-    #: framed records of the window rows' schema, registered under ``subject`` (default
-    #: ``<topic>-value``) in ``schema_registry`` when the run starts
-    format: Literal["json", "avro", "protobuf", "json_schema"] = "json"
-    schema_registry: SchemaRegistrySpec | None = None
-    subject: str | None = None
-
-    @property
-    def value_subject(self) -> str:
-        """The subject the records' schema is registered under."""
-        return self.subject or f"{self.topic}-value"
-
-    @model_validator(mode="after")
-    def _rules(self) -> KafkaTarget:
-        if self.format != "json" and self.schema_registry is None:
-            raise key_error(
-                "schema_registry",
-                f'format = "{self.format}" needs [target.schema_registry] url: the records '
-                "carry their schema's id in the registry",
-            )
-        for key in ("schema_registry", "subject"):
-            if self.format == "json" and getattr(self, key) is not None:
-                raise key_error(key, f'{key} is only for format = "avro", "protobuf" or '
-                                '"json_schema"')  # fmt: skip
-        return self
-
-    def describe(self) -> str:
-        return self.topic
+def validate_target(value: Any, context: Any = None) -> Any:
+    """``[target]`` as its kind's spec model; ``kind`` defaults to the default sink's.
+    A value already a model is kept."""
+    if not isinstance(value, Mapping):
+        return value
+    value = {"kind": default_kind(), **value}
+    kind, kinds = value["kind"], SINKS.names()
+    if kind not in kinds:
+        raise key_error("kind", f"kind = {kind!r} is not a target; use one of {kinds}")
+    return _targets().validate_python(value, context=context)
 
 
-Target = Annotated[DeltaTarget | PostgresTarget | KafkaTarget, Field(discriminator="kind")]
+_adapter: tuple[int, TypeAdapter[Any]] | None = None
+
+
+def _targets() -> TypeAdapter[Any]:
+    """The kinds' models as one union on ``kind`` (an error names the kind, as
+    ``target.postgres.table``), rebuilt when a plug-in registered another kind."""
+    global _adapter
+    names = SINKS.names()  # the built-ins loaded first: the version counts them
+    if _adapter is None or _adapter[0] != SINKS.version:
+        members = tuple(Annotated[SINKS.get(n).spec_model, Tag(n)] for n in names)
+        union = members[0] if len(members) == 1 else Union[members]  # noqa: UP007
+        _adapter = (SINKS.version, TypeAdapter(Annotated[union, Discriminator("kind")]))
+    return _adapter[1]
+
+
+def deleting_kinds() -> str:
+    """The target kinds that can delete a row they wrote, as a spec error suggests them:
+    "a delta or postgres target"."""
+    kinds = [n for n, sink in SINKS.items() if sink.spec_model.append_only is None]
+    return f"a {' or '.join(kinds)} target"
 
 
 class DeadLetterSpec(SpecModel):

@@ -14,7 +14,7 @@ reaches the operator (Spark drops it first), so a closed session never changes a
 A session's bounds move while it is open: a new event extends its end, an earlier one
 moves its start, and one event can merge two sessions. Each emission therefore
 supersedes the group's rows whose bounds overlap it; the target deletes those
-(``flow_jobs.io.targets``: ``Supersede``), so the operator keeps no record of what it
+(``flow_jobs.io.batch``: ``Supersede``), so the operator keeps no record of what it
 emitted.
 """
 
