@@ -21,7 +21,7 @@ from flow_jobs.aggregations.avg import Avg
 from flow_jobs.aggregations.count import Count
 from flow_jobs.aggregations.extremes import Extreme
 from flow_jobs.aggregations.sum import Sum
-from flow_jobs.operators.frame import LANE, NULL_SUFFIX, POSITION, TIME, VALUE_PREFIX, ColumnKind
+from flow_jobs.kernels.frame import LANE, NULL_SUFFIX, POSITION, TIME, VALUE_PREFIX, ColumnKind
 from flow_jobs.windows.processor import WindowOperatorPlan, WindowProcessor
 
 

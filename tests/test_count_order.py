@@ -12,7 +12,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flow_jobs.operators.frame import EventFrame, Values
+from flow_jobs.kernels.frame import EventFrame, Values
 from flow_jobs.windows import count as count_based
 
 LATENESS = 50

@@ -16,8 +16,8 @@ from pyspark.sql import functions as F
 from flow_jobs.aggregations.avg import Avg
 from flow_jobs.aggregations.extremes import Extreme
 from flow_jobs.aggregations.sum import Sum
-from flow_jobs.operators.frame import EventFrame, Values
-from flow_jobs.operators.ranges import Context, Ranges
+from flow_jobs.kernels.frame import EventFrame, Values
+from flow_jobs.kernels.ranges import Context, Ranges
 
 EPS = float(np.finfo(np.float64).eps)
 SPECIAL = [

@@ -58,7 +58,7 @@ from flow_jobs.aggregations.partial_parts import (
 )
 from flow_jobs.io.combine import PARTIAL, CombinePlan, partial_type
 from flow_jobs.io.folding import Folder
-from flow_jobs.operators.ranges import Context, Ranges, WindowAggregator
+from flow_jobs.kernels.ranges import Context, Ranges, WindowAggregator
 from flow_jobs.plan.combine import foldable
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs_dev.broker import EmbeddedBroker

@@ -22,11 +22,11 @@ from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
 from flow_jobs.io.state_store import StateStore
-from flow_jobs.operators.frame import EventFrame, Values
+from flow_jobs.kernels import timers
+from flow_jobs.kernels.frame import EventFrame, Values
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec.models import PipelineSpec
 from flow_jobs.windows import fixed as reopen
-from flow_jobs.windows import timers
 from flow_jobs_dev.broker import EmbeddedBroker
 from flow_jobs_dev.producer import Record
 from tests.reference import reference_windows, window_starts

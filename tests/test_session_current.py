@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
-from flow_jobs.operators.frame import EventFrame, Values
+from flow_jobs.kernels.frame import EventFrame, Values
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec.models import PipelineSpec
 from flow_jobs.windows import session

@@ -948,7 +948,7 @@ def test_an_event_time_timer_fires_when_the_watermark_equals_it(
     """A timer at T fires in the first micro-batch whose watermark is >= T: at W = T,
     not only once W > T; one at T + 1 waits for W = T + 1.
 
-    flow_jobs.windows.timers registers each group's timer AT the lowest watermark at
+    flow_jobs.kernels.timers registers each group's timer AT the lowest watermark at
     which its windows have work ("due"). Were the rule W > T, a timer at due would fire
     one batch late (at the first W above it); registering at due - 1 under the rule
     that holds here fired with nothing to do and lost the timer (an earlier flow-jobs)."""
@@ -971,7 +971,7 @@ def test_a_fired_timer_is_deleted_after_its_handler_even_if_registered_again(
     """Inside handleExpiredTimer for T, registering T again is undone: Spark deletes T
     after the handler returns. A timer registered there at another time stays.
 
-    flow_jobs.windows.timers: inside the handler the group's saved timer, if it is the
+    flow_jobs.kernels.timers: inside the handler the group's saved timer, if it is the
     fired one, counts as gone (``settle`` given the ``Firing``), and the timer registered
     next must differ from the fired one (``wanted``: above the watermark)."""
     with _TimerQuery(spark, workdir, {5_000: [5_000, 5_002]}) as q:

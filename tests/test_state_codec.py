@@ -26,8 +26,8 @@ from pyspark.sql.pandas.types import from_arrow_type
 
 from flow_jobs import state_codec
 from flow_jobs.io.top_n import StandingRow
+from flow_jobs.kernels.frame import EventFrame, Values
 from flow_jobs.operators.dedup import DedupState
-from flow_jobs.operators.frame import EventFrame, Values
 from flow_jobs.operators.temporal import TemporalState
 from flow_jobs.state_codec import StateFormatError
 from flow_jobs.windows.count import CountState

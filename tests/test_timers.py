@@ -1,4 +1,4 @@
-"""Timers that cannot be lost (``flow_jobs.windows.timers``).
+"""Timers that cannot be lost (``flow_jobs.kernels.timers``).
 
 Spark fires an event-time timer once the watermark is at or above it, and deletes it
 after its handler (tests/test_spark_contracts.py, "timers"). Each state-API window
@@ -25,11 +25,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
-from flow_jobs.operators.frame import ColumnKind, EventFrame, Values
+from flow_jobs.kernels import timers
+from flow_jobs.kernels.frame import ColumnKind, EventFrame, Values
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.windows import count as count_based
 from flow_jobs.windows import fixed as reopen
-from flow_jobs.windows import session, sliding, timers
+from flow_jobs.windows import session, sliding
 from flow_jobs.windows.processor import WindowGroup, WindowOperatorPlan, WindowProcessor
 from flow_jobs_dev.broker import EmbeddedBroker
 from flow_jobs_dev.producer import Record

@@ -22,7 +22,8 @@ import pytest
 from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 
-from flow_jobs.operators.frame import EventFrame, Values
+from flow_jobs.kernels import frame as frame_module
+from flow_jobs.kernels.frame import EventFrame, Values
 from flow_jobs.spec.models import WindowSpec
 from flow_jobs.spec.windows import WINDOW_FAMILIES
 from flow_jobs.windows import sliding
@@ -153,9 +154,13 @@ def test_state_pickled_before_the_windows_package_still_loads(
     SlidingState.__qualname__ = "SlidingState"
     old.SlidingState = SlidingState  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, old.__name__, old)
+    # frames were flow_jobs.operators.frame's then (flow_jobs.kernels.frame's now)
+    monkeypatch.setitem(sys.modules, "flow_jobs.operators.frame", frame_module)
+    for cls in (EventFrame, Values):
+        monkeypatch.setattr(cls, "__module__", "flow_jobs.operators.frame")
     data = pickle.dumps({"state": SlidingState(_frame([4]), np.array([4]))}, protocol=5)
-    monkeypatch.delitem(sys.modules, old.__name__)
-    assert b"flow_jobs.operators.sliding" in data
+    monkeypatch.undo()
+    assert b"flow_jobs.operators.sliding" in data and b"flow_jobs.operators.frame" in data
 
     group = load_group(data)
     assert type(group.state) is sliding.SlidingState

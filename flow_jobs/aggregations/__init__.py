@@ -5,7 +5,7 @@ Each aggregator is one class (``flow_jobs.aggregations.base.Aggregator``) owning
 part of it: its result types (the same in both engines), its native compile (Spark's
 built-in functions inside the streaming aggregation, which aggregates partially before
 the shuffle and keeps its buffers in the state store), its vectorised state-API compute
-(a ``flow_jobs.operators.ranges.WindowAggregator`` over many windows at once), the parts
+(a ``flow_jobs.kernels.ranges.WindowAggregator`` over many windows at once), the parts
 of the Kafka reader's partial aggregates it merges when a window pre-aggregates
 (``partial_parts``: each a ``flow_jobs.aggregations.partial_parts.PartialPart`` folding
 itself in the reader and merging in Spark; ``flow_jobs.plan.combine`` decides), its

@@ -21,7 +21,7 @@ from pyspark.sql.types import (
 
 from flow_jobs.aggregations.partial_parts import PartialPart, ordered
 from flow_jobs.aggregations.partials import Merge
-from flow_jobs.operators.ranges import WindowAggregator
+from flow_jobs.kernels.ranges import WindowAggregator
 from flow_jobs.spec.models import Aggregation
 
 

@@ -18,8 +18,8 @@ from flow_jobs.aggregations.base import (
     StateBuffer,
     ordered_items,
 )
-from flow_jobs.operators.frame import to_python
-from flow_jobs.operators.ranges import Context, Ranges, WindowAggregator
+from flow_jobs.kernels.frame import to_python
+from flow_jobs.kernels.ranges import Context, Ranges, WindowAggregator
 
 
 class Collect(WindowAggregator):

@@ -18,7 +18,7 @@ from flow_jobs.aggregations.base import (
 )
 from flow_jobs.aggregations.partial_parts import NON_NULL
 from flow_jobs.aggregations.partials import Merge
-from flow_jobs.operators.ranges import Context, Ranges, WindowAggregator, range_sum
+from flow_jobs.kernels.ranges import Context, Ranges, WindowAggregator, range_sum
 
 
 class Count(WindowAggregator):

@@ -30,8 +30,8 @@ from flow_jobs.aggregations.base import (
     StateBuffer,
     StateInputs,
 )
-from flow_jobs.operators.frame import EventFrame, to_python
-from flow_jobs.operators.ranges import Context, Ranges, WindowAggregator
+from flow_jobs.kernels.frame import EventFrame, to_python
+from flow_jobs.kernels.ranges import Context, Ranges, WindowAggregator
 from flow_jobs.spec.base import key_error
 from flow_jobs.spec.models import Aggregation
 

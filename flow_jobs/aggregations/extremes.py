@@ -21,8 +21,8 @@ from flow_jobs.aggregations.base import (
     simple,
 )
 from flow_jobs.aggregations.partial_parts import MAX, MIN, NON_NULL
-from flow_jobs.operators.frame import Values
-from flow_jobs.operators.ranges import (
+from flow_jobs.kernels.frame import Values
+from flow_jobs.kernels.ranges import (
     Context,
     Ranges,
     WindowAggregator,

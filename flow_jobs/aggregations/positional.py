@@ -23,7 +23,7 @@ from flow_jobs.aggregations.base import (
     simple,
 )
 from flow_jobs.aggregations.partial_parts import FIRST, LAST, ordered
-from flow_jobs.operators.ranges import Context, Ranges, WindowAggregator, as_output, range_reduce
+from flow_jobs.kernels.ranges import Context, Ranges, WindowAggregator, as_output, range_reduce
 from flow_jobs.spec.models import Aggregation
 
 

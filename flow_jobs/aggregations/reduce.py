@@ -26,8 +26,8 @@ from flow_jobs.aggregations.base import (
     ordered_items,
 )
 from flow_jobs.errors import PlanError
-from flow_jobs.operators.frame import to_python
-from flow_jobs.operators.ranges import Context, Ranges, WindowAggregator
+from flow_jobs.kernels.frame import to_python
+from flow_jobs.kernels.ranges import Context, Ranges, WindowAggregator
 from flow_jobs.spec.base import IMPORT_PATH, key_error
 from flow_jobs.spec.models import Aggregation, resolve_import_path
 

@@ -27,8 +27,8 @@ from flow_jobs.aggregations.base import (
 )
 from flow_jobs.aggregations.partial_parts import SUM
 from flow_jobs.aggregations.partials import Merge
-from flow_jobs.operators.frame import Values
-from flow_jobs.operators.ranges import (
+from flow_jobs.kernels.frame import Values
+from flow_jobs.kernels.ranges import (
     Context,
     Ranges,
     WindowAggregator,

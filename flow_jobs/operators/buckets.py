@@ -20,8 +20,8 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
 from flow_jobs import state_codec
+from flow_jobs.kernels.timers import Firing, settle
 from flow_jobs.state_codec import Fields, table
-from flow_jobs.windows.timers import Firing, settle
 
 #: Groups the keys are hashed into (part of the state's layout: a checkpoint keeps it).
 BUCKETS = 64

@@ -34,9 +34,9 @@ from typing import Any, ClassVar
 import pandas as pd
 import pyarrow as pa
 
+from flow_jobs.kernels.timers import Firing
 from flow_jobs.operators.buckets import BUCKETS, HELD, BucketProcessor, rows_field, rows_of
 from flow_jobs.state_codec import Fields
-from flow_jobs.windows.timers import Firing
 
 __all__ = ["BUCKETS"]
 

@@ -13,7 +13,7 @@ order of distinct rows; equal rows are interchangeable.
 
 Both engines read the two columns built here: the native one sorts
 ``struct(event_time, lane, position, value)``, the state-API one sorts its buffered
-events by ``(time, lane, position)`` (``flow_jobs.operators.frame``).
+events by ``(time, lane, position)`` (``flow_jobs.kernels.frame``).
 """
 
 from __future__ import annotations

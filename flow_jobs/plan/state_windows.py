@@ -10,7 +10,7 @@ handed to ``transformWithStateInPandas`` with ``flow_jobs.windows.processor``:
 * the tie-break of equal event times, the lane and position of
   ``flow_jobs.plan.ordering`` (Kafka topic and partition, offset; or a hash of the row);
 * each column an aggregation reads, numeric and timestamp columns split into a value
-  and a NULL flag (see ``flow_jobs.operators.frame``).
+  and a NULL flag (see ``flow_jobs.kernels.frame``).
 
 The output schema (types from ``flow_jobs.aggregations.result_types``) matches
 the native engine's, so targets do not care which engine produced a window.
@@ -35,7 +35,7 @@ from pyspark.sql.types import (
 )
 
 from flow_jobs.aggregations import AGGREGATORS, aggregation_input, result_types
-from flow_jobs.operators.frame import (
+from flow_jobs.kernels.frame import (
     LANE,
     NULL_SUFFIX,
     POSITION,

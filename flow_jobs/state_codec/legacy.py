@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from flow_jobs.kernels.frame import EventFrame, Values
 from flow_jobs.operators.dedup import DedupState
-from flow_jobs.operators.frame import EventFrame, Values
 from flow_jobs.operators.temporal import TemporalState
 from flow_jobs.state_codec import S, StateFormatError
 from flow_jobs.windows.count import CountState

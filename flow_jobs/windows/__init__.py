@@ -14,7 +14,7 @@ Each family's module holds all of it, and registers its model when it is importe
 * its state-API logic (a ``flow_jobs.windows.family.StateFamily`` its model builds:
   ``state_family``), which one generic ``StatefulProcessor`` drives
   (``flow_jobs.windows.processor``, with the one timer rule of
-  ``flow_jobs.windows.timers``).
+  ``flow_jobs.kernels.timers``).
 
 A new family is one module that registers itself: here (one import line below) or in a
 plug-in (``flow_jobs.plugins``); ``tests/test_window_families.py`` fails while it lacks

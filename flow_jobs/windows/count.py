@@ -31,8 +31,8 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field
 
-from flow_jobs.operators.frame import EventFrame
-from flow_jobs.operators.ranges import Ranges
+from flow_jobs.kernels.frame import EventFrame
+from flow_jobs.kernels.ranges import Ranges
 from flow_jobs.spec.base import key_error
 from flow_jobs.spec.windows import StateApiWindow, register_window_family
 from flow_jobs.state_codec import Fields, scalar
@@ -143,7 +143,7 @@ def number(
 def due(state: CountState) -> int | None:
     """The lowest watermark at which ``number`` has work: the oldest pending event's
     time (numbered once the watermark is at or above it; the group's timer is at it:
-    ``flow_jobs.windows.timers``)."""
+    ``flow_jobs.kernels.timers``)."""
     times = state.pending_times
     return int(times[0]) if len(times) else None
 

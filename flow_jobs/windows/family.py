@@ -28,8 +28,8 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from flow_jobs.operators.frame import EventFrame
-from flow_jobs.operators.ranges import Ranges
+from flow_jobs.kernels.frame import EventFrame
+from flow_jobs.kernels.ranges import Ranges
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,7 @@ class StateFamily(ABC):
     @abstractmethod
     def due(self, state: Any) -> int | None:
         """The lowest watermark at which ``close`` has work (``None``: nothing waits):
-        the group's timer (``flow_jobs.windows.timers``)."""
+        the group's timer (``flow_jobs.kernels.timers``)."""
 
     @abstractmethod
     def open_windows(self, state: Any) -> Emission:

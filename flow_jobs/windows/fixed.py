@@ -48,8 +48,8 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field
 
-from flow_jobs.operators.frame import EventFrame
-from flow_jobs.operators.ranges import Ranges
+from flow_jobs.kernels.frame import EventFrame
+from flow_jobs.kernels.ranges import Ranges
 from flow_jobs.spec.base import key_error
 from flow_jobs.spec.windows import (
     PaneFolding,
@@ -183,7 +183,7 @@ def ranges(frame: EventFrame, keys: np.ndarray, b: WindowBounds) -> Ranges:
 def due(state: ReopenState, b: WindowBounds) -> int | None:
     """The lowest watermark at which ``close`` has work for this group: a window not
     emitted yet is due at ``W = end - allowed_lateness_ms``, every window leaves at
-    ``W = end`` (the group's timer is at it: ``flow_jobs.windows.timers``)."""
+    ``W = end`` (the group's timer is at it: ``flow_jobs.kernels.timers``)."""
     if not len(state.starts):
         return None
     ends = b.ends(state.starts)

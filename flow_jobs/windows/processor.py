@@ -12,7 +12,7 @@ like every other operator's state.
 The processor knows no family: it asks the plan's family (``flow_jobs.windows.family``)
 what new rows change, what the watermark closes and when the group next has work, and
 holds one event-time timer per group at that ``due`` (Spark fires a timer once the
-watermark is at or above it: ``flow_jobs.windows.timers``). Late rows never reach this
+watermark is at or above it: ``flow_jobs.kernels.timers``). Late rows never reach this
 code: Spark drops rows behind the watermark before the operator and counts them.
 """
 
@@ -28,10 +28,10 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
 from flow_jobs import state_codec
-from flow_jobs.operators.frame import ColumnKind, EventFrame, frame_from_pandas
-from flow_jobs.operators.ranges import Context, WindowAggregator
+from flow_jobs.kernels import timers
+from flow_jobs.kernels.frame import ColumnKind, EventFrame, frame_from_pandas
+from flow_jobs.kernels.ranges import Context, WindowAggregator
 from flow_jobs.state_codec import Fields, StateFormatError, nested, scalar
-from flow_jobs.windows import timers
 from flow_jobs.windows.family import Emission, StateFamily
 
 #: The group's window state, plus the time span of its open windows (epoch ms): read by
@@ -190,7 +190,7 @@ class WindowProcessor(StatefulProcessor):
         return None
 
     def _set_timer(self, group: WindowGroup, firing: timers.Firing | None = None) -> None:
-        """Hold the group's timer at its family's ``due`` (``flow_jobs.windows.timers``).
+        """Hold the group's timer at its family's ``due`` (``flow_jobs.kernels.timers``).
 
         State saved before timers were set at their due watermark has its timer at
         ``due - 1``, which Spark may have fired and deleted already (a group it left with

@@ -27,8 +27,8 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field
 
-from flow_jobs.operators.frame import EventFrame
-from flow_jobs.operators.ranges import Ranges
+from flow_jobs.kernels.frame import EventFrame
+from flow_jobs.kernels.ranges import Ranges
 from flow_jobs.spec.windows import (
     PaneFolding,
     WindowSpec,
@@ -108,7 +108,7 @@ def close(state: SessionState, watermark_ms: int, gap_ms: int) -> tuple[SessionS
 
 def due(state: SessionState, gap_ms: int) -> int | None:
     """The lowest watermark at which ``close`` has work: the first open session's end
-    (the group's timer is at it: ``flow_jobs.windows.timers``)."""
+    (the group's timer is at it: ``flow_jobs.kernels.timers``)."""
     w = sessions(state.frame.t, gap_ms)
     if not len(w.lo):
         return None

@@ -16,8 +16,8 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field
 
-from flow_jobs.operators.frame import EventFrame
-from flow_jobs.operators.ranges import Ranges
+from flow_jobs.kernels.frame import EventFrame
+from flow_jobs.kernels.ranges import Ranges
 from flow_jobs.spec.windows import StateApiWindow, register_window_family
 from flow_jobs.state_codec import Fields, listed
 from flow_jobs.windows.family import (
@@ -79,7 +79,7 @@ def touched(pending: np.ndarray, new_times: np.ndarray, duration_ms: int) -> np.
 def due(state: SlidingState) -> int | None:
     """The lowest watermark at which ``close`` has work: one above the oldest pending
     window's end (a window closes once the watermark is above its end; the group's
-    timer is at it: ``flow_jobs.windows.timers``)."""
+    timer is at it: ``flow_jobs.kernels.timers``)."""
     return int(state.pending[0]) + 1 if len(state.pending) else None
 
 

@@ -11,8 +11,8 @@ import pandas as pd
 from pyspark.sql import functions as F
 
 from flow_jobs.aggregations import AGGREGATORS, NOT_DECODED, AggregationInput
-from flow_jobs.operators.frame import EventFrame, Values
-from flow_jobs.operators.ranges import Context, Ranges
+from flow_jobs.kernels.frame import EventFrame, Values
+from flow_jobs.kernels.ranges import Context, Ranges
 from flow_jobs.plan.windows import state_window_key
 from flow_jobs.runtime.inspect.buffers import NativeState
 from flow_jobs.runtime.inspect.report import (
@@ -179,7 +179,7 @@ def _open_aggregates(c: Reading, frame: EventFrame, ranges: Ranges) -> list[dict
 
 
 def _kind(values: Values) -> str:
-    """A frame column's kind (``flow_jobs.operators.frame.ColumnKind``) from its dtype."""
+    """A frame column's kind (``flow_jobs.kernels.frame.ColumnKind``) from its dtype."""
     if values.data.dtype == np.float64:
         return "float"
     return "int" if values.data.dtype == np.int64 else "object"

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from flow_jobs.operators.frame import EventFrame, Values, to_python
+from flow_jobs.kernels.frame import EventFrame, Values, to_python
 
 
 @dataclass(frozen=True)
