@@ -104,6 +104,7 @@ pack: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check flow_jobs flow_jobs_dev assets tests bench definitions.py
 	$(VENV)/bin/ruff format --check flow_jobs flow_jobs_dev assets tests bench definitions.py
+	$(VENV)/bin/lint-imports
 
 validate: $(STAMP)
 	for f in pipelines/*.toml; do $(VENV)/bin/flow-jobs validate $$f || exit 1; done

@@ -1,0 +1,46 @@
+"""``make lint`` holds the engine to its layers (``.importlinter``): the tree as it is
+keeps them, and one import that climbs a layer, even inside a function, breaks them."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LINT = Path(sys.executable).parent / "lint-imports"
+
+
+def _lint(root: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(LINT), "--config", str(root / ".importlinter"), "--no-cache"],
+        cwd=root,
+        env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_the_tree_keeps_its_layers() -> None:
+    done = _lint(ROOT)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "2 kept, 0 broken" in done.stdout
+
+
+def test_an_import_up_a_layer_breaks_them(tmp_path: Path) -> None:
+    shutil.copytree(ROOT / "flow_jobs", tmp_path / "flow_jobs", ignore=_pycache)
+    shutil.copy(ROOT / ".importlinter", tmp_path / ".importlinter")
+    spec = tmp_path / "flow_jobs" / "spec" / "base.py"
+    spec.write_text(
+        spec.read_text() + "\n\ndef _up() -> None:\n    from flow_jobs.runtime import runner\n"
+    )
+    done = _lint(tmp_path)
+    assert done.returncode == 1, done.stdout[-3000:]
+    assert "flow_jobs.spec is not allowed to import flow_jobs.runtime" in done.stdout
+    assert "flow_jobs.spec.base -> flow_jobs.runtime.runner" in done.stdout
+
+
+def _pycache(folder: str, names: list[str]) -> list[str]:
+    return [n for n in names if n == "__pycache__"]
