@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import threading
 from collections.abc import Iterable, Iterator
 from typing import Generic, TypeVar
 
@@ -93,19 +94,29 @@ def _origin(item: object) -> str:
 
 
 _builtins_loaded = False
+_builtins_loading = False
+#: held while the built-ins load: another thread asking a registry then waits for them
+_loading = threading.RLock()
 _loaded: set[str] = set()
 
 
 def load_builtins() -> None:
     """Import the built-in features and the installed plug-ins (entry points), once."""
-    global _builtins_loaded
+    global _builtins_loaded, _builtins_loading
     if _builtins_loaded:
         return
-    _builtins_loaded = True  # first: a feature's import may ask a registry
-    for module in BUILTIN:
-        importlib.import_module(module)
-    for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        _import(entry.value, f"entry point {entry.name!r} of group {ENTRY_POINT_GROUP}")
+    with _loading:
+        if _builtins_loaded or _builtins_loading:  # loaded, or a feature's import asking
+            return
+        _builtins_loading = True
+        try:
+            for module in BUILTIN:
+                importlib.import_module(module)
+            for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+                _import(entry.value, f"entry point {entry.name!r} of group {ENTRY_POINT_GROUP}")
+            _builtins_loaded = True
+        finally:
+            _builtins_loading = False
 
 
 def load_plugins(modules: Iterable[str] = ()) -> None:

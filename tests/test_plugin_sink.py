@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
+import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -75,6 +78,30 @@ def test_the_plugin_is_a_target_kind_the_spec_reads() -> None:
     assert isinstance(target, JsonLinesTarget) and target.path == "out"
     reread = PipelineSpec.model_validate(PipelineSpec.model_validate(doc).to_document())
     assert isinstance(reread.target, JsonLinesTarget)  # its kind written back
+
+
+def test_threads_asking_first_all_find_every_built_in_sink() -> None:
+    """The first threads to validate a spec (two pipelines started side by side) each
+    wait for the built-ins to register: none finds the registry empty. A fresh
+    interpreter, so this process's loaded built-ins do not hide it."""
+    script = """
+import threading
+from flow_jobs.sinks import SINKS
+barrier, seen = threading.Barrier(8), []
+def ask():
+    barrier.wait()
+    seen.append(SINKS.names())
+threads = [threading.Thread(target=ask) for _ in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+print(sorted(set(seen)))
+"""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[('delta', 'postgres', 'kafka')]", done.stdout
 
 
 @pytest.mark.parametrize("per_batch", [None, 41], ids=["one-batch", "tiny-batches"])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -43,6 +43,15 @@ class WriteResult:
     #: ledger's ``target_version``: a Delta table version, a Postgres transaction id...
     version: str | None
     superseded: int = 0  # rows an overlapping session row replaced (Supersede)
+
+
+class BatchWriter(Protocol):
+    """What the ledger asks of a target's sink (``flow_jobs.sinks.base.Sink``): how it
+    writes a batch at most once, and the write."""
+
+    once_by: Literal["ledger", "ledger-first", "target"]
+
+    def write(self, rows: pa.Table, entry: BatchEntry, conn: Any) -> WriteResult: ...
 
 
 @dataclass(frozen=True)

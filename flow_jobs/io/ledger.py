@@ -3,25 +3,21 @@
 The sink hands each batch to ``BatchLedger.write``, which writes the batch's rows to the
 target and its ledger row, each at most once, in the way the target's sink allows
 (``flow_jobs.sinks.base``: ``Sink.once_by``); the progress tracker adds Spark's figures
-for the batch with ``BatchLedger.add_progress`` once Spark reports it done. The table itself, its
-migrations and its readers live in ``flow_jobs.io.state_store``.
+for the batch with ``BatchLedger.add_progress`` once Spark reports it done. The table
+itself, its migrations and its readers live in ``flow_jobs.io.state_store``.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
 
 import psycopg
 import pyarrow as pa
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from flow_jobs.io.batch import BatchEntry, WriteResult
+from flow_jobs.io.batch import BatchEntry, BatchWriter, WriteResult
 from flow_jobs.io.state_store import StateStore
-
-if TYPE_CHECKING:
-    from flow_jobs.sinks.base import Sink
 
 #: What a batch whose ledger row exists writes: nothing.
 ALREADY_WRITTEN = WriteResult(skipped=True, inserted=0, updated=0, version=None)
@@ -33,7 +29,7 @@ class BatchLedger:
     def __init__(self, store: StateStore) -> None:
         self.store = store
 
-    def write(self, target: Sink, rows: pa.Table, entry: BatchEntry) -> WriteResult:
+    def write(self, target: BatchWriter, rows: pa.Table, entry: BatchEntry) -> WriteResult:
         """Write one batch's rows to ``target`` and its ledger row, at most once each.
 
         * ``"ledger"`` (Postgres): the rows and the ledger row commit in one

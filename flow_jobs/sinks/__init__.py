@@ -64,18 +64,18 @@ SINKS: Registry[type[Sink]] = Registry("target kind")
 
 
 def register(sink: type[Sink]) -> type[Sink]:
-    """Register ``sink`` under its ``kind`` (a class decorator)."""
-    return SINKS.register(sink.kind, sink)
+    """Register ``sink`` under its ``kind``, and its spec model for the spec to read
+    ``[target]`` with (a class decorator)."""
+    from flow_jobs.spec.targets import TARGET_SPECS
+
+    SINKS.register(sink.kind, sink)
+    TARGET_SPECS.register(sink.kind, sink.spec_model)
+    return sink
 
 
 def sink_for(target: TargetSpec) -> type[Sink]:
     """The sink of a spec's ``[target]``."""
     return SINKS.get(target.kind)
-
-
-def default_kind() -> str:
-    """The kind of a ``[target]`` that names none: the sink whose ``default`` is true."""
-    return next((name for name, sink in SINKS.items() if sink.default), "")
 
 
 def target_summary(target: TargetSpec) -> str:

@@ -79,8 +79,6 @@ class Sink(ABC):
     #: its ``[target] kind``, and the model of its keys
     kind: ClassVar[str]
     spec_model: ClassVar[type[TargetSpec]]
-    #: the kind of a ``[target]`` that names none (one sink only)
-    default: ClassVar[bool] = False
     #: How a batch is written at most once (``BatchLedger.write``): "ledger", in its
     #: ledger row's transaction (``write`` gets that transaction's connection);
     #: "ledger-first", only while it has no ledger row; "target", by the target's own

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 from flow_jobs.lazy import lazy_getattr
 
 if TYPE_CHECKING:
-    from flow_jobs.sinks.delta import DeltaTarget
     from flow_jobs.spec.loader import SpecError, load_spec, parse_spec
     from flow_jobs.spec.models import (
         EVENT_TS,
@@ -29,7 +28,6 @@ _NAMES = {
     "parse_spec": ("flow_jobs.spec.loader", "parse_spec"),
     "EVENT_TS": ("flow_jobs.spec.models", "EVENT_TS"),
     "Aggregation": ("flow_jobs.spec.models", "Aggregation"),
-    "DeltaTarget": ("flow_jobs.sinks.delta", "DeltaTarget"),
     "KafkaSource": ("flow_jobs.spec.models", "KafkaSource"),
     "PipelineSpec": ("flow_jobs.spec.models", "PipelineSpec"),
     "TransformSpec": ("flow_jobs.spec.models", "TransformSpec"),
@@ -39,7 +37,6 @@ _NAMES = {
 __all__ = [
     "EVENT_TS",
     "Aggregation",
-    "DeltaTarget",
     "KafkaSource",
     "PipelineSpec",
     "SpecError",

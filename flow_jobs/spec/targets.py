@@ -1,9 +1,10 @@
 """``[target]`` and ``[dead_letter]``.
 
 A target's keys are its kind's: each target kind is a sink package
-(``flow_jobs.sinks``) whose spec model is a ``TargetSpec``. ``validate_target`` reads
-``[target]`` with the model of the sink registered under its ``kind``, so the spec knows
-no kind by name.
+(``flow_jobs.sinks``) whose spec model is a ``TargetSpec``, registered in
+``TARGET_SPECS`` when the sink registers. ``validate_target`` reads ``[target]`` with
+the model registered under its ``kind``, so the spec knows no kind by name (and imports
+no sink).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pydantic import (
 )
 from pydantic.functional_serializers import SerializerFunctionWrapHandler
 
-from flow_jobs.sinks import SINKS, default_kind
+from flow_jobs.plugins import Registry
 from flow_jobs.spec.base import SpecModel, key_error
 
 
@@ -34,6 +35,8 @@ class TargetSpec(SpecModel):
     """
 
     kind: str
+    #: the kind of a ``[target]`` that names none (one kind only)
+    default: ClassVar[bool] = False
     #: What the target is when it can neither delete nor replace a row it wrote (e.g.
     #: "an append-only topic"), None when it can: a spec whose rows replace or delete
     #: earlier ones (top_n or session windows emitted "current") is refused for it.
@@ -68,13 +71,23 @@ class TargetSpec(SpecModel):
         return {"kind": self.kind, **handler(self)}
 
 
+#: Every target kind's spec model, by ``[target] kind`` (``flow_jobs.sinks.register``
+#: adds a sink's).
+TARGET_SPECS: Registry[type[TargetSpec]] = Registry("target kind")
+
+
+def default_kind() -> str:
+    """The kind of a ``[target]`` that names none: the model whose ``default`` is true."""
+    return next((name for name, model in TARGET_SPECS.items() if model.default), "")
+
+
 def validate_target(value: Any, context: Any = None) -> Any:
     """``[target]`` as its kind's spec model; ``kind`` defaults to the default sink's.
     A value already a model is kept."""
     if not isinstance(value, Mapping):
         return value
     value = {"kind": default_kind(), **value}
-    kind, kinds = value["kind"], SINKS.names()
+    kind, kinds = value["kind"], TARGET_SPECS.names()
     if kind not in kinds:
         raise key_error("kind", f"kind = {kind!r} is not a target; use one of {kinds}")
     return _targets().validate_python(value, context=context)
@@ -87,18 +100,18 @@ def _targets() -> TypeAdapter[Any]:
     """The kinds' models as one union on ``kind`` (an error names the kind, as
     ``target.postgres.table``), rebuilt when a plug-in registered another kind."""
     global _adapter
-    names = SINKS.names()  # the built-ins loaded first: the version counts them
-    if _adapter is None or _adapter[0] != SINKS.version:
-        members = tuple(Annotated[SINKS.get(n).spec_model, Tag(n)] for n in names)
+    names = TARGET_SPECS.names()  # the built-ins loaded first: the version counts them
+    if _adapter is None or _adapter[0] != TARGET_SPECS.version:
+        members = tuple(Annotated[TARGET_SPECS.get(n), Tag(n)] for n in names)
         union = members[0] if len(members) == 1 else Union[members]  # noqa: UP007
-        _adapter = (SINKS.version, TypeAdapter(Annotated[union, Discriminator("kind")]))
+        _adapter = (TARGET_SPECS.version, TypeAdapter(Annotated[union, Discriminator("kind")]))
     return _adapter[1]
 
 
 def deleting_kinds() -> str:
     """The target kinds that can delete a row they wrote, as a spec error suggests them:
     "a delta or postgres target"."""
-    kinds = [n for n, sink in SINKS.items() if sink.spec_model.append_only is None]
+    kinds = [n for n, model in TARGET_SPECS.items() if model.append_only is None]
     return f"a {' or '.join(kinds)} target"
 
 

@@ -29,7 +29,6 @@ class DeltaMergeSink(Sink):
 
     kind = "delta"
     spec_model = DeltaTarget
-    default = True
     once_by = "target"
     WRITES = "Delta MERGE (deltalake)"
     COMMIT = "Delta version"

@@ -19,6 +19,7 @@ class DeltaTarget(TargetSpec):
     (Delta's application transaction)."""
 
     kind: Literal["delta"] = "delta"
+    default = True  # a [target] without kind is a Delta table
     path: str = Field(min_length=1)
     #: delta-rs storage options of the table (credentials, endpoint): secrets.
     storage_options: dict[str, SecretStr] = Field(default_factory=dict)
