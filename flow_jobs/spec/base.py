@@ -16,6 +16,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from flow_jobs.plugins import PluginError, load_plugins
+
 PIPELINE_NAME = re.compile(r"^[a-z0-9_-]+$")
 SQL_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
@@ -35,6 +37,21 @@ def key_error(key: str, message: str) -> PydanticCustomError:
     dotted key (``transform.window.hop_ms``) whichever validator found the problem.
     """
     return PydanticCustomError("spec_key", "{key}: {message}", {"key": key, "message": message})
+
+
+def import_plugins(modules: Any) -> None:
+    """Import a spec's ``plugins`` (``flow_jobs.plugins``): one that fails is an error
+    on its key (a value of the wrong type is left to the field's own check)."""
+    for i, module in enumerate(modules if isinstance(modules, list) else []):
+        if not isinstance(module, str):
+            continue
+        try:
+            load_plugins([module])
+        except PluginError as error:
+            why = f"cannot be imported ({error.__cause__})" if error.__cause__ else str(error)
+            raise key_error(
+                f"plugins[{i}]", f"{module!r} {why}: install it, or put it on PYTHONPATH"
+            ) from None
 
 
 def not_supported(key: str, value: object, supported: tuple[str, ...] | str) -> PydanticCustomError:

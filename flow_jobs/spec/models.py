@@ -27,7 +27,6 @@ from pydantic import (
     model_validator,
 )
 
-from flow_jobs.plugins import PluginError, load_plugins
 from flow_jobs.spec.aggregation import Aggregation
 from flow_jobs.spec.base import (
     EVENT_TS,
@@ -41,6 +40,7 @@ from flow_jobs.spec.base import (
     aware_instant,
     dead_letter_topic_rule,
     epoch_ms,
+    import_plugins,
     key_error,
     not_supported,
     resolve_import_path,
@@ -137,18 +137,8 @@ class PipelineSpec(SpecModel):
     @classmethod
     def _load_plugins(cls, data: Any) -> Any:
         """Import the spec's plug-ins first: the kinds they register then validate."""
-        modules = data.get("plugins") if isinstance(data, dict) else None
-        for i, module in enumerate(modules if isinstance(modules, list) else []):
-            if not isinstance(module, str):
-                continue  # the field's own check names it
-            try:
-                load_plugins([module])
-            except PluginError as error:
-                why = f"cannot be imported ({error.__cause__})" if error.__cause__ else str(error)
-                raise key_error(
-                    f"plugins[{i}]",
-                    f"{module!r} {why}: install it, or put it on PYTHONPATH",
-                ) from None
+        if isinstance(data, dict):
+            import_plugins(data.get("plugins"))
         return data
 
     @field_validator("name")
@@ -197,7 +187,7 @@ class PipelineSpec(SpecModel):
                         f"(sources: {', '.join(names)})",
                     )
         elif self.transform.temporal_join is not None:
-            self._temporal_join_rules(self.transform.temporal_join)
+            self.transform.temporal_join.check_sources(self.sources)
         elif len(self.sources) > 1 and not self.transform.sql:
             raise ValueError(
                 f"{len(self.sources)} sources are declared but [transform].sql is empty; "
@@ -223,31 +213,6 @@ class PipelineSpec(SpecModel):
                 f'{deleting_kinds()}, or emit = "final"',
             )
         return self
-
-    def _temporal_join_rules(self, join: TemporalJoinSpec) -> None:
-        """Both sides are declared sources; the versions are JSON (a tombstone's keys
-        are read from its Kafka key as JSON)."""
-        by_name = {s.name: s for s in self.sources}
-        for side in ("stream_source", "versions_source"):
-            if getattr(join, side) not in by_name:
-                raise key_error(
-                    f"transform.temporal_join.{side}",
-                    f"{getattr(join, side)!r} is not a declared source "
-                    f"(sources: {', '.join(by_name)})",
-                )
-        if len(self.sources) != 2:
-            raise key_error(
-                "sources",
-                f"{len(self.sources)} sources are declared; a temporal join reads two, its "
-                "stream_source and its versions_source",
-            )
-        versions = by_name[join.versions_source]
-        if versions.format != "json" or versions.schema_ddl is None:
-            raise key_error(
-                "transform.temporal_join.versions_source",
-                f"{versions.name!r} is format = {versions.format!r}: the versions are read as "
-                "JSON with a declared schema (a tombstone's keys from its Kafka key)",
-            )
 
     def _dedup_rules(self) -> None:
         """Each ``[[transform.dedup]]`` names a source (or the only one), once; it runs

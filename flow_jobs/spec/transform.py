@@ -4,7 +4,7 @@ the deduplication."""
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     Field,
@@ -24,6 +24,9 @@ from flow_jobs.spec.base import (
     not_supported,
 )
 from flow_jobs.spec.windows import WindowSpec
+
+if TYPE_CHECKING:
+    from flow_jobs.spec.sources import KafkaSource
 
 JoinHow = Literal["inner", "left", "right", "full"]
 #: Output column lists: names kept as they are, or a table of column -> new name.
@@ -212,6 +215,31 @@ class TemporalJoinSpec(SpecModel):
     def side_event_time(self, side: str) -> str:
         override = getattr(self, f"{side}_event_time_column")
         return override or self.event_time_column
+
+    def check_sources(self, sources: list[KafkaSource]) -> None:
+        """Both sides are declared sources; the versions are JSON (a tombstone's keys
+        are read from its Kafka key as JSON)."""
+        by_name = {s.name: s for s in sources}
+        for side in ("stream_source", "versions_source"):
+            if getattr(self, side) not in by_name:
+                raise key_error(
+                    f"transform.temporal_join.{side}",
+                    f"{getattr(self, side)!r} is not a declared source "
+                    f"(sources: {', '.join(by_name)})",
+                )
+        if len(sources) != 2:
+            raise key_error(
+                "sources",
+                f"{len(sources)} sources are declared; a temporal join reads two, its "
+                "stream_source and its versions_source",
+            )
+        versions = by_name[self.versions_source]
+        if versions.format != "json" or versions.schema_ddl is None:
+            raise key_error(
+                "transform.temporal_join.versions_source",
+                f"{versions.name!r} is format = {versions.format!r}: the versions are read as "
+                "JSON with a declared schema (a tombstone's keys from its Kafka key)",
+            )
 
 
 LookupKind = Literal["delta", "postgres", "csv", "parquet"]
