@@ -561,3 +561,47 @@ def test_the_ledger_table_explains_its_star_only_where_a_row_has_one() -> None:
     star = "(* a replayed batch: its write was already committed)"
     assert batch_notes([{"replayed": False}, {"replayed": False}]) == [gen]
     assert batch_notes([{"replayed": False}, {"replayed": True}]) == [gen, star]
+
+
+def test_a_read_waits_while_the_pool_has_no_connection_to_give(
+    ledger: StateStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After a server restart the pool's refills back off, and on a busy machine a read
+    can outwait the pool's own 5 s (seen in CI: ``PoolTimeout`` from ``recent_batches``).
+    Here every connection of the pool is held elsewhere until the read says it waits: it
+    then gets one and answers, instead of failing."""
+    import threading
+    from contextlib import ExitStack
+
+    from flow_jobs.io import postgres_pool
+
+    caplog.set_level(logging.WARNING, logger="flow_jobs.io.waits")
+    ledger.migrate()  # the pool is open
+    held, done = threading.Event(), threading.Event()
+
+    def hold_every_connection() -> None:
+        with ExitStack() as stack:
+            for _ in range(postgres_pool.MAX_CONNECTIONS):
+                stack.enter_context(ledger.connect())
+            held.set()
+            done.wait(60)
+
+    holder = threading.Thread(target=hold_every_connection)
+    holder.start()
+    try:
+        assert held.wait(30)
+
+        def release_once_waiting() -> None:
+            for _ in range(600):
+                if "while reading recent batches" in caplog.text:
+                    break
+                threading.Event().wait(0.1)
+            done.set()
+
+        threading.Thread(target=release_once_waiting, daemon=True).start()
+        assert ledger.recent_batches("nobody") == []
+    finally:
+        done.set()
+        holder.join(30)
+    assert "state store unreachable while reading recent batches" in caplog.text
+    assert "state store back after" in caplog.text

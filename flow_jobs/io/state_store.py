@@ -30,6 +30,7 @@ from the ``pgserver`` wheel is started under the data folder and reused by later
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -43,7 +44,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from flow_jobs.io import postgres_pool
 from flow_jobs.io.checkpoint_claim import (
@@ -135,6 +136,27 @@ class RunLock:
         if self._conn is not None:
             self._conn.close()  # ends the session, which releases the lock
             self._conn = None
+
+
+def _pool_starved(error: BaseException) -> str | None:
+    return "state store" if isinstance(error, PoolTimeout) else None
+
+
+def _read(what: str) -> Callable[[Callable[..., T]], Callable[..., T]]:
+    """A read of the ledger, tried again while the URL's pool hands out no connection
+    (its refills back off after a server restart, and outlast the pool's short wait on a
+    busy machine). Only that: a URL that never connected fails at once, as it should for
+    ``flow-jobs state show``."""
+
+    def wrap(method: Callable[..., T]) -> Callable[..., T]:
+        @functools.wraps(method)
+        def read(self: StateStore, *args: Any, **kwargs: Any) -> T:
+            call = functools.partial(method, self, *args, **kwargs)
+            return wait_out(what, call, self.retry_for_ms, _pool_starved)
+
+        return read
+
+    return wrap
 
 
 @dataclass(frozen=True)
@@ -320,6 +342,7 @@ class StateStore:
                 (Jsonb(list(key)), name),
             )
 
+    @_read("listing the pipelines")
     def pipeline_names(self) -> list[str]:
         """Every pipeline the store has registered (a run's start registers it)."""
         with self.connect() as conn:
@@ -327,6 +350,7 @@ class StateStore:
                 r[0] for r in conn.execute(self.q("SELECT name FROM {s}.pipelines ORDER BY name"))
             ]
 
+    @_read("reading a natural key")
     def natural_key(self, name: str) -> list[str] | None:
         with self.connect() as conn:
             row = conn.execute(
@@ -422,6 +446,7 @@ class StateStore:
 
     # -- the ledger (its rows are written by flow_jobs.io.ledger.BatchLedger) --------
 
+    @_read("reading earlier lineages")
     def earlier_lineages_watermark(self, pipeline: str, query_id: str) -> datetime | None:
         """The highest watermark any other checkpoint lineage (an earlier checkpoint of
         this pipeline: before a reset, or lost) ran under: its windows ending at or
@@ -436,6 +461,7 @@ class StateStore:
             ).fetchone()
         return row[0] if row else None
 
+    @_read("reading recent batches")
     def recent_batches(self, pipeline: str, limit: int = 20) -> list[dict[str, Any]]:
         with self.connect() as conn, conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
             rows = cur.execute(
@@ -447,6 +473,7 @@ class StateStore:
             ).fetchall()
         return list(reversed(rows))
 
+    @_read("reading the last offsets")
     def last_end_offsets(self, pipeline: str) -> dict[str, Any] | None:
         """The end offsets of the pipeline's most recent batch (any lineage)."""
         with self.connect() as conn:
@@ -459,6 +486,7 @@ class StateStore:
             ).fetchone()
         return row[0] if row else None
 
+    @_read("reading batch totals")
     def totals(self, pipeline: str, batches: int) -> dict[str, Any]:
         """Sums over the pipeline's most recent ``batches`` batches, and the newest one."""
         with self.connect() as conn, conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
@@ -474,6 +502,7 @@ class StateStore:
             ).fetchone()
         return dict(row or {})
 
+    @_read("reading batch ids")
     def batch_ids(self, pipeline: str) -> dict[str, list[int]]:
         """Every recorded batch id, by query id (each a checkpoint lineage)."""
         out: dict[str, list[int]] = {}
