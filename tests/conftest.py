@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,37 @@ from flow_jobs_dev.service import free_port
 if "PYTEST_XDIST_WORKER" in os.environ:
     os.environ.pop("COLUMNS", None)
     os.environ.pop("LINES", None)
+
+
+# A suite started in the background (as CI may start it) has SIGINT ignored, and every
+# process it starts would inherit that: its tests would not see what a user's terminal
+# gives them. Python's own handler, as in a foreground run.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+#: The signals a test may leave changed for the tests after it (in this process).
+KEPT_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextmanager
+def signals_kept() -> Iterator[None]:
+    """Put back SIGINT's and SIGTERM's handlers as they were. Dagster's in-process
+    execution maps SIGTERM to SIGINT's handler and leaves it so: where that was "ignore",
+    every process started after inherits an ignored SIGTERM (Spark's standalone JVMs
+    then outlived their SIGTERM, 30 s each)."""
+    saved = {s: signal.getsignal(s) for s in KEPT_SIGNALS}
+    try:
+        yield
+    finally:
+        for number, handler in saved.items():
+            if handler is not None and signal.getsignal(number) != handler:
+                signal.signal(number, handler)
+
+
+@pytest.fixture(autouse=True)
+def _signals_as_they_were() -> Iterator[None]:
+    with signals_kept():
+        yield
 
 
 @pytest.fixture(scope="session")
