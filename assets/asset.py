@@ -31,6 +31,7 @@ from assets.naming import (
 from assets.resources import SPEC_RESOURCES, resolve
 from assets.run import PipelineRunConfig, refuse_incompatible_spec, run_pipeline
 from flow_jobs.io.dead_letters import DeadLetterTable
+from flow_jobs.ledger.location import state_store_schema
 from flow_jobs.one_line import pipeline_summary
 from flow_jobs.spec.models import PipelineSpec
 
@@ -50,6 +51,7 @@ def pipeline_asset(spec: PipelineSpec, spec_path: Path) -> AssetsDefinition:
     version = code_version(spec)
     meta = {"spec": str(spec_path), "pipeline": spec.name, "fingerprint": version}
     dead_kind = "delta" if spec.dead_letter.kind == "delta" else "postgres"
+    dead_letters = DeadLetterTable.of(spec, state_store_schema(spec)).description
     target, dead = target_key(spec), dead_letter_key(spec)
 
     @multi_asset(
@@ -69,7 +71,7 @@ def pipeline_asset(spec: PipelineSpec, spec_path: Path) -> AssetsDefinition:
                 deps=topics,
                 group_name="pipelines",
                 description=f"{spec.name}: the records it could not use, with their "
-                f"bytes, reason and position, in {DeadLetterTable.of(spec).description}",
+                f"bytes, reason and position, in {dead_letters}",
                 kinds={dead_kind},
                 metadata=meta,
                 code_version=version,

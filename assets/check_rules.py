@@ -10,7 +10,7 @@ from pathlib import Path
 
 from dagster import AssetCheckResult, AssetCheckSeverity
 
-from flow_jobs.io.state_store import StateStore
+from flow_jobs.ledger.store import LedgerStore
 from flow_jobs.sinks import sink_for
 from flow_jobs.sinks.base import Crowded, TargetUnreadable
 from flow_jobs.spec.models import PipelineSpec
@@ -35,7 +35,7 @@ def check_window_config(spec_path: Path) -> AssetCheckResult:
     )
 
 
-def check_watermark_lag(spec: PipelineSpec, ledger: StateStore) -> AssetCheckResult:
+def check_watermark_lag(spec: PipelineSpec, ledger: LedgerStore) -> AssetCheckResult:
     rows = ledger.recent_batches(spec.name, 1)
     limit = spec.checks.watermark_lag_max_s
     if not rows or rows[-1]["global_watermark"] is None:
@@ -54,7 +54,7 @@ def check_watermark_lag(spec: PipelineSpec, ledger: StateStore) -> AssetCheckRes
     )
 
 
-def check_late_row_rate(spec: PipelineSpec, ledger: StateStore) -> AssetCheckResult:
+def check_late_row_rate(spec: PipelineSpec, ledger: LedgerStore) -> AssetCheckResult:
     totals = ledger.totals(spec.name, spec.checks.late_row_rate_batches)
     input_rows, late = int(totals.get("input_rows") or 0), int(totals.get("late_rows") or 0)
     rate = late / input_rows if input_rows else 0.0
@@ -68,7 +68,7 @@ def check_late_row_rate(spec: PipelineSpec, ledger: StateStore) -> AssetCheckRes
 
 
 def _crowded(
-    spec: PipelineSpec, ledger: StateStore, columns: list[str], limit: int
+    spec: PipelineSpec, ledger: LedgerStore, columns: list[str], limit: int
 ) -> Crowded | AssetCheckResult:
     """One aggregate where the target's rows are (no row comes into Python: the sink's
     ``crowded``); the check's result where it cannot count them."""
@@ -91,7 +91,7 @@ def _not_read_back(spec: PipelineSpec) -> AssetCheckResult | None:
     return AssetCheckResult(passed=True, description=f"{spec.target.kind} target: append-only, n/a")
 
 
-def check_natural_key_unique(spec: PipelineSpec, ledger: StateStore) -> AssetCheckResult:
+def check_natural_key_unique(spec: PipelineSpec, ledger: LedgerStore) -> AssetCheckResult:
     if (appended := _not_read_back(spec)) is not None:
         return appended
     key = ledger.natural_key(spec.name)
@@ -108,7 +108,7 @@ def check_natural_key_unique(spec: PipelineSpec, ledger: StateStore) -> AssetChe
     )
 
 
-def check_top_n_bounded(spec: PipelineSpec, ledger: StateStore) -> AssetCheckResult:
+def check_top_n_bounded(spec: PipelineSpec, ledger: LedgerStore) -> AssetCheckResult:
     """[transform.window.top_n]: no window (and partition_by values) holds more than n
     rows in the target."""
     w = spec.window
@@ -128,7 +128,7 @@ def check_top_n_bounded(spec: PipelineSpec, ledger: StateStore) -> AssetCheckRes
     )
 
 
-def check_target_fresh(spec: PipelineSpec, ledger: StateStore) -> AssetCheckResult:
+def check_target_fresh(spec: PipelineSpec, ledger: LedgerStore) -> AssetCheckResult:
     totals = ledger.totals(spec.name, 1)
     last = totals.get("last_commit")
     limit = spec.checks.target_fresh_max_s
@@ -150,7 +150,7 @@ def applies(name: str, spec: PipelineSpec) -> bool:
 
 
 #: The checks that read the ledger (and target): name -> (description, function).
-LEDGER_CHECKS: dict[str, tuple[str, Callable[[PipelineSpec, StateStore], AssetCheckResult]]] = {
+LEDGER_CHECKS: dict[str, tuple[str, Callable[[PipelineSpec, LedgerStore], AssetCheckResult]]] = {
     "watermark_lag": (
         "now - the global watermark in the ledger <= [checks] watermark_lag_max_s",
         check_watermark_lag,

@@ -14,8 +14,8 @@ from dagster import ConfigurableResource
 from dagster_pyspark import LazyPySparkResource
 from pydantic import Field
 
-from flow_jobs.io.state_store import StateStore
-from flow_jobs.io.state_store_location import state_store_schema, state_store_url
+from flow_jobs.ledger.location import state_store_schema, state_store_url
+from flow_jobs.ledger.store import LedgerStore
 from flow_jobs.locations import on_object_store
 from flow_jobs.spec.models import PipelineSpec
 
@@ -98,11 +98,11 @@ class PostgresStateStoreResource(ConfigurableResource):
     url: str | None = Field(default=None, description="use EnvVar('FLOW_STATE_STORE_URL')")
     schema_name: str | None = None
 
-    def store_for(self, spec: PipelineSpec) -> StateStore:
+    def store_for(self, spec: PipelineSpec) -> LedgerStore:
         """The spec's store, migrated the first time this process asks for it (sensor
         ticks and check runs do not re-run the migration each time)."""
         url = self.url or state_store_url(spec)
-        store = StateStore(url, self.schema_name or state_store_schema(spec))
+        store = LedgerStore(url, self.schema_name or state_store_schema(spec))
         if (url, store.schema) not in _MIGRATED:
             store.migrate()
             _MIGRATED.add((url, store.schema))

@@ -20,7 +20,8 @@ from typing import Any, Literal
 from dagster import AssetExecutionContext, Config, DagsterExecutionInterruptedError, Failure
 
 from flow_jobs.io.checkpoint_claim import IncompatibleSpec
-from flow_jobs.io.state_store import PipelineBusy, refuse_incompatible
+from flow_jobs.ledger.run_lock import PipelineBusy
+from flow_jobs.ledger.store import refuse_incompatible
 from flow_jobs.runtime.display import Lines
 from flow_jobs.secrets import RedactingFilter
 from flow_jobs.spec.models import PipelineSpec

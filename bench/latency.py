@@ -471,10 +471,10 @@ def batch_times(run: Run) -> list[dict[str, float]]:
     """Each micro-batch: when it ended (wall clock), its input rows and its
     ``triggerExecution`` in ms."""
     if run.job == "flow-jobs":
-        from flow_jobs.io.state_store import StateStore
-        from flow_jobs.io.state_store_location import state_store_schema, state_store_url
+        from flow_jobs.ledger.location import state_store_schema, state_store_url
+        from flow_jobs.ledger.store import LedgerStore
 
-        store = StateStore(state_store_url(), state_store_schema())
+        store = LedgerStore(state_store_url(), state_store_schema())
         rows = store.recent_batches(run.spec_name or "", limit=1_000_000)
         return [
             {

@@ -76,7 +76,7 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="flow-startup-"))
     started = time.perf_counter()
     timed("import flow_jobs (pyspark, deltalake, psycopg, ...)", _imports)
-    from flow_jobs.io.state_store import StateStore
+    from flow_jobs.ledger.store import LedgerStore
     from flow_jobs.runtime.runner import PipelineRunner
     from flow_jobs.runtime.session import session_for
     from flow_jobs.spec import parse_spec
@@ -94,7 +94,7 @@ def main() -> int:
         spec = specs[0][0]
         spark = timed("Spark session (JVM start)", lambda: session_for(spec.spark))
         timed("state store: embedded Postgres (initdb + start) and migrate",
-              lambda: StateStore.for_spec(spec))  # fmt: skip
+              lambda: LedgerStore.for_spec(spec))  # fmt: skip
         runner = timed("compile the plan (PipelineRunner)", lambda: PipelineRunner(spec, spark))
         summary = timed("run --available-now on the empty topic", lambda: runner.run(True))
         first_total = time.perf_counter() - started

@@ -82,7 +82,7 @@ def __dir__() -> list[str]:
 def run_pipeline(pipeline: Pipeline, available_now: bool = False, spark: Any = None) -> RunSummary:
     """Run a pipeline as ``flow-jobs run`` would (Spark is imported only here); a spec
     its checkpoint cannot resume under is refused before Spark starts."""
-    from flow_jobs.io.state_store import refuse_incompatible
+    from flow_jobs.ledger.store import refuse_incompatible
     from flow_jobs.runtime.runner import PipelineRunner
 
     refuse_incompatible(pipeline)

@@ -25,7 +25,8 @@ from flow_jobs.cli_store import (
 )
 from flow_jobs.errors import PlanError, TargetError
 from flow_jobs.io.checkpoint_claim import IncompatibleSpec
-from flow_jobs.io.state_store import PipelineBusy, refuse_incompatible
+from flow_jobs.ledger.run_lock import PipelineBusy
+from flow_jobs.ledger.store import refuse_incompatible
 from flow_jobs.locations import local_path
 from flow_jobs.one_line import pipeline_summary
 from flow_jobs.runtime.checkpoint import retire_checkpoint

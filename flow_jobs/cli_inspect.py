@@ -76,11 +76,11 @@ def run_inspect(args: argparse.Namespace) -> int:
 
 
 def _read(spec: PipelineSpec, groups: dict[str, str], limit: int) -> StateReport:
-    from flow_jobs.io.state_store import StateStore
+    from flow_jobs.ledger.store import LedgerStore
     from flow_jobs.runtime.session import session_for
 
     try:
-        store: StateStore | None = StateStore.for_spec(spec)
+        store: LedgerStore | None = LedgerStore.for_spec(spec)
     except psycopg.Error as e:  # the global watermark is in the checkpoint: go on
         print(f"warning: state store: {str(e).strip()}; no per-source watermarks", file=sys.stderr)
         store = None

@@ -18,8 +18,8 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from rich.table import Table
 
 from flow_jobs import tables
-from flow_jobs.io.state_store import StateStore
-from flow_jobs.io.state_store_location import state_store_schema, state_store_url
+from flow_jobs.ledger.location import state_store_schema, state_store_url
+from flow_jobs.ledger.store import LedgerStore
 from flow_jobs.secrets import redact
 from flow_jobs.settings import Settings
 from flow_jobs.sinks import describe_commit, sink_for
@@ -75,7 +75,7 @@ def add_show_commands(commands: Any, verbosity: Any) -> None:
         verbosity(command)
 
 
-def store_for(args: argparse.Namespace) -> tuple[StateStore, PipelineSpec | None, str]:
+def store_for(args: argparse.Namespace) -> tuple[LedgerStore, PipelineSpec | None, str]:
     """The state store a NAME (or a spec file) lives in, the spec if given, the name."""
     spec = load_spec(args.pipeline) if args.pipeline.endswith(".toml") else None
     if spec is None and args.spec:
@@ -84,7 +84,7 @@ def store_for(args: argparse.Namespace) -> tuple[StateStore, PipelineSpec | None
     return open_store(args, spec), spec, name
 
 
-def open_store(args: argparse.Namespace, spec: PipelineSpec | None) -> StateStore:
+def open_store(args: argparse.Namespace, spec: PipelineSpec | None) -> LedgerStore:
     """``--url-file``, else the spec's ``[state_store]``, else ``FLOW_STATE_STORE_URL``,
     else the embedded one; migrated."""
     if getattr(args, "url", None):
@@ -96,7 +96,7 @@ def open_store(args: argparse.Namespace, spec: PipelineSpec | None) -> StateStor
         url = Path(args.url_file).read_text(encoding="utf-8").strip()
     else:
         url = state_store_url(spec)
-    store = StateStore(url, args.schema or state_store_schema(spec))
+    store = LedgerStore(url, args.schema or state_store_schema(spec))
     store.migrate()
     return store
 
@@ -108,7 +108,7 @@ def _embedded(args: argparse.Namespace, spec: PipelineSpec | None) -> bool:
     return not (getattr(args, "url_file", None) or configured or from_env)
 
 
-def require_known(store: StateStore, name: str, command: str) -> None:
+def require_known(store: LedgerStore, name: str, command: str) -> None:
     """``UnknownPipeline``, saying what to do, for a pipeline the store has never
     registered (no run of it started there)."""
     names = store.pipeline_names()

@@ -191,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop = threading.Event()
     with stop_on_signals(stop), the_terminal():
         code, running = demo(args, stop)
-    if stop.is_set():  # Ctrl-C's one line (state_store_location: Postgres stops at exit)
+    if stop.is_set():  # Ctrl-C's one line (ledger.location: Postgres stops at exit)
         print(f"stopped {running}, then the broker; the embedded Postgres stops as we exit")
     return code
 

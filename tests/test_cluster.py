@@ -30,7 +30,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from flow_jobs.io.delta import read_delta
-from flow_jobs.io.state_store import StateStore
+from flow_jobs.ledger.store import LedgerStore
 from flow_jobs.runtime.pack import pack
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec.models import PipelineSpec
@@ -273,7 +273,7 @@ def test_three_pipeline_shapes_on_a_cluster_equal_local(
         (1, b'{"user_id": "a", "ts": '),
         (2, b'{"user_id": "b", "amount": 1.0}'),
     ]
-    ledger = StateStore(os.environ["FLOW_STATE_STORE_URL"], os.environ["FLOW_STATE_STORE_SCHEMA"])
+    ledger = LedgerStore(os.environ["FLOW_STATE_STORE_URL"], os.environ["FLOW_STATE_STORE_SCHEMA"])
     batches = ledger.recent_batches("cluster-tumbling", 100)
     assert sum(b["dead_lettered_rows"] for b in batches) == 2
     assert not (Path(remote["tumbling"].dead_letter_path() + "_staging")).exists()

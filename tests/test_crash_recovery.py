@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from flow_jobs.io.state_store import StateStore
+from flow_jobs.ledger.store import LedgerStore
 from flow_jobs.spec.models import PipelineSpec
 from flow_jobs_dev.broker import EmbeddedBroker
 from tests.reference import reference_windows
@@ -83,7 +83,7 @@ def _start(spec: Path, env: dict[str, str], log: Path, *args: str) -> subprocess
     )
 
 
-def _batches(ledger: StateStore, name: str) -> int:
+def _batches(ledger: LedgerStore, name: str) -> int:
     try:
         return sum(len(ids) for ids in ledger.batch_ids(name).values())
     except Exception:  # the schema may not exist before the first start migrates it
@@ -91,7 +91,7 @@ def _batches(ledger: StateStore, name: str) -> int:
 
 
 def _crash_cycles(
-    spec: Path, drain: Path, env: dict[str, str], ledger: StateStore, log: Path
+    spec: Path, drain: Path, env: dict[str, str], ledger: LedgerStore, log: Path
 ) -> None:
     """KILLS runs, each SIGKILLed at a random moment, then one run that drains the rest."""
     name = spec.stem
@@ -143,7 +143,7 @@ def test_sigkill_at_random_moments_neither_loses_nor_doubles_a_window(
         spec, drain = _spec(folder, broker, topic, f"crash-{name}", target)
         env = {**os.environ, "FLOW_STATE_STORE_URL": url, "PYTHONUNBUFFERED": "1"}
         try:
-            ledger = StateStore(url, state_store_env)
+            ledger = LedgerStore(url, state_store_env)
             _crash_cycles(spec, drain, env, ledger, folder / "runs.log")
         except BaseException as e:  # reported by the test's thread below
             errors[name] = e
@@ -170,7 +170,7 @@ def test_sigkill_at_random_moments_neither_loses_nor_doubles_a_window(
     assert_same_windows(read_postgres(table, key, postgres_url), expected)  # no duplicates
 
     for name, (url, _target) in runs.items():
-        ledger = StateStore(url, state_store_env)
+        ledger = LedgerStore(url, state_store_env)
         lineages = ledger.batch_ids(f"crash-{name}")
         assert len(lineages) == 1, (name, lineages)  # one checkpoint, one query id
         (ids,) = lineages.values()

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from flow_jobs.io.delta import read_delta
-from flow_jobs.io.state_store import StateStore
+from flow_jobs.ledger.store import LedgerStore
 from flow_jobs.spec.models import PipelineSpec
 from flow_jobs_dev.broker import EmbeddedBroker
 from flow_jobs_dev.dagster_ui import (
@@ -105,7 +105,7 @@ def test_a_run_launched_through_dagster_graphql_succeeds_with_its_checks(
 
         # A continuous run, terminated from Dagster once it has written a batch: the
         # query stops after the batch in flight, which is committed, nothing half-done.
-        ledger = StateStore(
+        ledger = LedgerStore(
             os.environ["FLOW_STATE_STORE_URL"], os.environ["FLOW_STATE_STORE_SCHEMA"]
         )
         before = len(ledger.recent_batches("graphql-e2e", 100))

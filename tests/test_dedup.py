@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
 from flow_jobs.io.delta import read_delta
-from flow_jobs.io.state_store import StateStore
+from flow_jobs.ledger.store import LedgerStore
 from flow_jobs.operators.dedup import KEY, DedupState, release
 from flow_jobs.plan.dedup import key_json
 from flow_jobs.runtime.runner import PipelineRunner
@@ -241,7 +241,7 @@ def test_duplicates_are_out_of_every_window_under_any_cut_and_restart(
         assert sum(s.late_rows for s in summaries[tag]) == len(late), tag
         assert sum(s.duplicates for s in summaries[tag]) == len(duplicates), tag
         assert_same_windows(read_windows(spec.target.path, spec.natural_key()), expected)
-        store = StateStore.for_spec(spec)
+        store = LedgerStore.for_spec(spec)
         ledger: Counter[str] = Counter()
         for row in store.recent_batches(spec.name, 1_000):
             ledger.update(row["source_duplicates"] or {})

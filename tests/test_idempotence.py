@@ -8,7 +8,7 @@ from pathlib import Path
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from flow_jobs.io.state_store import StateStore
+from flow_jobs.ledger.store import LedgerStore
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec.models import PipelineSpec
 from flow_jobs_dev.broker import EmbeddedBroker
@@ -118,7 +118,7 @@ def test_a_fresh_lineage_never_overwrites_a_closed_window_with_a_partial_one(
     doc = fresh_checkpoint(spec).to_document()
     doc["sources"][0]["topic"] = second_topic
     moved = PipelineSpec.model_validate(doc)
-    StateStore.for_spec(moved).reset(moved.name, None)
+    LedgerStore.for_spec(moved).reset(moved.name, None)
     PipelineRunner(moved, spark).run(available_now=True)
 
     actual = read_windows(spec.target.path, spec.natural_key())

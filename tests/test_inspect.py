@@ -20,7 +20,7 @@ from pyspark.sql import SparkSession
 
 from flow_jobs.cli import main
 from flow_jobs.io.delta import read_delta
-from flow_jobs.io.state_store import StateStore
+from flow_jobs.ledger.store import LedgerStore
 from flow_jobs.runtime.inspect import NO_STATE, inspect_state
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec import load_spec
@@ -105,7 +105,7 @@ def test_open_tumbling_windows_and_partials_equal_the_reference(
     assert len({k[0] for k in expected}) >= 2, "want several open windows per group"
 
     spec = load_spec(path)
-    report = inspect_state(spark, spec, store=StateStore.for_spec(spec), limit=100)
+    report = inspect_state(spark, spec, store=LedgerStore.for_spec(spec), limit=100)
 
     assert _ms(report.watermark) == watermark
     assert report.held_back_by == ("clicks",)
@@ -160,7 +160,7 @@ def test_open_cumulate_windows_and_partials_equal_the_reference(
     assert len({k[1] for k in expected}) >= 3, "want several open steps per group"
 
     spec = load_spec(path)
-    report = inspect_state(spark, spec, store=StateStore.for_spec(spec), limit=100)
+    report = inspect_state(spark, spec, store=LedgerStore.for_spec(spec), limit=100)
 
     assert _ms(report.watermark) == watermark
     assert report.open_windows == len(expected)
@@ -184,7 +184,7 @@ def test_open_sliding_windows_are_decoded_from_the_state_api(
             expected[(t - duration, t, user)] = _partials(inside)
 
     spec = load_spec(path)
-    report = inspect_state(spark, spec, store=StateStore.for_spec(spec), limit=1_000)
+    report = inspect_state(spark, spec, store=LedgerStore.for_spec(spec), limit=1_000)
 
     assert _ms(report.watermark) == watermark
     assert report.open_windows == len(expected)
@@ -241,7 +241,7 @@ def test_open_state_windows_show_what_the_operator_emits(
     path = _spec_file(spec, workdir)
     PipelineRunner(load_spec(path), spark).run(available_now=True)
 
-    report = inspect_state(spark, spec, store=StateStore.for_spec(spec), limit=10_000)
+    report = inspect_state(spark, spec, store=LedgerStore.for_spec(spec), limit=10_000)
     assert report.open_windows and report.open_windows == len(report.windows)
     count = kind.startswith("count_")  # a count window is known by its index (ties)
     emitted = {

@@ -26,7 +26,7 @@ from pyspark.sql import SparkSession
 
 from flow_jobs.aggregations import NOT_DECODED
 from flow_jobs.cli import main
-from flow_jobs.io.state_store import StateStore
+from flow_jobs.ledger.store import LedgerStore
 from flow_jobs.plan.combine import MARKER
 from flow_jobs.runtime.inspect import StateReport, inspect_state
 from flow_jobs.runtime.runner import PipelineRunner
@@ -168,7 +168,7 @@ def test_the_demo_pipeline_shows_every_open_aggregate_pre_aggregated(
     assert len(events) == len(records) - 2  # the demo's malformed records
     sizes = {"duration_ms": window.duration_ms}
     watermark, expected = _open(events, "tumbling", sizes, aggregations, window.lateness_ms)
-    report = inspect_state(spark, spec, store=StateStore.for_spec(spec), limit=1_000)
+    report = inspect_state(spark, spec, store=LedgerStore.for_spec(spec), limit=1_000)
 
     assert _ms(report.watermark) == watermark and report.note is None
     assert report.open_windows == len(expected) >= 12, "a window per user, at least"
@@ -255,7 +255,7 @@ def test_every_open_aggregate_reads_in_either_layout(
 
     watermark, expected = _open(_events(records), kind, SIZES[kind], AGGREGATIONS)
     assert len({k[2] for k in expected}) == 5, "open windows of every group, NULL's too"
-    report = inspect_state(spark, spec, store=StateStore.for_spec(spec), limit=1_000)
+    report = inspect_state(spark, spec, store=LedgerStore.for_spec(spec), limit=1_000)
 
     assert _ms(report.watermark) == watermark and report.note is None
     assert report.open_windows == len(expected)

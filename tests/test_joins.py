@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 
 from flow_jobs.errors import PlanError
 from flow_jobs.io.delta import read_delta
-from flow_jobs.io.state_store import StateStore
+from flow_jobs.ledger.store import LedgerStore
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec.models import PipelineSpec
 from flow_jobs_dev.broker import EmbeddedBroker
@@ -634,7 +634,7 @@ def test_late_rows_of_a_join_are_counted_per_row_and_dead_lettered(
 
     assert second.late_rows == 5
     assert second.dead_lettered == 5
-    ledger = StateStore(os.environ["FLOW_STATE_STORE_URL"], os.environ["FLOW_STATE_STORE_SCHEMA"])
+    ledger = LedgerStore(os.environ["FLOW_STATE_STORE_URL"], os.environ["FLOW_STATE_STORE_SCHEMA"])
     late_by_source: Counter[str] = Counter()
     for row in ledger.recent_batches(spec.name, 1_000):
         late_by_source.update(row["source_late_rows"] or {})

@@ -19,13 +19,13 @@ from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-from flow_jobs.io.state_store import StateStore
 from flow_jobs.kafka.data_loss import DATA_LOSS_KEY, DataLoss, find_data_loss
 from flow_jobs.kafka.options import KafkaDataLossError, KafkaSourceOptions
 from flow_jobs.kafka.partitions import KafkaRange
 from flow_jobs.kafka.planning import KafkaStreamReader
 from flow_jobs.kafka.read import read_range
 from flow_jobs.kafka.retries import retry
+from flow_jobs.ledger.store import LedgerStore
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs_dev.broker import EmbeddedBroker
 from tests.reference import reference_windows
@@ -197,7 +197,7 @@ def test_a_pipeline_skips_lost_offsets_and_records_them(
     send(broker.bootstrap_servers, topic, click_records(later))
     again = PipelineRunner(spec, spark).run(available_now=True)
     assert again.input_rows == 10  # the new topic's records, from its earliest offset
-    batches = StateStore.for_spec(spec).recent_batches(spec.name, 10)
+    batches = LedgerStore.for_spec(spec).recent_batches(spec.name, 10)
     lost = [b["end_offsets"]["clicks"].get(DATA_LOSS_KEY) for b in batches if b["end_offsets"]]
     lost = [x for x in lost if x]
     assert lost == [

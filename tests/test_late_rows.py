@@ -21,7 +21,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from flow_jobs.io.delta import read_delta
-from flow_jobs.io.state_store import StateStore
+from flow_jobs.ledger.store import LedgerStore
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec.models import PipelineSpec
 from flow_jobs_dev.broker import EmbeddedBroker
@@ -126,7 +126,7 @@ def _expected(kind: str, on_time: list[dict]) -> dict:
 
 
 def _ledger_late(spec: PipelineSpec) -> Counter[str]:
-    ledger = StateStore(os.environ["FLOW_STATE_STORE_URL"], os.environ["FLOW_STATE_STORE_SCHEMA"])
+    ledger = LedgerStore(os.environ["FLOW_STATE_STORE_URL"], os.environ["FLOW_STATE_STORE_SCHEMA"])
     total: Counter[str] = Counter()
     for row in ledger.recent_batches(spec.name, 1_000):
         total.update(row["source_late_rows"] or {})

@@ -140,7 +140,7 @@ def _holder(data_dir: Path, then: str) -> subprocess.Popen[str]:
     code = textwrap.dedent(
         f"""
         import os, signal, sys
-        from flow_jobs.io.state_store_location import embedded_url
+        from flow_jobs.ledger.location import embedded_url
         print(embedded_url({str(data_dir)!r}), flush=True)
         {then}
         """

@@ -86,7 +86,7 @@ def test_metrics_are_served_during_a_run(
 
 def test_a_source_watermark_is_its_highest_event_time_less_lateness_and_never_moves_back() -> None:
     """The one rule the ledger's source_watermarks and flow_watermark_seconds share."""
-    from flow_jobs.io.ledger import source_watermark_ms
+    from flow_jobs.ledger.batch_ledger import source_watermark_ms
 
     assert source_watermark_ms(None, None, 5_000) is None
     assert source_watermark_ms(None, 20_000, 5_000) == 15_000

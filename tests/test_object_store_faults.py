@@ -14,7 +14,7 @@ from urllib.parse import urlparse
 import pytest
 from pyspark.sql import SparkSession
 
-from flow_jobs.io.state_store import StateStore
+from flow_jobs.ledger.store import LedgerStore
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec.models import PipelineSpec
 from flow_jobs_dev.broker import EmbeddedBroker
@@ -97,7 +97,7 @@ def test_a_run_waits_out_the_object_store_and_writes_each_window_once(
     assert not failure, failure
     assert_same_windows(windows(), expected())
     assert caplog.text.count("object store back after") == 2
-    store = StateStore.for_spec(spec)
+    store = LedgerStore.for_spec(spec)
     rows = store.recent_batches(spec.name, 1_000)
     ids = sorted(r["batch_id"] for r in rows)
     assert ids == list(range(ids[0], ids[0] + len(ids))), "one ledger row per batch"

@@ -17,7 +17,8 @@ from pyspark.sql import SparkSession
 
 from flow_jobs.cli import EXIT_BUSY, main
 from flow_jobs.io.checkpoint_claim import CHECKPOINT_MARKER, IncompatibleSpec
-from flow_jobs.io.state_store import PipelineBusy, StateStore
+from flow_jobs.ledger.run_lock import PipelineBusy
+from flow_jobs.ledger.store import LedgerStore
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec.models import PipelineSpec
 from flow_jobs_dev.broker import EmbeddedBroker
@@ -35,19 +36,19 @@ WINDOW = {
 # Another process that takes the pipeline's run lock, says so, and holds it until killed.
 HOLDER = """
 import os, sys
-from flow_jobs.io.state_store import StateStore
-store = StateStore(os.environ["FLOW_STATE_STORE_URL"], os.environ["FLOW_STATE_STORE_SCHEMA"])
+from flow_jobs.ledger.store import LedgerStore
+store = LedgerStore(os.environ["FLOW_STATE_STORE_URL"], os.environ["FLOW_STATE_STORE_SCHEMA"])
 with store.run_lock(sys.argv[1], "run"):
     print("held", flush=True)
     sys.stdin.read()
 """
 
 
-def store() -> StateStore:
-    return StateStore(os.environ["FLOW_STATE_STORE_URL"], os.environ["FLOW_STATE_STORE_SCHEMA"])
+def store() -> LedgerStore:
+    return LedgerStore(os.environ["FLOW_STATE_STORE_URL"], os.environ["FLOW_STATE_STORE_SCHEMA"])
 
 
-def wait_for_release(ledger: StateStore, name: str) -> None:
+def wait_for_release(ledger: LedgerStore, name: str) -> None:
     """Block (no polling) until nobody holds the pipeline's lock, then let it go."""
     with psycopg.connect(os.environ["FLOW_STATE_STORE_URL"], autocommit=True) as conn:
         conn.execute("SET lock_timeout = '30s'")

@@ -53,8 +53,8 @@ from assets.resources import (
 from assets.schedules import MONITOR_TAG, monitoring_schedule, pipeline_schedule
 from assets.sensors import pipeline_sensor
 from flow_jobs.io.delta import read_delta
-from flow_jobs.io.state_store import StateStore
 from flow_jobs.kafka.source import KafkaDataSource
+from flow_jobs.ledger.store import LedgerStore
 from flow_jobs.spec import load_spec
 from flow_jobs.spec.models import PipelineSpec
 from flow_jobs_dev.broker import EmbeddedBroker
@@ -101,8 +101,8 @@ def _checks(spec_path: Path) -> list[AssetChecksDefinition]:
     return pipeline_checks(load_spec(spec_path), spec_path)
 
 
-def _ledger() -> StateStore:
-    return StateStore(os.environ["FLOW_STATE_STORE_URL"], os.environ["FLOW_STATE_STORE_SCHEMA"])
+def _ledger() -> LedgerStore:
+    return LedgerStore(os.environ["FLOW_STATE_STORE_URL"], os.environ["FLOW_STATE_STORE_SCHEMA"])
 
 
 def test_the_spark_resource_is_dagster_pysparks_lazy_one_with_flow_jobs_set_up(

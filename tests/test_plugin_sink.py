@@ -25,7 +25,7 @@ from pyspark.sql import SparkSession
 import tests.plugins.jsonl_sink  # noqa: F401 - registers kind = "jsonl"
 from assets.metadata import run_metadata
 from flow_jobs.cli import main
-from flow_jobs.io.state_store import StateStore
+from flow_jobs.ledger.store import LedgerStore
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.sinks import SINKS
 from flow_jobs.spec import load_spec
@@ -136,7 +136,7 @@ def test_a_sink_from_the_tests_writes_each_window_once_and_reads_back(
     assert_same_windows(written, tumbling_reference(events))
 
     # one file per batch that wrote rows, named by its batch id; the ledger keeps it
-    store = StateStore.for_spec(spec)
+    store = LedgerStore.for_spec(spec)
     ledger = [r for r in store.recent_batches(spec.name, 1000) if r["output_rows"]]
     files = sorted(p.name for p in folder.glob("*.jsonl"))
     assert files == sorted(r["target_version"] for r in ledger)

@@ -26,7 +26,7 @@ from pyspark.sql import SparkSession
 
 from flow_jobs.cli import main
 from flow_jobs.io.checkpoint_claim import IncompatibleSpec
-from flow_jobs.io.state_store import StateStore
+from flow_jobs.ledger.store import LedgerStore
 from flow_jobs.runtime.inspect import inspect_state
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec import load_spec
@@ -181,7 +181,7 @@ def test_offset_windows_run_end_to_end_as_their_definition_says(
     assert_same_windows(read_windows(whole.target.path, whole.natural_key()), expected)
 
     # inspect: the windows still open, with their values as they stand.
-    report = inspect_state(spark, tiny, store=StateStore.for_spec(tiny), limit=1_000)
+    report = inspect_state(spark, tiny, store=LedgerStore.for_spec(tiny), limit=1_000)
     still_open = reference(events, watermark, exact, closed=False)
     assert still_open and report.open_windows == len(still_open)
     shown = {(w.start, w.end, w.group["user_id"]): w.aggregates for w in report.windows}

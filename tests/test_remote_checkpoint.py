@@ -36,7 +36,7 @@ from flow_jobs.io.checkpoint_files import (
     withdraw_driver_gateway,
 )
 from flow_jobs.io.delta import read_delta
-from flow_jobs.io.state_store import StateStore
+from flow_jobs.ledger.store import LedgerStore
 from flow_jobs.plan.combine import MARKER
 from flow_jobs.runtime.checkpoint import describe_batch_in_flight, has_committed_batch
 from flow_jobs.runtime.idleness import run_start
@@ -233,7 +233,7 @@ def _phases(seed: str) -> tuple[list[dict], list[dict], list[dict]]:
 
 
 def _ledger(spec: PipelineSpec) -> dict[int, dict[str, Any]]:
-    rows = StateStore.for_spec(spec).recent_batches(spec.name, 1_000)
+    rows = LedgerStore.for_spec(spec).recent_batches(spec.name, 1_000)
     columns = ("global_watermark", "start_offsets", "end_offsets", "late_rows", "output_rows")
     return {r["batch_id"]: {c: r[c] for c in columns} for r in rows}
 
@@ -295,7 +295,7 @@ def test_a_remote_checkpoint_ledgers_stamps_and_marks_as_a_local_one(
     uri, path = remote.checkpoint_location(), str(Path(local.checkpoint_location()).resolve())
     assert run_start(remote, uri) == run_start(local, path) != {}
     assert has_committed_batch(uri) and describe_batch_in_flight(uri, remote) is None
-    ledger = StateStore.for_spec(remote)
+    ledger = LedgerStore.for_spec(remote)
     state = inspect_state(spark, remote, store=ledger)
     here = inspect_state(spark, local, store=ledger)
     assert state.batch_id == here.batch_id is not None

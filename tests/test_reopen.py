@@ -21,9 +21,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
-from flow_jobs.io.state_store import StateStore
 from flow_jobs.kernels import timers
 from flow_jobs.kernels.frame import EventFrame, Values
+from flow_jobs.ledger.store import LedgerStore
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec.models import PipelineSpec
 from flow_jobs.windows import fixed as reopen
@@ -319,7 +319,7 @@ def _expected(events: list[dict[str, Any]], watermark: int) -> dict:
 
 
 def _ledger(spec: PipelineSpec) -> list[dict[str, Any]]:
-    ledger = StateStore(os.environ["FLOW_STATE_STORE_URL"], os.environ["FLOW_STATE_STORE_SCHEMA"])
+    ledger = LedgerStore(os.environ["FLOW_STATE_STORE_URL"], os.environ["FLOW_STATE_STORE_SCHEMA"])
     return ledger.recent_batches(spec.name, 1_000)
 
 

@@ -13,10 +13,10 @@ from pyspark.sql import SparkSession
 
 from flow_jobs.cli import main
 from flow_jobs.io.kafka_time_offsets import first_offset_at
-from flow_jobs.io.state_store import StateStore
 from flow_jobs.kafka.heartbeats import IDLE_FOR_THE_RUN_MS
 from flow_jobs.kafka.options import KafkaSourceOptions
 from flow_jobs.kafka.planning import KafkaStreamReader
+from flow_jobs.ledger.store import LedgerStore
 from flow_jobs.runtime.idleness import replay_targets
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec import SpecError
@@ -251,7 +251,7 @@ def test_a_replay_from_a_time_rewrites_exactly_the_windows_from_it_on(
     assert_same_windows(replayed, {**before, **after})
     # The read started at each partition's first record stamped at or after the time.
     assert summary.input_rows == sum(e["ts"] >= REPLAY_FROM_MS for e in events)
-    store = StateStore.for_spec(replay)
+    store = LedgerStore.for_spec(replay)
     batches = store.batch_ids(spec.name)[summary.query_id]
     rows = [r for r in store.recent_batches(spec.name, 1000) if r["query_id"] == summary.query_id]
     assert len(rows) == len(batches) and sum(r["input_rows"] for r in rows) == summary.input_rows
@@ -347,7 +347,7 @@ def test_a_replay_from_a_time_closes_windows_beside_a_source_with_nothing_after_
         spec = _two_sources(workdir, broker, topics, **starting, **per_trigger)
     else:  # a generation started by `flow-jobs reset --from`: the ledger's replay_from
         registered = _two_sources(workdir, broker, topics, **per_trigger)
-        StateStore.for_spec(registered).open_pipeline(registered)
+        LedgerStore.for_spec(registered).open_pipeline(registered)
         spec_file = workdir / "two.toml"
         spec_file.write_text(registered.to_toml(), encoding="utf-8")
         assert main(["reset", str(spec_file), "--from", at.isoformat()]) == 0

@@ -32,7 +32,7 @@ from assets.resources import (
 )
 from flow_jobs.io.dead_letters import DeadLetterTable
 from flow_jobs.io.delta import DeltaMergeTable, read_delta
-from flow_jobs.io.state_store import StateStore
+from flow_jobs.ledger.store import LedgerStore
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec import SpecError, parse_spec
 from flow_jobs.spec.models import PipelineSpec, revealed
@@ -232,7 +232,7 @@ def test_a_pipeline_into_s3_writes_the_windows_it_writes_locally(
     dead = read_delta(on_s3.dead_letter_path(), on_s3.dead_letter_storage_options()).to_pylist()
     assert {(r["partition"], r["offset"]): r["value"] for r in dead} == expected_dead
     assert {r["value"]: r["reason"] for r in dead} == MALFORMED
-    ledger = StateStore.for_spec(on_s3)
+    ledger = LedgerStore.for_spec(on_s3)
     batches = ledger.recent_batches(on_s3.name)
     assert sum(b["dead_lettered_rows"] for b in batches) == 2
     assert batches[-1]["target_version"] == str(summary.target_commit)

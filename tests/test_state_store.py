@@ -24,7 +24,7 @@ from pyspark.sql import SparkSession
 
 from flow_jobs.cli import main
 from flow_jobs.io.checkpoint_claim import CHECKPOINT_MARKER, IncompatibleSpec
-from flow_jobs.io.state_store import StateStore
+from flow_jobs.ledger.store import LedgerStore
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec.fingerprint import ORDER_KEYS, fingerprint_fields, fingerprint_of
 from flow_jobs.spec.models import PipelineSpec
@@ -75,8 +75,8 @@ def expected(events: list[dict[str, Any]], duration_ms: int = 10_000) -> dict:
     )
 
 
-def store() -> StateStore:
-    return StateStore(os.environ["FLOW_STATE_STORE_URL"], os.environ["FLOW_STATE_STORE_SCHEMA"])
+def store() -> LedgerStore:
+    return LedgerStore(os.environ["FLOW_STATE_STORE_URL"], os.environ["FLOW_STATE_STORE_SCHEMA"])
 
 
 def read_postgres(
@@ -328,7 +328,7 @@ def test_without_a_url_the_state_store_is_an_embedded_postgres(
     import pgserver
 
     url = pgserver.get_server(workdir / "pg", cleanup_mode="stop").get_uri()
-    ledger = StateStore(url, os.environ["FLOW_STATE_STORE_SCHEMA"])
+    ledger = LedgerStore(url, os.environ["FLOW_STATE_STORE_SCHEMA"])
     assert [r["batch_id"] for r in ledger.recent_batches(spec.name)] == [0, 1]
 
 
@@ -442,7 +442,7 @@ def _earlier(spec: PipelineSpec) -> tuple[str, dict[str, Any]]:
     return fingerprint_of(fields), fields
 
 
-def _register_as_earlier(ledger: StateStore, spec: PipelineSpec) -> str:
+def _register_as_earlier(ledger: LedgerStore, spec: PipelineSpec) -> str:
     """What an earlier flow-jobs left: its ledger row and its checkpoint marker."""
     earlier, fields = _earlier(spec)
     with ledger.connect() as conn:
@@ -461,10 +461,10 @@ def _register_as_earlier(ledger: StateStore, spec: PipelineSpec) -> str:
 
 
 @pytest.fixture
-def ledger(postgres_url: str) -> Iterator[StateStore]:
+def ledger(postgres_url: str) -> Iterator[LedgerStore]:
     """A state store in a schema of its own (no Spark, no broker)."""
     schema = "t_" + uuid.uuid4().hex[:12]
-    store = StateStore(postgres_url, schema)
+    store = LedgerStore(postgres_url, schema)
     store.migrate()
     yield store
     with store.connect() as conn:
@@ -478,13 +478,13 @@ def _ordered(workdir: Path, order: list) -> PipelineSpec:
 
 
 def test_an_upgrade_accepts_a_checkpoint_registered_without_the_order_once(
-    ledger: StateStore, workdir: Path, caplog: pytest.LogCaptureFixture
+    ledger: LedgerStore, workdir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The ledger row and the marker an earlier flow-jobs wrote are accepted and take
     the fingerprint with the order, so the next reorder is refused."""
     spec = _ordered(workdir, ORDERED_AGGREGATIONS)
     earlier = _register_as_earlier(ledger, spec)
-    with caplog.at_level(logging.WARNING, logger="flow_jobs.io.state_store"):
+    with caplog.at_level(logging.WARNING, logger="flow_jobs.ledger.store"):
         state = ledger.open_pipeline(spec)
     current = fingerprint_of(fingerprint_fields(spec))
     assert state.fingerprint == current != earlier
@@ -507,7 +507,7 @@ def test_an_upgrade_accepts_a_checkpoint_registered_without_the_order_once(
     )
 
 
-def test_an_upgrade_cannot_see_a_reorder_made_with_it(ledger: StateStore, workdir: Path) -> None:
+def test_an_upgrade_cannot_see_a_reorder_made_with_it(ledger: LedgerStore, workdir: Path) -> None:
     """The documented limitation: the earlier fingerprint holds no order, so a spec
     reordered before the first run of the new flow-jobs is taken as the checkpoint's."""
     _register_as_earlier(ledger, _ordered(workdir, ORDERED_AGGREGATIONS))
@@ -516,7 +516,7 @@ def test_an_upgrade_cannot_see_a_reorder_made_with_it(ledger: StateStore, workdi
 
 
 def test_an_upgrade_with_another_change_is_refused_naming_only_that_change(
-    ledger: StateStore, workdir: Path
+    ledger: LedgerStore, workdir: Path
 ) -> None:
     spec = _ordered(workdir, ORDERED_AGGREGATIONS)
     earlier = _register_as_earlier(ledger, spec)
@@ -537,7 +537,7 @@ def test_an_upgrade_with_another_change_is_refused_naming_only_that_change(
 
 
 def test_a_marker_without_the_order_is_upgraded_where_the_ledger_has_no_row(
-    ledger: StateStore, workdir: Path
+    ledger: LedgerStore, workdir: Path
 ) -> None:
     """A checkpoint whose ledger is elsewhere (or was lost): its marker alone decides."""
     spec = _ordered(workdir, ORDERED_AGGREGATIONS)
@@ -564,7 +564,7 @@ def test_the_ledger_table_explains_its_star_only_where_a_row_has_one() -> None:
 
 
 def test_a_read_waits_while_the_pool_has_no_connection_to_give(
-    ledger: StateStore, caplog: pytest.LogCaptureFixture
+    ledger: LedgerStore, caplog: pytest.LogCaptureFixture
 ) -> None:
     """After a server restart the pool's refills back off, and on a busy machine a read
     can outwait the pool's own 5 s (seen in CI: ``PoolTimeout`` from ``recent_batches``).
@@ -573,7 +573,7 @@ def test_a_read_waits_while_the_pool_has_no_connection_to_give(
     import threading
     from contextlib import ExitStack
 
-    from flow_jobs.io import postgres_pool
+    from flow_jobs.ledger import pool
 
     caplog.set_level(logging.WARNING, logger="flow_jobs.io.waits")
     ledger.migrate()  # the pool is open
@@ -581,7 +581,7 @@ def test_a_read_waits_while_the_pool_has_no_connection_to_give(
 
     def hold_every_connection() -> None:
         with ExitStack() as stack:
-            for _ in range(postgres_pool.MAX_CONNECTIONS):
+            for _ in range(pool.MAX_CONNECTIONS):
                 stack.enter_context(ledger.connect())
             held.set()
             done.wait(60)

@@ -1,4 +1,4 @@
-"""The state store restarted under a continuous run (``StateStore.retrying``,
+"""The state store restarted under a continuous run (``LedgerStore.retrying``,
 ``RunLock.ensure``), against an embedded PostgreSQL 16 of the test's own (the pgserver
 wheel), stopped with ``pg_ctl`` (fast, then immediate: a crash) and started again."""
 
@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from pyspark.sql import SparkSession
 
-from flow_jobs.io.state_store import StateStore
+from flow_jobs.ledger.store import LedgerStore
 from flow_jobs.runtime.runner import PipelineFailed, PipelineRunner
 from flow_jobs.spec.models import PipelineSpec
 from flow_jobs_dev.broker import EmbeddedBroker
@@ -58,7 +58,7 @@ def test_a_run_waits_out_state_store_restarts_and_stops_if_its_lock_was_taken_me
     with one ledger row per batch. Then the store restarts and another session takes
     the pipeline's lock before the run can: the next batch stops the run, naming the
     holder, with nothing of that batch written."""
-    caplog.set_level(logging.INFO, logger="flow_jobs.io.state_store")
+    caplog.set_level(logging.INFO, logger="flow_jobs.ledger")
     phases = clicks_in_phases("pg-restarts", (120, 80, 80, 60))
     spec = make_spec(workdir, broker.bootstrap_servers, topic, phase_window(), name="pg-restarts")
     doc = spec.to_document()
@@ -97,7 +97,7 @@ def test_a_run_waits_out_state_store_restarts_and_stops_if_its_lock_was_taken_me
         postgres.stop("fast")
         postgres.start()
         holder = psycopg.connect(postgres.url, autocommit=True, application_name="the thief")
-        key = StateStore(postgres.url, "restarts").lock_key(spec.name)
+        key = LedgerStore(postgres.url, "restarts").lock_key(spec.name)
         assert holder.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone() == (True,)
         produce(phases[3])
         run.thread.join(120)
@@ -115,7 +115,7 @@ def test_a_run_waits_out_state_store_restarts_and_stops_if_its_lock_was_taken_me
     assert windows() == written  # nothing of the last batch
     sent[-len(phases[3]) :] = []
     assert_same_windows(written, expected())
-    store = StateStore(postgres.url, "restarts")
+    store = LedgerStore(postgres.url, "restarts")
     try:
         rows = store.recent_batches(spec.name, 1_000)
         ids = sorted(r["batch_id"] for r in rows)
@@ -131,17 +131,17 @@ def test_a_run_waits_out_state_store_restarts_and_stops_if_its_lock_was_taken_me
 def test_a_ledger_call_waits_for_the_store_and_past_its_limit_names_the_setting(
     postgres: Postgres, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """``StateStore.retrying`` on the ledger's own reads and writes: the store stopped,
+    """``LedgerStore.retrying`` on the ledger's own reads and writes: the store stopped,
     a call tries again until it is back (logged once each way); stopped for longer
     than ``retry_for_ms``, it fails naming the key, never the URL's secrets."""
     from flow_jobs.io.waits import StoreUnreachable
 
-    caplog.set_level(logging.INFO, logger="flow_jobs.io.state_store")
-    store = StateStore(postgres.url, "waits", retry_for_ms=60_000)
+    caplog.set_level(logging.INFO, logger="flow_jobs.ledger")
+    store = LedgerStore(postgres.url, "waits", retry_for_ms=60_000)
     store.migrate()
     try:
         postgres.stop("immediate")
-        # away longer than the pool waits for a connection (postgres_pool: 5 s)
+        # away longer than the pool waits for a connection (ledger.pool: 5 s)
         threading.Timer(6.5, postgres.start).start()
         assert store.retrying("reading", lambda: store.recent_batches("p")) == []
         assert caplog.text.count("state store unreachable while reading") == 1

@@ -23,7 +23,7 @@ from assets.metadata import run_metadata
 from flow_jobs.cli import main
 from flow_jobs.cli_store import _cell
 from flow_jobs.io.delta import read_delta
-from flow_jobs.io.state_store import StateStore
+from flow_jobs.ledger.store import LedgerStore
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.secrets import redact
 from flow_jobs.spec.models import PipelineSpec
@@ -92,7 +92,7 @@ def test_a_postgres_target_reads_back_and_says_its_commit_one_way(
     spec, path = spec_file(workdir, spec, target={"kind": "postgres", "table": table})
     runner, summary, lines = run(spec, spark, caplog)
 
-    store = StateStore(os.environ["FLOW_STATE_STORE_URL"], os.environ["FLOW_STATE_STORE_SCHEMA"])
+    store = LedgerStore(os.environ["FLOW_STATE_STORE_URL"], os.environ["FLOW_STATE_STORE_SCHEMA"])
     ledger = store.recent_batches(spec.name, 100)
     with psycopg.connect(os.environ["FLOW_STATE_STORE_URL"]) as conn:
         transactions = {

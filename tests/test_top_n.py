@@ -24,8 +24,8 @@ from psycopg.types.json import Jsonb
 from pyspark.sql import SparkSession
 
 from assets.check_rules import check_top_n_bounded
-from flow_jobs.io.state_store import StateStore
 from flow_jobs.io.top_n import Ranking, rank
+from flow_jobs.ledger.store import LedgerStore
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec.models import PipelineSpec
 from flow_jobs_dev.broker import EmbeddedBroker
@@ -261,7 +261,7 @@ def test_the_target_holds_the_top_n_of_each_window_under_any_cut(
         assert_same_windows(got, {k: {a: v[a] for _, _, a in AGGREGATIONS} for k, v in
                                   expected.items()})  # fmt: skip
         # the Dagster check: no window over n rows; a row too many makes it fail
-        ledger = StateStore.for_spec(spec)
+        ledger = LedgerStore.for_spec(spec)
         assert check_top_n_bounded(spec, ledger).passed
     if kind == "postgres":
         sizes: dict[tuple, int] = {}

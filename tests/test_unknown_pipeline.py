@@ -11,7 +11,7 @@ import pytest
 import tomli_w
 
 from flow_jobs.cli import main
-from flow_jobs.io.state_store import StateStore
+from flow_jobs.ledger.store import LedgerStore
 from flow_jobs.spec.models import PipelineSpec
 
 
@@ -38,7 +38,7 @@ def test_an_unknown_pipeline_exits_1_naming_the_known_ones(
     (tmp_path / "specs").mkdir()
     (tmp_path / "specs" / "sessions.toml").write_text(tomli_w.dumps(doc))
 
-    store = StateStore(postgres_url, schema)
+    store = LedgerStore(postgres_url, schema)
     store.migrate()
     for command in (["state", "show"], ["reset"]):
         assert main([*command, "no-such-pipeline"]) == 1

@@ -1,6 +1,6 @@
 """What the sink, the ledger and a target's sink pass each other about one micro-batch:
 its ledger row as the sink fills it in (``BatchEntry``, written by
-``flow_jobs.io.ledger.BatchLedger``), what a sink's write did (``WriteResult``), and the
+``flow_jobs.ledger.batch_ledger.BatchLedger``), what a sink's write did (``WriteResult``), and the
 rows a write must leave alone or delete besides its own (``ClosedWindows``,
 ``Supersede``), which every target kind honours in its own dialect."""
 

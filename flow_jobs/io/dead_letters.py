@@ -34,12 +34,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 
 from flow_jobs.io.delta import DeltaMergeTable
-from flow_jobs.io.state_store import StateStore
 from flow_jobs.plan_lines import PlanLine
 from flow_jobs.records import HEADERS_TYPE, RECORD_SCHEMA
 from flow_jobs.spec.models import PipelineSpec
@@ -144,6 +143,14 @@ def _headers(headers: Sequence[Any] | None) -> list[dict[str, Any]] | None:
     return [{"key": h[0], "value": None if h[1] is None else bytes(h[1])} for h in headers]
 
 
+class LetterStore(Protocol):
+    """Where dead letters go instead of Delta: the ledger's table (``LedgerStore``)."""
+
+    schema: str
+
+    def insert_dead_letters(self, rows: Sequence[dict[str, Any]]) -> int: ...
+
+
 class DeadLetterTable:
     """Driver side: the dead-letter table and the commit of a batch's tapped rows into
     it: a Delta table at ``path``, or (with ``store``) the state store's ``dead_letters``
@@ -153,7 +160,7 @@ class DeadLetterTable:
         self,
         path: str,
         pipeline: str,
-        store: StateStore | None = None,
+        store: LetterStore | None = None,
         late_topic: DeadLetterTopic | None = None,
         storage_options: dict[str, str] | None = None,
         store_schema: str | None = None,
@@ -176,17 +183,16 @@ class DeadLetterTable:
         self._taps: dict[str, DeadLetterTap] = {}  # by observation
 
     @classmethod
-    def of(cls, spec: PipelineSpec) -> DeadLetterTable:
-        """The spec's dead letters, where its run files them."""
-        from flow_jobs.io.state_store_location import state_store_schema
-
+    def of(cls, spec: PipelineSpec, store_schema: str) -> DeadLetterTable:
+        """The spec's dead letters, where its run files them; ``store_schema``: the
+        ledger's (``flow_jobs.ledger.location.state_store_schema``)."""
         in_store = spec.dead_letter.kind == "state_store"
         return cls(
             spec.dead_letter_path(),
             spec.name,
             late_topic=DeadLetterTopic.of(spec),
             storage_options=spec.dead_letter_storage_options(),
-            store_schema=state_store_schema(spec) if in_store else None,
+            store_schema=store_schema if in_store else None,
         )
 
     @property

@@ -10,9 +10,9 @@ direction and NaN above every number (Arrow's sort with nulls at the end). The f
 micro-batch (its end is the same for all), so the batch holds the whole window and is
 ranked as it is (``rank``).
 
-``emit = "current"``: a batch holds only the groups it changed. The state store keeps
-every group's current row of each open window (``Standings``, a table beside the
-ledger, per checkpoint generation, each row a ``StandingRow`` in the format of
+``emit = "current"``: a batch holds only the groups it changed. The ledger keeps
+every group's current row of each open window (``flow_jobs.ledger.standings``, a table
+beside the batch rows, per checkpoint generation, each row a ``StandingRow`` in the format of
 ``flow_jobs.state_codec``); each batch's rows update it, and every partition
 they touch is ranked again from it. The batch then writes that partition's whole top N,
 and the target deletes, in the same Delta commit or Postgres transaction, the rows of
@@ -27,18 +27,13 @@ groups.
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, ClassVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from flow_jobs import state_codec
-from flow_jobs.io.state_store import StateStore
 from flow_jobs.spec.windows import TopNSpec, WindowSpec
 from flow_jobs.state_codec import Fields
 
@@ -73,7 +68,8 @@ class Ranking:
         return (self.start, self.end, *self.partition)
 
 
-def _comparable(value: Any) -> Any:
+def comparable_value(value: Any) -> Any:
+    """A value as ``rank`` compares partitions: NaN equal to NaN."""
     return ("NaN",) if isinstance(value, float) and math.isnan(value) else value
 
 
@@ -100,7 +96,7 @@ def rank(rows: pa.Table, ranking: Ranking) -> pa.Table:
     )
     keep, previous, seen = [], None, 0
     for i, partition in enumerate(partitions):
-        current = tuple(_comparable(v) for v in partition)
+        current = tuple(comparable_value(v) for v in partition)
         seen = seen + 1 if current == previous else 1
         previous = current
         if seen <= ranking.n:
@@ -127,91 +123,3 @@ class StandingRow:
     @classmethod
     def from_fields(cls, fields: Fields) -> StandingRow:
         return cls(fields.record())
-
-
-class Standings:
-    """Every group's current row of each open window (``emit = "current"``), in the
-    state store's ``window_standings`` table, per pipeline and checkpoint generation
-    (an earlier generation's rows go with the first batch of a new one)."""
-
-    def __init__(self, store: StateStore, pipeline: str, state_version: int, ranking: Ranking):
-        self.store = store
-        self.pipeline = pipeline
-        self.state_version = state_version
-        self.ranking = ranking
-        self._pruned = False  # earlier generations' standings (a reset) not yet dropped
-
-    def update(self, rows: pa.Table, closed_before: datetime | None) -> pa.Table:
-        """Take a batch's rows; returns the whole top N of every partition they touch.
-        ``closed_before``: the previous batch's watermark (its closed windows leave)."""
-        r, schema = self.ranking, rows.schema
-        records = rows.to_pylist()
-        with self.store.connect() as conn:
-            if not self._pruned:
-                conn.execute(
-                    self.store.q(
-                        "DELETE FROM {s}.window_standings WHERE pipeline = %s AND "
-                        "state_version <> %s"
-                    ),
-                    (self.pipeline, self.state_version),
-                )
-                self._pruned = True
-            if closed_before is not None:
-                conn.execute(
-                    self.store.q(
-                        "DELETE FROM {s}.window_standings WHERE pipeline = %s AND "
-                        "state_version = %s AND window_end <= %s"
-                    ),
-                    (self.pipeline, self.state_version, closed_before),
-                )
-            if not records:
-                return rows
-            with conn.cursor() as cur:
-                cur.executemany(
-                    self.store.q(
-                        "INSERT INTO {s}.window_standings (pipeline, state_version, "
-                        "window_start, window_end, group_key, row) VALUES (%s, %s, %s, %s, %s, "
-                        "%s) ON CONFLICT (pipeline, state_version, window_start, window_end, "
-                        "group_key) DO UPDATE SET row = EXCLUDED.row"
-                    ),
-                    [
-                        (
-                            self.pipeline,
-                            self.state_version,
-                            rec[r.start],
-                            rec[r.end],
-                            _group_key(rec, r.groups),
-                            state_codec.dump(StandingRow(rec, schema)),
-                        )
-                        for rec in records
-                    ],
-                )
-            windows = sorted({(rec[r.start], rec[r.end]) for rec in records})
-            held = conn.execute(
-                self.store.q(
-                    "SELECT row FROM {s}.window_standings WHERE pipeline = %s AND "
-                    "state_version = %s AND (window_start, window_end) IN "
-                    "(SELECT * FROM unnest(%s::timestamptz[], %s::timestamptz[]))"
-                ),
-                (
-                    self.pipeline,
-                    self.state_version,
-                    [w[0] for w in windows],
-                    [w[1] for w in windows],
-                ),
-            ).fetchall()
-        touched = {_partition(rec, r) for rec in records}
-        standing = [
-            rec
-            for rec in (state_codec.load(h[0], StandingRow).record for h in held)
-            if _partition(rec, r) in touched
-        ]
-        return rank(pa.Table.from_pylist(standing, schema=schema), r)
-
-
-def _group_key(record: dict[str, Any], groups: Sequence[str]) -> str:
-    return json.dumps([record[g] for g in groups], default=str)
-
-
-def _partition(record: dict[str, Any], r: Ranking) -> tuple[Any, ...]:
-    return tuple(_comparable(record[c]) for c in r.partition_columns)

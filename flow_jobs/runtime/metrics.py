@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, start_http_server
 
-from flow_jobs.io.ledger import source_watermark_ms
+from flow_jobs.ledger.batch_ledger import source_watermark_ms
 from flow_jobs.runtime.reports import (
     duplicates_by_source,
     late_rows_by_source,

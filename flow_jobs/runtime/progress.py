@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from flow_jobs.io.ledger import BatchLedger
+from flow_jobs.ledger.batch_ledger import BatchLedger
 from flow_jobs.runtime.caps import StateSizeWatch
 from flow_jobs.runtime.display import Snapshot, SourceExtent
 from flow_jobs.runtime.idleness import IdleSources

@@ -22,9 +22,11 @@ from flow_jobs.io.checkpoint_files import (
     withdraw_driver_gateway,
 )
 from flow_jobs.io.dead_letters import DeadLetterTable
-from flow_jobs.io.ledger import BatchLedger
-from flow_jobs.io.state_store import RunLock, StateStore
 from flow_jobs.io.top_n import Ranking
+from flow_jobs.ledger.batch_ledger import BatchLedger
+from flow_jobs.ledger.location import state_store_schema
+from flow_jobs.ledger.run_lock import RunLock
+from flow_jobs.ledger.store import LedgerStore
 from flow_jobs.locations import local_path
 from flow_jobs.plan.combine import mark_checkpoint
 from flow_jobs.plan.compile import CompiledPipeline, compile_pipeline
@@ -54,7 +56,8 @@ log = logging.getLogger(__name__)
 SUMMARY_LOG = logging.getLogger("flow_jobs.summary")
 
 #: A Python error's last traceback line: ``module.SomeError: message``, or one of the
-#: state store's own (``flow_jobs.io.state_store``), which end in neither word.
+#: ledger's own (``flow_jobs.ledger.run_lock``, ``flow_jobs.io.waits``), which end in
+#: neither word.
 _PYTHON_ERROR = re.compile(
     r"^(flow_jobs\.[\w.]*\.[A-Z]\w*"
     r"|[A-Za-z_][\w.]*(Error|Exception|RunLockLost|StoreUnreachable|PipelineBusy)): "
@@ -94,12 +97,12 @@ class PipelineRunner:
         )
         refuse_unshared_paths(spec, self.spark.sparkContext.master)
         self.stop_event = stop_event or threading.Event()
-        self.dead_letters = DeadLetterTable.of(spec)
+        self.dead_letters = DeadLetterTable.of(spec, state_store_schema(spec))
         self.compiled: CompiledPipeline = compile_pipeline(
             self.spark, spec, self.dead_letters, self.checkpoint
         )
         self.output_schema = to_arrow_schema(self.compiled.frame.schema, timezone="UTC")
-        self.ledger: StateStore | None = None  # opened by run(): validate needs none
+        self.ledger: LedgerStore | None = None  # opened by run(): validate needs none
         self.sink: WindowBatchSink | None = None
         self.run_lock: RunLock | None = None  # held while run() runs
         self.progress: ProgressTracker | None = None  # live while run() runs
@@ -119,7 +122,7 @@ class PipelineRunner:
             *self._target(None).describe(),
         ]
 
-    def _target(self, ledger: StateStore | None) -> Sink:
+    def _target(self, ledger: LedgerStore | None) -> Sink:
         """The target's sink, its kind's (``ledger`` None: built only to be described)."""
         compiled = self.compiled
         output = SinkOutput(
@@ -146,7 +149,7 @@ class PipelineRunner:
         if not self.sources_checked:  # a wrong address or topic: one line, at once
             check_sources(self.spec)
             self.sources_checked = True
-        ledger = self.ledger = StateStore.for_spec(self.spec)
+        ledger = self.ledger = LedgerStore.for_spec(self.spec)
         self.display = display
         with ledger.run_lock(self.spec.name, "run") as lock:
             self.run_lock = lock
@@ -164,7 +167,7 @@ class PipelineRunner:
         snapshot = tracker.snapshot(self._extents, time.monotonic() - self._started)
         display.close(snapshot) if final else display.update(snapshot)
 
-    def _run(self, ledger: StateStore, available_now: bool) -> RunSummary:
+    def _run(self, ledger: LedgerStore, available_now: bool) -> RunSummary:
         # Refuses a checkpoint whose spec changed incompatibly (IncompatibleSpec): asked
         # before Spark started (state_store.refuse_incompatible), judged again here.
         state = ledger.open_pipeline(self.spec, self.spec_path)

@@ -1,5 +1,5 @@
 """The ``foreachBatch`` sink: run the micro-batch, commit its dead letters, write its rows
-and its ledger row (exactly once per batch: see ``flow_jobs.io.ledger``)."""
+and its ledger row (exactly once per batch: see ``flow_jobs.ledger.batch_ledger``)."""
 
 from __future__ import annotations
 
@@ -15,10 +15,11 @@ from pyspark.sql import DataFrame
 
 from flow_jobs.io.batch import BatchEntry, ClosedWindows, WriteResult
 from flow_jobs.io.dead_letters import OBSERVATION_PREFIX, DeadLetterTable
-from flow_jobs.io.ledger import BatchLedger
-from flow_jobs.io.state_store import RunLock
-from flow_jobs.io.top_n import Ranking, Standings, rank
+from flow_jobs.io.top_n import Ranking, rank
 from flow_jobs.io.waits import wait_out
+from flow_jobs.ledger.batch_ledger import BatchLedger
+from flow_jobs.ledger.run_lock import RunLock
+from flow_jobs.ledger.standings import Standings
 from flow_jobs.plan_lines import PlanLine
 from flow_jobs.runtime.checkpoint import read_offset_log
 from flow_jobs.runtime.metrics import metrics

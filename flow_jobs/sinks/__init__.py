@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any
 from flow_jobs.plugins import Registry
 
 if TYPE_CHECKING:
-    from flow_jobs.io.state_store import StateStore
+    from flow_jobs.ledger.store import LedgerStore
     from flow_jobs.sinks.base import Sink
     from flow_jobs.spec.models import PipelineSpec
     from flow_jobs.spec.targets import TargetSpec
@@ -95,7 +95,7 @@ def describe_commit(kind: str, commit: str | None) -> str:
 
 
 def newest_rows(
-    spec: PipelineSpec, key: Sequence[str], store: StateStore | None, limit: int
+    spec: PipelineSpec, key: Sequence[str], store: LedgerStore | None, limit: int
 ) -> list[dict[str, Any]]:
     """The target's ``limit`` newest rows, newest first, by its natural key ``key``
     descending, NULLs last (``NoTargetYet`` before its first write); none for a target

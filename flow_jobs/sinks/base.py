@@ -1,7 +1,7 @@
 """What a target kind implements: ``Sink``, the writer of a micro-batch's rows and what
 the CLI and Dagster ask of a target, and what the core hands it (``SinkOutput``).
 
-Every batch is written at most once, with its ledger row (``flow_jobs.io.ledger``):
+Every batch is written at most once, with its ledger row (``flow_jobs.ledger.batch_ledger``):
 a sink says how in ``once_by``, and ``BatchLedger.write`` does the rest.
 """
 
@@ -21,7 +21,7 @@ from flow_jobs.spec.targets import TargetSpec
 if TYPE_CHECKING:
     import psycopg
 
-    from flow_jobs.io.state_store import StateStore
+    from flow_jobs.ledger.store import LedgerStore
 
 #: How ``BatchLedger.write`` writes a batch at most once, by ``Sink.once_by``.
 ONCE = {
@@ -71,7 +71,7 @@ class Sink(ABC):
         The spec's ``[target]``, of this sink's ``spec_model``.
     output : SinkOutput
         The rows' schema and natural key, as the pipeline compiled them.
-    store : StateStore or None
+    store : LedgerStore or None
         The state store (its database holds the ledger); None when the sink is built
         only to be described (``validate --plan``): then it is never written.
     """
@@ -89,7 +89,7 @@ class Sink(ABC):
     #: What its commit is called ("Delta version"): ``describe_commit``.
     COMMIT: ClassVar[str]
 
-    def __init__(self, spec: TargetSpec, output: SinkOutput, store: StateStore | None) -> None:
+    def __init__(self, spec: TargetSpec, output: SinkOutput, store: LedgerStore | None) -> None:
         self.spec = spec
         self.output = output
         self.store = store
@@ -170,7 +170,7 @@ class Sink(ABC):
 
     @classmethod
     def newest_rows(
-        cls, spec: TargetSpec, key: Sequence[str], store: StateStore | None, limit: int
+        cls, spec: TargetSpec, key: Sequence[str], store: LedgerStore | None, limit: int
     ) -> list[dict[str, Any]] | None:
         """Its ``limit`` newest rows, newest first: ordered by ``key`` descending, NULLs
         last, read with a bounded query (never the whole target); ``NoTargetYet``
@@ -189,7 +189,7 @@ class Sink(ABC):
 
     @classmethod
     def crowded(
-        cls, spec: TargetSpec, store: StateStore, columns: Sequence[str], limit: int
+        cls, spec: TargetSpec, store: LedgerStore, columns: Sequence[str], limit: int
     ) -> Crowded | None:
         """The groups of its rows by ``columns`` holding more than ``limit`` rows, counted
         where the rows are (``TargetUnreadable`` if it cannot read them). None: rows

@@ -26,7 +26,7 @@ import pyarrow as pa
 from pydantic import Field
 
 from flow_jobs.io.batch import BatchEntry, WriteResult
-from flow_jobs.io.state_store import StateStore
+from flow_jobs.ledger.store import LedgerStore
 from flow_jobs.sinks import register
 from flow_jobs.sinks.base import NoTargetYet, Sink
 from flow_jobs.spec.targets import TargetSpec
@@ -103,7 +103,7 @@ class JsonLinesSink(Sink):
 
     @classmethod
     def newest_rows(  # type: ignore[override]
-        cls, spec: JsonLinesTarget, key: Sequence[str], store: StateStore | None, limit: int
+        cls, spec: JsonLinesTarget, key: Sequence[str], store: LedgerStore | None, limit: int
     ) -> list[dict[str, Any]]:
         """Every file read (a test's folder is small), ordered by ``key`` descending,
         NULLs last."""

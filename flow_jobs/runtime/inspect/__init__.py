@@ -55,14 +55,14 @@ from flow_jobs.runtime.reports import JOIN_OPERATOR
 from flow_jobs.spec.models import PipelineSpec
 
 if TYPE_CHECKING:
-    from flow_jobs.io.state_store import StateStore
+    from flow_jobs.ledger.store import LedgerStore
 
 
 def inspect_state(
     spark: SparkSession,
     spec: PipelineSpec,
     *,
-    store: StateStore | None = None,
+    store: LedgerStore | None = None,
     groups: Mapping[str, str] | None = None,
     limit: int = 20,
 ) -> StateReport:
@@ -150,7 +150,7 @@ def _latest_commit(files: CheckpointFiles) -> int | None:
 
 
 def _ledger_watermarks(
-    store: StateStore, spec: PipelineSpec, checkpoint: CheckpointFiles
+    store: LedgerStore, spec: PipelineSpec, checkpoint: CheckpointFiles
 ) -> tuple[datetime | None, dict[str, datetime | None]]:
     """The newest ledger row of this checkpoint's query: its global watermark and each
     source's (its highest event time so far minus its lateness)."""

@@ -19,7 +19,7 @@ from flow_jobs.spec.base import revealed
 if TYPE_CHECKING:
     import psycopg
 
-    from flow_jobs.io.state_store import StateStore
+    from flow_jobs.ledger.store import LedgerStore
 
 
 class DeltaMergeSink(Sink):
@@ -35,7 +35,7 @@ class DeltaMergeSink(Sink):
     spec: DeltaTarget
     table: DeltaMergeTable
 
-    def __init__(self, spec: DeltaTarget, output: SinkOutput, store: StateStore | None) -> None:
+    def __init__(self, spec: DeltaTarget, output: SinkOutput, store: LedgerStore | None) -> None:
         super().__init__(spec, output, store)
         self.table = DeltaMergeTable(
             spec.path,
@@ -114,7 +114,7 @@ class DeltaMergeSink(Sink):
 
     @classmethod
     def newest_rows(  # type: ignore[override]
-        cls, spec: DeltaTarget, key: Sequence[str], store: StateStore | None, limit: int
+        cls, spec: DeltaTarget, key: Sequence[str], store: LedgerStore | None, limit: int
     ) -> list[dict[str, Any]]:
         from deltalake.exceptions import TableNotFoundError
 
@@ -127,7 +127,7 @@ class DeltaMergeSink(Sink):
 
     @classmethod
     def crowded(  # type: ignore[override]
-        cls, spec: DeltaTarget, store: StateStore, columns: Sequence[str], limit: int
+        cls, spec: DeltaTarget, store: LedgerStore, columns: Sequence[str], limit: int
     ) -> Crowded:
         """One aggregate in delta-rs's engine: no row of the target comes into Python."""
         query = (

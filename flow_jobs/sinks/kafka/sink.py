@@ -20,7 +20,7 @@ from flow_jobs.sinks.kafka.spec import KafkaTarget
 if TYPE_CHECKING:
     import psycopg
 
-    from flow_jobs.io.state_store import StateStore
+    from flow_jobs.ledger.store import LedgerStore
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ class KafkaProduceSink(Sink):
     COMMIT = "Kafka offsets"
     spec: KafkaTarget
 
-    def __init__(self, spec: KafkaTarget, output: SinkOutput, store: StateStore | None) -> None:
+    def __init__(self, spec: KafkaTarget, output: SinkOutput, store: LedgerStore | None) -> None:
         super().__init__(spec, output, store)
         self.natural_key = list(output.natural_key)
         self._producer: Any = None

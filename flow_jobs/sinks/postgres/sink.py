@@ -17,7 +17,7 @@ from flow_jobs.sinks.base import Crowded, NoTargetYet, Sink, SinkOutput
 from flow_jobs.sinks.postgres.spec import PostgresTarget
 
 if TYPE_CHECKING:
-    from flow_jobs.io.state_store import StateStore
+    from flow_jobs.ledger.store import LedgerStore
 
 
 def _not_distinct(column: str) -> sql.Composable:
@@ -66,7 +66,7 @@ class PostgresUpsertSink(Sink):
     COMMIT = "Postgres transaction"
     spec: PostgresTarget
 
-    def __init__(self, spec: PostgresTarget, output: SinkOutput, store: StateStore | None) -> None:
+    def __init__(self, spec: PostgresTarget, output: SinkOutput, store: LedgerStore | None) -> None:
         """``store``: the state store, whose database holds the table."""
         super().__init__(spec, output, store)
         schema = self.schema = output.schema
@@ -236,7 +236,7 @@ class PostgresUpsertSink(Sink):
 
     @classmethod
     def newest_rows(  # type: ignore[override]
-        cls, spec: PostgresTarget, key: Sequence[str], store: StateStore | None, limit: int
+        cls, spec: PostgresTarget, key: Sequence[str], store: LedgerStore | None, limit: int
     ) -> list[dict[str, Any]] | None:
         if store is None:
             return None
@@ -257,7 +257,7 @@ class PostgresUpsertSink(Sink):
 
     @classmethod
     def crowded(  # type: ignore[override]
-        cls, spec: PostgresTarget, store: StateStore, columns: Sequence[str], limit: int
+        cls, spec: PostgresTarget, store: LedgerStore, columns: Sequence[str], limit: int
     ) -> Crowded:
         """One aggregate in Postgres: no row of the target comes into Python."""
         with store.connect() as conn:

@@ -1,61 +1,36 @@
-"""The Postgres state store: every pipeline's durable ledger (docs/guide/operating.md).
-
-Operator state lives in Spark's checkpoint; this store holds what the checkpoint does
-not: one row per micro-batch (offsets, watermarks, row counts, the target commit it
-produced), the spec fingerprint each checkpoint generation was started under, and a
-dead-letter table. The ledger is what makes target writes exactly-once — a batch whose
-row exists under the same query id was written, so a replay skips it — and what Dagster
-and ``flow-jobs state show`` read.
-
-Batches are keyed by (pipeline, query id, batch id): Spark's query id is stored in the
-checkpoint, so a checkpoint deleted by hand starts a new lineage of batch ids instead of
-colliding with the old one. ``state_version`` counts checkpoint generations
-(``flow-jobs reset``); a generation started with ``--from TIME`` keeps that time
-(``replay_from``): its fresh checkpoint starts every source there.
-
-One run per pipeline: a run (and a reset) holds a session-level advisory lock keyed by
-the schema and the pipeline's name on a connection of its own for as long as it runs;
-another start is refused (``PipelineBusy``) naming the holder, and Postgres releases
-the lock when the holder's connection ends, however its process ended.
-
-A local checkpoint carries a marker naming the pipeline (and fingerprint) it was started
-by, so a spec of another name pointed at the same location is refused instead of
-resuming someone else's state (``flow_jobs.io.checkpoint_claim``).
-
-The schema is migrated at start (``flow_jobs.io.ledger_schema``: versioned, under an
-advisory lock, so concurrent starts are safe). Without a URL, an embedded PostgreSQL 16
-from the ``pgserver`` wheel is started under the data folder and reused by later runs
-(``flow_jobs.io.state_store_location``).
+"""The Postgres ledger: every pipeline's durable record (docs/guide/operating.md), in
+the schema the spec's ``[state_store]`` names; not Spark's state store, which keeps
+operator state in the checkpoint. It holds what the checkpoint does not: one row per
+micro-batch (``flow_jobs.ledger.batch_ledger``), the spec fingerprint each checkpoint
+generation (``state_version``, bumped by ``flow-jobs reset``) was started under, and a
+dead-letter table. It makes target writes exactly-once and is what Dagster and
+``flow-jobs state show`` read. A local checkpoint's own marker is checked with the
+fingerprint (``flow_jobs.io.checkpoint_claim``). One run per pipeline:
+``flow_jobs.ledger.run_lock``; migrations: ``flow_jobs.ledger.schema``; where the
+database is: ``flow_jobs.ledger.location``.
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import logging
-import os
-import socket
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import ConnectionPool
 
-from flow_jobs.io import postgres_pool
-from flow_jobs.io.checkpoint_claim import (
-    check_claim,
-    claim_checkpoint,
-    spec_changed,
-)
-from flow_jobs.io.ledger_schema import DEFAULT_SCHEMA, MIGRATIONS, SCHEMA_NAME
-from flow_jobs.io.state_store_location import state_store_schema, state_store_url
+from flow_jobs.io.checkpoint_claim import check_claim, claim_checkpoint, spec_changed
 from flow_jobs.io.waits import DEFAULT_RETRY_FOR_MS, state_store_away, wait_out
-from flow_jobs.secrets import connect_postgres
+from flow_jobs.ledger import pool
+from flow_jobs.ledger.location import state_store_schema, state_store_url
+from flow_jobs.ledger.pool import retried_read
+from flow_jobs.ledger.run_lock import RunLock, hold, lock_key
+from flow_jobs.ledger.schema import DEFAULT_SCHEMA, MIGRATIONS, SCHEMA_NAME
 from flow_jobs.spec.fingerprint import earlier_fingerprint, fingerprint_fields, fingerprint_of
 from flow_jobs.spec.models import PipelineSpec
 
@@ -65,98 +40,13 @@ T = TypeVar("T")
 
 
 def refuse_incompatible(spec: PipelineSpec, spec_path: str | None = None) -> None:
-    """``StateStore.check_resumable`` on the spec's state store, opened for it: what a run
+    """``LedgerStore.check_resumable`` on the spec's state store, opened for it: what a run
     (the CLI's, the facade's, Dagster's) asks before it starts Spark."""
-    store = StateStore.for_spec(spec)
+    store = LedgerStore.for_spec(spec)
     try:
         store.check_resumable(spec, spec_path)
     finally:
         store.close()
-
-
-class PipelineBusy(RuntimeError):
-    """Another run (or reset) of the pipeline holds its lock."""
-
-
-class RunLockLost(PipelineBusy):
-    """The run's lock went with its connection (a restarted server), and another run
-    took it before this one could again."""
-
-
-class RunLock:
-    """A run's hold on its pipeline's advisory lock (``StateStore.run_lock``), on a
-    connection of its own. Postgres releases the lock when that connection ends, a
-    restart of the server included: ``ensure`` runs before each write, and takes it
-    again on a new connection, or stops the run if another one took it meanwhile."""
-
-    def __init__(self, store: StateStore, name: str, command: str) -> None:
-        self.store, self.name = store, name
-        self.key = store.lock_key(name)
-        self.holder = f"flow-jobs {command} pid {os.getpid()}@{socket.gethostname()}"[:63]
-        self._conn: psycopg.Connection | None = None
-
-    def take(self) -> None:
-        conn = self.store._lock_connection(self.holder)
-        try:
-            acquired = conn.execute("SELECT pg_try_advisory_lock(%s)", (self.key,)).fetchone()
-            if not (acquired and acquired[0]):
-                raise PipelineBusy(
-                    f"pipeline {self.name} is busy: {self.store._holder(conn, self.key)}"
-                )
-        except BaseException:
-            conn.close()
-            raise
-        self._conn = conn
-
-    def ensure(self, before: str) -> None:
-        """The lock still held before ``before`` (e.g. "writing batch 7"); taken again if
-        its connection was lost, or ``RunLockLost``."""
-        assert self._conn is not None
-        try:
-            self._conn.execute("SELECT 1")
-            return
-        except psycopg.OperationalError:
-            self._conn.close()
-        log.warning(
-            "%s: the run lock's connection to the state store was lost (a restart?); "
-            "taking the lock again before %s",
-            self.name,
-            before,
-        )
-        try:
-            self.store.retrying(f"taking the run lock again before {before}", self.take)
-        except PipelineBusy as e:
-            raise RunLockLost(
-                f"{e}: it took the lock while the state store was away; this run stops "
-                f"before {before}"
-            ) from None
-        log.warning("%s: the run lock is held again", self.name)
-
-    def release(self) -> None:
-        if self._conn is not None:
-            self._conn.close()  # ends the session, which releases the lock
-            self._conn = None
-
-
-def _pool_starved(error: BaseException) -> str | None:
-    return "state store" if isinstance(error, PoolTimeout) else None
-
-
-def _read(what: str) -> Callable[[Callable[..., T]], Callable[..., T]]:
-    """A read of the ledger, tried again while the URL's pool hands out no connection
-    (its refills back off after a server restart, and outlast the pool's short wait on a
-    busy machine). Only that: a URL that never connected fails at once, as it should for
-    ``flow-jobs state show``."""
-
-    def wrap(method: Callable[..., T]) -> Callable[..., T]:
-        @functools.wraps(method)
-        def read(self: StateStore, *args: Any, **kwargs: Any) -> T:
-            call = functools.partial(method, self, *args, **kwargs)
-            return wait_out(what, call, self.retry_for_ms, _pool_starved)
-
-        return read
-
-    return wrap
 
 
 @dataclass(frozen=True)
@@ -169,9 +59,9 @@ class PipelineState:
     replay_from: datetime | None = None
 
 
-class StateStore:
+class LedgerStore:
     """The ledger in one Postgres schema. Each call takes a connection of the URL's pool
-    (``flow_jobs.io.postgres_pool``) for one transaction, so Spark's batch thread and the
+    (``flow_jobs.ledger.pool``) for one transaction, so Spark's batch thread and the
     runner's progress thread never share one; ``close()`` releases the pool."""
 
     def __init__(
@@ -186,7 +76,7 @@ class StateStore:
         self._pool: ConnectionPool | None = None  # opened by the first connect()
 
     @classmethod
-    def for_spec(cls, spec: PipelineSpec) -> StateStore:
+    def for_spec(cls, spec: PipelineSpec) -> LedgerStore:
         retry_for = spec.runtime.retry_for_ms
         store = cls(state_store_url(spec), state_store_schema(spec), retry_for)
         store.migrate()
@@ -198,14 +88,14 @@ class StateStore:
         return self._url
 
     def __repr__(self) -> str:  # never the URL: it may hold a password
-        return f"StateStore(schema={self.schema!r})"
+        return f"LedgerStore(schema={self.schema!r})"
 
     @contextmanager
     def connect(self) -> Iterator[psycopg.Connection]:
         """A connection for one transaction: committed when the block ends, rolled back
         if it raises."""
         if self._pool is None:
-            self._pool = postgres_pool.acquire(self._url, self)
+            self._pool = pool.acquire(self._url, self)
         with self._pool.connection() as conn:
             yield conn
 
@@ -219,7 +109,7 @@ class StateStore:
         a later ``connect()`` opens it again."""
         if self._pool is not None:
             self._pool = None
-            postgres_pool.release(self._url, self)
+            pool.release(self._url, self)
 
     def q(self, text: str) -> sql.Composed:
         """SQL with ``{s}`` standing for this store's schema."""
@@ -342,7 +232,7 @@ class StateStore:
                 (Jsonb(list(key)), name),
             )
 
-    @_read("listing the pipelines")
+    @retried_read("listing the pipelines")
     def pipeline_names(self) -> list[str]:
         """Every pipeline the store has registered (a run's start registers it)."""
         with self.connect() as conn:
@@ -350,7 +240,7 @@ class StateStore:
                 r[0] for r in conn.execute(self.q("SELECT name FROM {s}.pipelines ORDER BY name"))
             ]
 
-    @_read("reading a natural key")
+    @retried_read("reading a natural key")
     def natural_key(self, name: str) -> list[str] | None:
         with self.connect() as conn:
             row = conn.execute(
@@ -393,60 +283,17 @@ class StateStore:
     # -- one run per pipeline --------------------------------------------------------
 
     def lock_key(self, name: str) -> int:
-        """The pipeline's advisory lock key: 64 bits of a hash of schema and name."""
-        digest = hashlib.sha256(f"flow-jobs/{self.schema}/{name}".encode()).digest()
-        return int.from_bytes(digest[:8], "big", signed=True)
+        """The pipeline's advisory lock key (``flow_jobs.ledger.run_lock``)."""
+        return lock_key(self.schema, name)
 
-    @contextmanager
-    def run_lock(self, name: str, command: str = "run") -> Iterator[RunLock]:
-        """Hold pipeline ``name``'s lock until the block ends, or raise ``PipelineBusy``.
+    def run_lock(self, name: str, command: str = "run") -> AbstractContextManager[RunLock]:
+        """Hold pipeline ``name``'s lock until the block ends, or raise ``PipelineBusy``
+        (``flow_jobs.ledger.run_lock.hold``)."""
+        return hold(self, name, command)
 
-        A session-level ``pg_try_advisory_lock`` on a connection of its own, named
-        after this process (``application_name``) so a refused start can say who holds
-        it. Postgres releases it when that connection closes: at the end of the block,
-        when the process dies (server-side TCP keepalives bound how long a vanished
-        host keeps it), or when the server restarts (``RunLock.ensure`` takes it again)."""
-        lock = RunLock(self, name, command)
-        try:
-            lock.take()
-        except PipelineBusy as e:
-            raise PipelineBusy(
-                f"{e}; {command} refused — wait for that run to end or stop it, then try again"
-            ) from None
-        log.debug("%s: holding the run lock (%s)", name, lock.holder)
-        try:
-            yield lock
-        finally:
-            lock.release()
+    # -- the ledger (its rows are written by batch_ledger.BatchLedger) --------------
 
-    def _lock_connection(self, holder: str) -> psycopg.Connection:
-        conn = connect_postgres(self._url, autocommit=True, application_name=holder)
-        conn.execute("SET tcp_keepalives_idle = 30")
-        conn.execute("SET tcp_keepalives_interval = 10")
-        conn.execute("SET tcp_keepalives_count = 3")
-        return conn
-
-    def _holder(self, conn: psycopg.Connection, key: int) -> str:
-        """Who holds advisory lock ``key``: its application name, since when, its backend."""
-        row = conn.execute(
-            """SELECT l.pid, a.application_name, a.backend_start
-            FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
-            WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-              AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-              AND l.classid::bigint = %s AND l.objid::bigint = %s""",
-            ((key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF),
-        ).fetchone()
-        where = f"state store schema {self.schema}"
-        if row is None:  # released in between: a retry will likely succeed
-            return f"a session that has just ended held it ({where})"
-        pid, application, started = row
-        who = repr(application) if application else "another session"
-        since = f" since {started.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC" if started else ""
-        return f"{who} holds it{since} (Postgres backend {pid}, {where})"
-
-    # -- the ledger (its rows are written by flow_jobs.io.ledger.BatchLedger) --------
-
-    @_read("reading earlier lineages")
+    @retried_read("reading earlier lineages")
     def earlier_lineages_watermark(self, pipeline: str, query_id: str) -> datetime | None:
         """The highest watermark any other checkpoint lineage (an earlier checkpoint of
         this pipeline: before a reset, or lost) ran under: its windows ending at or
@@ -461,7 +308,7 @@ class StateStore:
             ).fetchone()
         return row[0] if row else None
 
-    @_read("reading recent batches")
+    @retried_read("reading recent batches")
     def recent_batches(self, pipeline: str, limit: int = 20) -> list[dict[str, Any]]:
         with self.connect() as conn, conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
             rows = cur.execute(
@@ -473,7 +320,7 @@ class StateStore:
             ).fetchall()
         return list(reversed(rows))
 
-    @_read("reading the last offsets")
+    @retried_read("reading the last offsets")
     def last_end_offsets(self, pipeline: str) -> dict[str, Any] | None:
         """The end offsets of the pipeline's most recent batch (any lineage)."""
         with self.connect() as conn:
@@ -486,7 +333,7 @@ class StateStore:
             ).fetchone()
         return row[0] if row else None
 
-    @_read("reading batch totals")
+    @retried_read("reading batch totals")
     def totals(self, pipeline: str, batches: int) -> dict[str, Any]:
         """Sums over the pipeline's most recent ``batches`` batches, and the newest one."""
         with self.connect() as conn, conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
@@ -502,7 +349,7 @@ class StateStore:
             ).fetchone()
         return dict(row or {})
 
-    @_read("reading batch ids")
+    @retried_read("reading batch ids")
     def batch_ids(self, pipeline: str) -> dict[str, list[int]]:
         """Every recorded batch id, by query id (each a checkpoint lineage)."""
         out: dict[str, list[int]] = {}

@@ -8,7 +8,7 @@ import json
 import logging
 from pathlib import Path
 
-from flow_jobs.io.ledger_schema import DEFAULT_SCHEMA
+from flow_jobs.ledger.schema import DEFAULT_SCHEMA
 from flow_jobs.settings import Settings
 from flow_jobs.spec.models import PipelineSpec
 

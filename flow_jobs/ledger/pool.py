@@ -1,6 +1,6 @@
 """One small pool of Postgres connections per URL and process, for the state store.
 
-Every ``StateStore`` of a URL in a process shares its pool (Spark's batch thread, the
+Every ``LedgerStore`` of a URL in a process shares its pool (Spark's batch thread, the
 progress poller, Dagster's checks and sensors). The pool opens on first use and closes
 when the last store that used it closes, or when the process exits; so a test that
 creates many stores holds at most ``MAX_CONNECTIONS`` connections per URL.
@@ -13,18 +13,23 @@ after the pool's timeout with its background worker retrying.
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import os
 import threading
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
+from flow_jobs.io.waits import wait_out
 from flow_jobs.secrets import connect_postgres
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class _ReconnectsToDebug(logging.Filter):
@@ -75,7 +80,7 @@ def acquire(url: str, user: object) -> ConnectionPool:
                 kwargs={"autocommit": False, "prepare_threshold": None},
                 check=ConnectionPool.check_connection,  # a restarted server: reconnect
                 # a server away: give up a wait soon, the caller tries again and says so
-                # (StateStore.retrying) rather than waiting 30 s in silence
+                # (LedgerStore.retrying) rather than waiting 30 s in silence
                 timeout=5,
                 name=f"flow-jobs-state-store-{len(_pools) + 1}",  # never the URL
                 open=True,
@@ -124,3 +129,25 @@ def _forget_after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+def _pool_starved(error: BaseException) -> str | None:
+    return "state store" if isinstance(error, PoolTimeout) else None
+
+
+def retried_read(what: str) -> Callable[[Callable[..., T]], Callable[..., T]]:
+    """A store method reading the ledger, tried again (up to the store's
+    ``retry_for_ms``) while the URL's pool hands out no connection (its refills back off
+    after a server restart, and outlast the pool's short wait on a busy machine). Only
+    that: a URL that never connected fails at once, as it should for ``flow-jobs state
+    show``."""
+
+    def wrap(method: Callable[..., T]) -> Callable[..., T]:
+        @functools.wraps(method)
+        def read(self: Any, *args: Any, **kwargs: Any) -> T:
+            call = functools.partial(method, self, *args, **kwargs)
+            return wait_out(what, call, self.retry_for_ms, _pool_starved)
+
+        return read
+
+    return wrap

@@ -4,7 +4,13 @@ The sink hands each batch to ``BatchLedger.write``, which writes the batch's row
 target and its ledger row, each at most once, in the way the target's sink allows
 (``flow_jobs.sinks.base``: ``Sink.once_by``); the progress tracker adds Spark's figures
 for the batch with ``BatchLedger.add_progress`` once Spark reports it done. The table
-itself, its migrations and its readers live in ``flow_jobs.io.state_store``.
+itself, its migrations and its readers live in ``flow_jobs.ledger.store``.
+
+Batches are keyed by (pipeline, query id, batch id): Spark's query id is stored in the
+checkpoint, so a checkpoint deleted by hand starts a new lineage of batch ids instead of
+colliding with the old one; a replay finds its batch's row and skips the write. A
+generation started with ``--from TIME`` keeps that time (``replay_from``): its fresh
+checkpoint starts every source there.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from flow_jobs.io.batch import BatchEntry, BatchWriter, WriteResult
-from flow_jobs.io.state_store import StateStore
+from flow_jobs.ledger.store import LedgerStore
 
 #: What a batch whose ledger row exists writes: nothing.
 ALREADY_WRITTEN = WriteResult(skipped=True, inserted=0, updated=0, version=None)
@@ -26,7 +32,7 @@ ALREADY_WRITTEN = WriteResult(skipped=True, inserted=0, updated=0, version=None)
 class BatchLedger:
     """The one writer of the ledger's batch rows, in ``store``'s schema."""
 
-    def __init__(self, store: StateStore) -> None:
+    def __init__(self, store: LedgerStore) -> None:
         self.store = store
 
     def write(self, target: BatchWriter, rows: pa.Table, entry: BatchEntry) -> WriteResult:

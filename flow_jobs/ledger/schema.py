@@ -1,4 +1,4 @@
-"""The state store's tables (``flow_jobs.io.state_store``) and their migrations: each
+"""The state store's tables (``flow_jobs.ledger.store``) and their migrations: each
 entry runs once, in order, in one transaction with its version row."""
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ MIGRATIONS: list[tuple[int, str]] = [
     (
         7,
         # top_n with emit = "current": every group's current row of each open window
-        # (flow_jobs.io.top_n.Standings), per checkpoint generation.
+        # (flow_jobs.ledger.standings.Standings), per checkpoint generation.
         """
         CREATE TABLE {s}.window_standings (
             pipeline text NOT NULL,
