@@ -34,6 +34,7 @@ T = TypeVar("T")
 BUILTIN = (
     "flow_jobs.aggregations",
     "flow_jobs.windows",
+    "flow_jobs.plan.dedup",
     "flow_jobs.sinks.delta",
     "flow_jobs.sinks.postgres",
     "flow_jobs.sinks.kafka",

@@ -307,7 +307,7 @@ def test_a_dedup_names_its_source_once(
 ) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
         PipelineSpec.model_validate(_doc(dedup, sources))
-    assert PipelineSpec.model_validate(_doc([{"keys": ["user_id"], "within_ms": 0}])).dedup_of(
+    assert PipelineSpec.model_validate(_doc([{"keys": ["user_id"], "within_ms": 0}])).operators_of(
         "clicks"
     )
 

@@ -69,8 +69,9 @@ def shape_folds(spec: PipelineSpec, payload: StructType | None) -> str | None:
         return "only a window over a source folds (not a join)"
     if t.lookups:
         return "[transform].sql joins a lookup"
-    if t.dedup:
-        return "[[transform.dedup]] takes the records out one by one before the window"
+    if spec.operators():
+        table = spec.operators()[0].key.partition("[")[0]
+        return f"[[{table}]] runs on the records one by one before the window"
     source = spec.sources[0]
     if w.engine != "native":
         return f"the window runs on Spark's state API ({w.state_reason})"

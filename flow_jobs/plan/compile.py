@@ -1,7 +1,7 @@
 """Compile a spec into one streaming DataFrame.
 
-sources -> dead-letter tap -> [SQL pre-stage with lookups] -> window
-sources -> dead-letter tap -> join [-> window, with chain = ["join", "window"]]
+sources -> dead-letter tap -> [operators] -> [SQL pre-stage with lookups] -> window
+sources -> dead-letter tap -> [operators] -> join [-> window, with chain = ["join", "window"]]
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from flow_jobs.aggregations.partials import Merge
 from flow_jobs.errors import PlanError
 from flow_jobs.io.checkpoint_files import LOCATION_KEY, checkpoint_files, idle_file
 from flow_jobs.io.dead_letters import DeadLetterTable
+from flow_jobs.operators.registry import Compiled, OperatorInput, compile_operator
 from flow_jobs.plan.combine import ReaderFolding, checkpoint_merges, foldable, shape_folds
-from flow_jobs.plan.dedup import CompiledDedup, deduplicate
 from flow_jobs.plan.diversions import divert_after_sql
 from flow_jobs.plan.event_time import EventTime
 from flow_jobs.plan.joins import compile_join
@@ -36,7 +36,8 @@ from flow_jobs.plan.sources import (
 from flow_jobs.plan.temporal import compile_temporal_join
 from flow_jobs.plan.windows import CompiledWindow, compile_window
 from flow_jobs.plan_lines import Described, PlanLine
-from flow_jobs.spec.models import KAFKA_COLUMN, DedupSpec, PipelineSpec
+from flow_jobs.spec.models import KAFKA_COLUMN, PipelineSpec
+from flow_jobs.spec.operators import SourceOperator
 
 
 @dataclass(frozen=True)
@@ -112,11 +113,10 @@ def compile_pipeline(
         )
         parts.append(compiled_source)
         view = views[source.name] = compiled_source.frame
-        dedup = spec.dedup_of(source.name)
-        if dedup is not None:
-            deduplicated = _deduplicated(spec, dedup, view, event_time, watermark, dead_letters)
-            parts.append(deduplicated)
-            view = views[source.name] = deduplicated.frame
+        for op in spec.operators_of(source.name):  # a dedup, a plug-in's: by kind
+            applied = _operator(spec, op, view, event_time, watermark, dead_letters)
+            parts.append(applied)
+            view = views[source.name] = applied.frame
         view.createOrReplaceTempView(source.name)
     if late_data == "dlq":
         _check_late_rows_reach_the_dead_letters(spec, views)
@@ -193,26 +193,29 @@ def _source_watermark(
     return SourceWatermark(spec.window.watermark_delay_ms, idle)
 
 
-def _deduplicated(
+def _operator(
     spec: PipelineSpec,
-    dedup: DedupSpec,
+    op: SourceOperator,
     view: DataFrame,
     event_time: EventTime,
     watermark: SourceWatermark | None,
     dead_letters: DeadLetterTable,
-) -> CompiledDedup:
-    """A source's view without its duplicates (``flow_jobs.plan.dedup``), on the
-    source's own watermark."""
-    key, source = spec.dedup_key(dedup), spec.dedup_source(dedup)
-    time = source_event_time(view, event_time)
-    if watermark is None or time is None:
-        raise PlanError(
-            key,
-            f"deduplication orders {source!r}'s records by their event time, which must be "
-            f"a column of every source ({event_time.column!r} is computed in [transform].sql)",
-        )
-    tap = dead_letters.tap(source, part="duplicates")
-    return deduplicate(view, dedup, key, source, time, _topics(spec), tap)
+) -> Compiled:
+    """A source's view through one of its operators (``flow_jobs.operators.registry``),
+    on the source's own watermark where it has one."""
+    time = source_event_time(view, event_time) if watermark is not None else None
+    given = OperatorInput(
+        view,
+        op.source,
+        op.key,
+        event_time.column,
+        time,
+        None,
+        spec.window.watermark_delay_ms,
+        _topics(spec),
+        lambda part: dead_letters.tap(op.source, part=part),
+    )
+    return compile_operator(op.spec, given)
 
 
 def _check_late_rows_reach_the_dead_letters(

@@ -1,4 +1,5 @@
-"""``[[transform.dedup]]``: a source's duplicates taken out before the window or the join.
+"""``[[transform.dedup]]``: a source's duplicates taken out before the window or the join;
+the built-in ``dedup`` operator (``flow_jobs.operators.registry``), registered below.
 
 The source's view (late rows already out, its own watermark taken) goes through
 ``flow_jobs.operators.dedup``'s operator on ``transformWithState``, grouped by a hash
@@ -39,10 +40,11 @@ from flow_jobs.operators.dedup import (
     TIME,
     DedupProcessor,
 )
+from flow_jobs.operators.registry import OperatorInput, register_operator
 from flow_jobs.plan.diversions import divert, record_fields
 from flow_jobs.plan.ordering import tie_break
 from flow_jobs.plan_lines import PlanLine
-from flow_jobs.spec.models import DedupSpec
+from flow_jobs.spec.dedup import DedupSpec
 
 #: to_json / from_json of the carried rows: every value back exactly (microseconds,
 #: NULL fields kept as NULL).
@@ -144,6 +146,31 @@ def deduplicate(
         released = released.where(~duplicate)
     frame = released.drop(DUPLICATE_OF, *([] if watermarked else [RELEASED_TIME]))
     return CompiledDedup(frame, dedup, source)
+
+
+def compile_dedup(dedup: DedupSpec, given: OperatorInput) -> CompiledDedup:
+    """The ``dedup`` operator: ``deduplicate`` on the source's own watermark."""
+    if given.time is None:
+        raise PlanError(
+            given.key,
+            f"deduplication orders {given.source!r}'s records by their event time, which "
+            f"must be a column of every source ({given.time_column!r} is computed in "
+            "[transform].sql)",
+        )
+    tap = given.tap("duplicates")
+    return deduplicate(
+        given.view,
+        dedup,
+        given.key,
+        given.source,
+        given.time,
+        given.topics,
+        tap,
+        given.watermarked,
+    )
+
+
+register_operator("dedup", DedupSpec, compile_dedup)
 
 
 def key_json(

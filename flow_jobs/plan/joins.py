@@ -28,8 +28,8 @@ from pyspark.sql import functions as F
 
 from flow_jobs.errors import PlanError
 from flow_jobs.io.dead_letters import DeadLetterTable
+from flow_jobs.operators.registry import Compiled, OperatorInput, compile_operator
 from flow_jobs.plan.compiled_source import CompiledSource
-from flow_jobs.plan.dedup import CompiledDedup, deduplicate
 from flow_jobs.plan.event_time import EventTime, event_time_of
 from flow_jobs.plan.sources import compile_source
 from flow_jobs.plan_lines import PlanLine
@@ -53,10 +53,11 @@ class CompiledJoin:
     side_times: dict[str, str]
     join: JoinSpec
     sources: tuple[CompiledSource, ...]  # left, right
-    dedups: tuple[CompiledDedup, ...]
+    #: each side's operators (``flow_jobs.operators.registry``), in order
+    operators: tuple[Compiled, ...]
 
     def describe(self) -> list[PlanLine]:
-        """Its sources', its dedups' and its own lines."""
+        """Its sources', its sides' operators' and its own lines."""
         j = self.join
         lower, upper = j.bounds
         fate = "dead-lettered with their bytes" if j.late_data == "dlq" else "dropped"
@@ -67,7 +68,7 @@ class CompiledJoin:
         )
         return [
             *(line for s in self.sources for line in s.describe()),
-            *(line for d in self.dedups for line in d.describe()),
+            *(line for o in self.operators for line in o.describe()),
             PlanLine(
                 f"{j.how} join on {', '.join(j.left_keys)} = {', '.join(j.right_keys)}",
                 "Spark's stream-stream join (symmetric hash join), right time - left time in "
@@ -93,7 +94,7 @@ def _side(
     side: str,
     dead_letters: DeadLetterTable,
     checkpoint: str | None,
-) -> tuple[DataFrame, CompiledSource, CompiledDedup | None]:
+) -> tuple[DataFrame, CompiledSource, list[Compiled]]:
     join = spec.transform.join
     assert join is not None
     name = join.left_source if side == "left" else join.right_source
@@ -123,20 +124,22 @@ def _side(
     timed = view.withColumn(_SIDE_TIME[side], time).withWatermark(
         _SIDE_TIME[side], f"{join.lateness_ms} milliseconds"
     )
-    dedup = spec.dedup_of(name)
-    if dedup is None:
-        return timed, source, None
-    deduplicated = deduplicate(  # on the side's watermark, which its time keeps after it
-        timed,
-        dedup,
-        spec.dedup_key(dedup),
-        name,
-        F.col(_SIDE_TIME[side]),
-        [s.topic for s in spec.sources],
-        dead_letters.tap(name, part="duplicates"),
-        watermarked=_SIDE_TIME[side],
-    )
-    return deduplicated.frame, source, deduplicated
+    applied: list[Compiled] = []
+    for op in spec.operators_of(name):  # on the side's watermark, its time kept after each
+        given = OperatorInput(
+            timed,
+            name,
+            op.key,
+            column,
+            F.col(_SIDE_TIME[side]),
+            _SIDE_TIME[side],
+            join.lateness_ms,
+            tuple(s.topic for s in spec.sources),
+            lambda part: dead_letters.tap(name, part=part),
+        )
+        applied.append(compile_operator(op.spec, given))
+        timed = applied[-1].frame
+    return timed, source, applied
 
 
 def _selection(join: JoinSpec, side: str, view: DataFrame) -> list[tuple[str, str]]:
@@ -173,8 +176,8 @@ def compile_join(
     """``checkpoint``: the query's, where the sources read each batch's watermark."""
     join = spec.transform.join
     assert join is not None
-    left, left_source, left_dedup = _side(spark, spec, "left", dead_letters, checkpoint)
-    right, right_source, right_dedup = _side(spark, spec, "right", dead_letters, checkpoint)
+    left, left_source, left_ops = _side(spark, spec, "left", dead_letters, checkpoint)
+    right, right_source, right_ops = _side(spark, spec, "right", dead_letters, checkpoint)
     for side, view, keys in (("left", left, join.left_keys), ("right", right, join.right_keys)):
         for i, k in enumerate(keys):
             if k not in view.columns:
@@ -247,5 +250,5 @@ def compile_join(
         side_times,
         join,
         (left_source, right_source),
-        tuple(d for d in (left_dedup, right_dedup) if d is not None),
+        (*left_ops, *right_ops),
     )

@@ -46,8 +46,9 @@ def declared_types(spec: PipelineSpec) -> dict[str, dict[str, str]]:
 
 def check_columns(spec: PipelineSpec) -> None:
     """Refuse a column a window, join or temporal join reads straight from a source
-    (no ``[transform].sql``, no lookups) that the source's schema lacks, and a dedup key
-    the source's view lacks (a dedup runs on the view, before any SQL)."""
+    (no ``[transform].sql``, no lookups) that the source's schema lacks, and a column an
+    operator reads (a dedup key) that the source's view lacks (it runs on the view,
+    before any SQL)."""
     types = declared_types(spec)
     t = spec.transform
 
@@ -65,16 +66,16 @@ def check_columns(spec: PipelineSpec) -> None:
                 "[transform].sql",
             )
 
-    for i, dedup in enumerate(t.dedup):
-        source = spec.dedup_source(dedup)
-        for j, name in enumerate(dedup.keys):
+    for op in spec.operators():  # each runs on its source's view, before any SQL
+        source = op.source
+        for sub, name in op.spec.columns():
             if source in types and name not in [*types[source], KAFKA_COLUMN]:
                 shown = ", ".join(c for c in types[source] if c != EVENT_TS)
                 raise key_error(
-                    f"transform.dedup[{i}].keys[{j}]",
+                    f"{op.key}.{sub}",
                     f"{name!r} is not a column of source {source!r} (its view: {shown}, "
-                    f"{EVENT_TS}); a dedup runs before [transform].sql, on the source's "
-                    "own columns",
+                    f"{EVENT_TS}); {type(op.spec).NOUN} runs before [transform].sql, on the "
+                    "source's own columns",
                 )
     if t.sql or t.lookups:
         return

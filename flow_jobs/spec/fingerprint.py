@@ -29,9 +29,12 @@ resumed under:
 * ``pre_aggregate``: the checkpoint keeps the aggregation it started with
   (``flow_jobs.plan.combine``), and either way the windows are the same;
 * ``[[transform.lookups]]``: static tables are refreshable by design;
-* ``[[transform.dedup]]``'s ``on_duplicate``: a duplicate is dropped or dead-lettered
-  after the operator decided it, the same state either way (its ``keys`` and
-  ``within_ms`` are fingerprinted, as ``transform.dedup.<source>.…``).
+* an operator's ``SAFE_KEYS`` (``flow_jobs.spec.operators``), e.g. ``[[transform.dedup]]``'s
+  ``on_duplicate``: a duplicate is dropped or dead-lettered after the operator decided
+  it, the same state either way. Its other keys are fingerprinted, as
+  ``transform.operators.<source>[<n>].<key>`` (its ``n``-th operator, its kind among
+  them), the dedup's as ``transform.dedup.<source>.keys`` and ``.within_ms`` (as
+  before the operators' registry).
 
 A key added to the spec after checkpoints exist, whose default keeps what those
 checkpoints ran (``ADDED_KEYS``), is fingerprinted only when set to something else:
@@ -144,10 +147,8 @@ def fingerprint_fields(spec: PipelineSpec) -> dict[str, Any]:
                 fields["transform.window.aggregations.order"] = [agg["as"] for agg in value]
             else:
                 fields[f"transform.{part}.{key}"] = value
-    for dedup in transform.dedup:  # a new stateful operator, keyed by these
-        name = spec.dedup_source(dedup)
-        fields[f"transform.dedup.{name}.keys"] = dedup.keys
-        fields[f"transform.dedup.{name}.within_ms"] = dedup.within_ms
+    for op in spec.operators():  # each its kind's fields (``OperatorSpec.fingerprint``)
+        fields.update(op.spec.fingerprint(op.fingerprint_key, op.source))
     window = transform.window
     if window is not None:
         for key in SHARED_SIZE_KEYS:

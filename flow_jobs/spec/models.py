@@ -47,6 +47,13 @@ from flow_jobs.spec.base import (
     revealed,
 )
 from flow_jobs.spec.columns import check_columns, check_event_time_types
+from flow_jobs.spec.dedup import DedupSpec
+from flow_jobs.spec.operators import (
+    OperatorSpec,
+    SourceOperator,
+    check_operators,
+    source_operators,
+)
 from flow_jobs.spec.running import (
     REFUSED_SPARK_CONF,
     REFUSED_SPARK_CONF_SAFE,
@@ -60,7 +67,6 @@ from flow_jobs.spec.running import (
 from flow_jobs.spec.sources import KafkaSource, StartingOffsets, StartingTimestamp
 from flow_jobs.spec.targets import DeadLetterSpec, TargetSpec, deleting_kinds, validate_target
 from flow_jobs.spec.transform import (
-    DedupSpec,
     JoinHow,
     JoinSpec,
     LookupKind,
@@ -91,6 +97,7 @@ __all__ = [
     "KafkaSource",
     "LookupKind",
     "LookupSpec",
+    "OperatorSpec",
     "OrchestrationSpec",
     "OutputColumns",
     "PipelineSpec",
@@ -193,7 +200,7 @@ class PipelineSpec(SpecModel):
                 f"{len(self.sources)} sources are declared but [transform].sql is empty; "
                 "a SQL pre-stage must combine them (e.g. a UNION ALL of the source views)"
             )
-        self._dedup_rules()
+        check_operators(self)
         check_columns(self)
         check_event_time_types(self)
         kind, append_only = self.target.kind, self.target.append_only
@@ -214,52 +221,15 @@ class PipelineSpec(SpecModel):
             )
         return self
 
-    def _dedup_rules(self) -> None:
-        """Each ``[[transform.dedup]]`` names a source (or the only one), once; it runs
-        on the source's own event-time watermark, before the window or the join."""
-        sources = [s.name for s in self.sources]
-        deduplicated: dict[str, int] = {}
-        for i, dedup in enumerate(self.transform.dedup):
-            key = f"transform.dedup[{i}]"
-            if dedup.source is None and len(sources) > 1:
-                raise key_error(
-                    f"{key}.source",
-                    f"source is required with {len(sources)} sources ({', '.join(sources)})",
-                )
-            name = self.dedup_source(dedup)
-            if name not in sources:
-                raise key_error(
-                    f"{key}.source",
-                    f"{name!r} is not a declared source (sources: {', '.join(sources)})",
-                )
-            if name in deduplicated:
-                raise key_error(
-                    f"{key}.source",
-                    f"{name!r} is deduplicated by transform.dedup[{deduplicated[name]}] already",
-                )
-            deduplicated[name] = i
-            if self.transform.temporal_join is not None:
-                raise key_error(
-                    key, "[[transform.dedup]] before a temporal join is not supported yet"
-                )
-            operators = (self.transform.window, self.transform.join)
-            if any(o is not None and o.time_mode != "event" for o in operators):
-                raise key_error(
-                    key,
-                    'deduplication orders records by event time: it needs time_mode = "event"',
-                )
+    def operators_of(self, source: str) -> list[SourceOperator]:
+        """The operators a source's view runs through, in order
+        (``flow_jobs.spec.operators``: its ``[[transform.dedup]]``, then its
+        ``[[transform.operators]]``)."""
+        return source_operators(self, source)
 
-    def dedup_of(self, source: str) -> DedupSpec | None:
-        """The ``[[transform.dedup]]`` of a source, if any."""
-        return next((d for d in self.transform.dedup if self.dedup_source(d) == source), None)
-
-    def dedup_source(self, dedup: DedupSpec) -> str:
-        """The source a ``[[transform.dedup]]`` deduplicates (the only one, if unnamed)."""
-        return dedup.source or self.sources[0].name
-
-    def dedup_key(self, dedup: DedupSpec) -> str:
-        """Its spec key, for errors: ``transform.dedup[i]``."""
-        return f"transform.dedup[{self.transform.dedup.index(dedup)}]"
+    def operators(self) -> list[SourceOperator]:
+        """Every source's operators."""
+        return source_operators(self)
 
     @property
     def supersedes_overlapping(self) -> bool:

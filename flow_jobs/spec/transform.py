@@ -1,5 +1,5 @@
 """``[transform]``: the SQL, the stream-stream join, the temporal join, the lookups and
-the deduplication."""
+the per-source operators (the deduplication among them)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,12 @@ import re
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
+    BeforeValidator,
     Field,
     SecretStr,
     SerializeAsAny,
     ValidationInfo,
+    field_serializer,
     field_validator,
     model_validator,
 )
@@ -23,6 +25,8 @@ from flow_jobs.spec.base import (
     key_error,
     not_supported,
 )
+from flow_jobs.spec.dedup import DedupSpec
+from flow_jobs.spec.operators import OperatorSpec
 from flow_jobs.spec.windows import WindowSpec
 
 if TYPE_CHECKING:
@@ -279,25 +283,10 @@ class LookupSpec(SpecModel):
         return self
 
 
-class DedupSpec(SpecModel):
-    """``[[transform.dedup]]``: one source's records deduplicated before the window or
-    the join (docs/spec-reference.md, "Deduplication"): per ``keys``, the first record in the
-    order of events passes, and a later one at most ``within_ms`` after the last record
-    that passed is a duplicate, dropped and counted, or dead-lettered."""
-
-    #: the source view deduplicated; may be left out when the pipeline has one source
-    source: str | None = None
-    keys: list[str] = Field(min_length=1)
-    within_ms: Annotated[int, Field(ge=0)]
-    on_duplicate: Literal["drop", "dlq"] = "drop"
-
-    @model_validator(mode="after")
-    def _keys(self) -> DedupSpec:
-        for i, key in enumerate(self.keys):
-            _identifier(f"keys[{i}]", key)
-            if key in self.keys[:i]:
-                raise key_error("keys", f"keys[{i}] = {key!r} is listed twice")
-        return self
+def _operator_kind(v: Any, info: ValidationInfo) -> Any:
+    """One ``[[transform.operators]]`` table: the model of its kind, registered now
+    (``OPERATOR_SPECS``: the built-ins, the plug-ins)."""
+    return OperatorSpec.model_validate(v, context=info.context) if isinstance(v, dict) else v
 
 
 class TransformSpec(SpecModel):
@@ -307,6 +296,10 @@ class TransformSpec(SpecModel):
     sql: str | None = None
     lookups: list[LookupSpec] = Field(default_factory=list)
     dedup: list[DedupSpec] = Field(default_factory=list)
+    #: each the model of its kind (``OperatorSpec.model_validate``); dumped as that model
+    operators: list[Annotated[SerializeAsAny[OperatorSpec], BeforeValidator(_operator_kind)]] = (
+        Field(default_factory=list)
+    )
     #: the model of its kind (``WindowSpec.model_validate``); dumped as that model
     window: SerializeAsAny[WindowSpec] | None = None
     join: JoinSpec | None = None
@@ -318,6 +311,11 @@ class TransformSpec(SpecModel):
     def _window_kind(cls, v: Any, info: ValidationInfo) -> Any:
         # the kinds registered now (``WINDOW_FAMILIES``: the built-ins, the plug-ins)
         return WindowSpec.model_validate(v, context=info.context) if isinstance(v, dict) else v
+
+    @field_serializer("operators", mode="wrap")
+    def _operators_with_kind(self, v: list[OperatorSpec], handler: Any) -> Any:
+        # ``kind`` names the model to read a table back with, default or not
+        return [{"kind": o.kind, **d} for o, d in zip(v, handler(v), strict=True)]
 
     @model_validator(mode="before")
     @classmethod
