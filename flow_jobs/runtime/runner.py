@@ -16,11 +16,8 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming import StreamingQuery
 
 from flow_jobs.io.batch import Supersede
-from flow_jobs.io.checkpoint_files import (
-    checkpoint_files,
-    publish_driver_gateway,
-    withdraw_driver_gateway,
-)
+from flow_jobs.io.checkpoint_files import checkpoint_files
+from flow_jobs.io.checkpoint_gateway import publish_driver_gateway, withdraw_driver_gateway
 from flow_jobs.io.dead_letters import DeadLetterTable
 from flow_jobs.io.ledger import BatchLedger
 from flow_jobs.io.state_store import RunLock, StateStore
@@ -224,7 +221,7 @@ class PipelineRunner:
         if self.compiled.pre_aggregates:  # its state will hold partial-merging buffers
             mark_checkpoint(checkpoint_files(self.checkpoint, self.spark))
         # A remote checkpoint's offset log reaches the Kafka reader's planning process
-        # through this driver's JVM (flow_jobs.io.checkpoint_files).
+        # through this driver's JVM (flow_jobs.io.checkpoint_gateway).
         publish_driver_gateway(self.spark, self.checkpoint)
         withdraw = (
             "withdraw the driver's gateway",
