@@ -468,7 +468,8 @@ def main() -> int:
     from flow_jobs.io.dead_letters import DeadLetterTable
     from flow_jobs.plan.compile import compile_pipeline
     from flow_jobs.plan.event_time import EventTime
-    from flow_jobs.plan.sources import compile_source, read_kafka
+    from flow_jobs.plan.kafka_reader import read_kafka
+    from flow_jobs.plan.sources import compile_source
     from flow_jobs.runtime.runner import PipelineRunner
     from flow_jobs.runtime.session import build_spark_session, pipeline_session
 

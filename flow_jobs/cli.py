@@ -58,7 +58,7 @@ def _validate(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
     for i, source in enumerate(spec.sources):
         if source.registry_format:  # its schema is the registry's: reachable, mappable
-            from flow_jobs.plan.sources import payload_schema
+            from flow_jobs.plan.source_schemas import payload_schema
 
             payload_schema(source, i)  # and a declared schema agrees with it (no JVM)
     print(f"{args.spec}: valid — {pipeline_summary(spec)}")

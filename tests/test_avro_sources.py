@@ -26,7 +26,7 @@ from flow_jobs.errors import PlanError
 from flow_jobs.io.delta import read_delta
 from flow_jobs.io.formats import format_module
 from flow_jobs.kafka.options import REGISTRY_PREFIX, SECRET_PREFIX, KafkaSourceOptions
-from flow_jobs.plan.sources import REGISTRY_SECRETS
+from flow_jobs.plan.kafka_reader import REGISTRY_SECRETS
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec import SpecError, load_spec, parse_spec
 from flow_jobs.spec.models import PipelineSpec

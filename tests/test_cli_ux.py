@@ -190,14 +190,14 @@ def test_a_refused_batch_after_a_stop_leaves_no_traceback_from_py4j(spark: Spark
     at any moment around the stop. Once a run has stopped, such a record is dropped;
     any other error py4j logs passes this filter (and shows with -v: the run's error
     line says it otherwise, ``configure_logging``)."""
-    from flow_jobs.runtime.runner import _DropStopRequested, _quiet_expected_stop
     from flow_jobs.runtime.sink import StopRequested
+    from flow_jobs.runtime.stopping import DropStopRequested, quiet_expected_stop
 
-    with _quiet_expected_stop(spark):
+    with quiet_expected_stop(spark):
         pass
     dropping = [
         f for f in logging.getLogger("py4j.clientserver").filters
-        if isinstance(f, _DropStopRequested)
+        if isinstance(f, DropStopRequested)
     ]  # fmt: skip
     assert len(dropping) == 1
 

@@ -31,6 +31,8 @@ from flow_jobs.io.checkpoint_files import (
     HadoopCheckpointFiles,
     LocalCheckpointFiles,
     checkpoint_files,
+)
+from flow_jobs.io.checkpoint_gateway import (
     gateway_file,
     publish_driver_gateway,
     withdraw_driver_gateway,
@@ -197,7 +199,7 @@ def test_the_reader_process_reads_a_remote_checkpoint_through_the_published_gate
     child = (
         "import logging, sys\n"
         "logging.basicConfig(level=logging.DEBUG, stream=sys.stderr)\n"
-        "from flow_jobs.io.checkpoint_files import ReaderCheckpoint\n"
+        "from flow_jobs.io.checkpoint_gateway import ReaderCheckpoint\n"
         f"reader = ReaderCheckpoint({uri!r})\n"
         "print(reader.files().read_text('offsets/0'), end='')\n"
         "reader.close()\n"

@@ -25,11 +25,11 @@ from flow_jobs.plan.event_time import EventTime
 from flow_jobs.plan.joins import compile_join
 from flow_jobs.plan.lookups import Lookup, register_lookups
 from flow_jobs.plan.prestage import NotInGrammar, PreStage, analyze
+from flow_jobs.plan.source_schemas import payload_schema
 from flow_jobs.plan.sources import (
     SourceWatermark,
     carried_by_sources,
     compile_source,
-    payload_schema,
     source_carries,
     source_event_time,
 )

@@ -18,6 +18,9 @@ TIMESTAMP range, or further ahead of the micro-batch's processing time than
 ``max_event_time_skew_ms``.
 An event time computed by ``[transform].sql`` gets the same checks after the SQL
 (``flow_jobs.plan.diversions.divert_after_sql``), from the ``_kafka`` column the SQL keeps.
+
+The reader's options are built in ``flow_jobs.plan.kafka_reader``, the payload schema
+(declared, or a registry's) read in ``flow_jobs.plan.source_schemas``.
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import reduce
-from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -37,15 +39,12 @@ from flow_jobs.errors import PlanError
 from flow_jobs.io.combine import PARTIAL, CombinePlan
 from flow_jobs.io.dead_letters import DeadLetterTap
 from flow_jobs.io.json_decode import arrow_schema
-from flow_jobs.io.registry import SECRET_KEYS
-from flow_jobs.kafka.options import REGISTRY_PREFIX, SECRET_PREFIX
 from flow_jobs.kafka.schema import (
     BATCH_TIME,
     CORRUPT_RECORD,
     DECODED,
     HEARTBEAT,
     LATE_WATERMARK,
-    SOURCE_FORMAT,
     UNDECODED,
 )
 from flow_jobs.plan.compiled_source import CompiledSource, public_options
@@ -63,14 +62,12 @@ from flow_jobs.plan.event_time import (
     event_time_of,
 )
 from flow_jobs.plan.json_reasons import NULL_PAYLOAD, decode_reasons, missing_field_reason
+from flow_jobs.plan.kafka_reader import load_kafka, reader_options
 from flow_jobs.plan.late_rows import LATE, late_condition, late_reason
-from flow_jobs.spec.ddl import Column as DeclaredColumn
-from flow_jobs.spec.ddl import parse_schema
+from flow_jobs.plan.source_schemas import payload_schema, registry_payload, registry_reader
 from flow_jobs.spec.models import EVENT_TS, KAFKA_COLUMN, KafkaSource
 
 _PAYLOAD = "__flow_payload"
-#: The registry client settings that are secrets (``SchemaRegistrySpec.client_config``).
-REGISTRY_SECRETS = SECRET_KEYS
 _CORRUPT = CORRUPT_RECORD  # the reader decodes into the same shape
 _WATERMARKED = "__flow_source_watermark"
 #: A changelog's view: TRUE for a tombstone (``tombstone_keys``).
@@ -84,71 +81,6 @@ KAFKA_METADATA = ("key", "value", "topic", "partition", "offset", "timestamp", "
 
 #: Prefix of the observable metrics each source view reports (``observedMetrics``).
 OBSERVED_PREFIX = "flow_source_"
-
-
-def read_kafka(
-    spark: SparkSession,
-    source: KafkaSource,
-    pipeline: str,
-    time_mode: str,
-    **options: Any,
-) -> DataFrame:
-    """The source's Kafka records, read with ``reader_options`` (its keywords)."""
-    return load_kafka(spark, reader_options(source, pipeline, time_mode, **options))
-
-
-def load_kafka(spark: SparkSession, options: dict[str, str]) -> DataFrame:
-    """The streaming frame of the Kafka reader given ``options``."""
-    return spark.readStream.format(SOURCE_FORMAT).options(**options).load()
-
-
-def reader_options(
-    source: KafkaSource,
-    pipeline: str,
-    time_mode: str,
-    *,
-    checkpoint: str | None = None,
-    idle_file: str | None = None,
-    json_schema: str | None = None,
-    combine: CombinePlan | None = None,
-    reader_schema: str | None = None,
-) -> dict[str, str]:
-    """The options of the source's reader; with ``json_schema`` (a payload
-    ``StructType.json()`` Arrow decodes), its payloads decoded in the reader too; with
-    ``combine``, the rows the window would aggregate folded into partials there
-    (``flow_jobs.io.combine``); with ``reader_schema`` (a registry format's,
-    ``reader_schema``), the payloads decoded there (``flow_jobs.io.formats``)."""
-    options = {
-        "bootstrap_servers": source.bootstrap_servers,
-        "topic": source.topic,
-        "starting_offsets": source.starting_option(),
-        "fail_on_data_loss": str(source.fail_on_data_loss).lower(),
-        "retries": str(source.retries),
-        "retry_backoff_ms": str(source.retry_backoff_ms),
-        "time_mode": time_mode,
-        "group_id": f"flow-jobs-{pipeline}",
-        "source_name": source.name,
-    }
-    if checkpoint:  # the reader stamps each row with its batch's watermarks from it
-        options["checkpoint_location"] = checkpoint
-    if idle_file:  # the source may send heartbeats (flow_jobs.runtime.idleness)
-        options["idle_file"] = idle_file
-    if json_schema:
-        options["json_schema"] = json_schema
-    if (json_schema or reader_schema) and combine is not None:
-        options["combine"] = combine.to_json()
-    if reader_schema is not None:
-        options["payload_format"] = source.format
-        options["reader_schema"] = reader_schema
-    if reader_schema is not None and source.schema_registry is not None:
-        for key, value in source.schema_registry.client_config().items():
-            secret = SECRET_PREFIX if key in REGISTRY_SECRETS else ""
-            options[f"{REGISTRY_PREFIX}{secret}{key}"] = value
-    if source.max_offsets_per_trigger:
-        options["max_offsets_per_trigger"] = str(source.max_offsets_per_trigger)
-    for key, secret_value in source.client_config.items():
-        options[f"kafka.{key}"] = secret_value.get_secret_value()
-    return options
 
 
 def compile_source(
@@ -340,92 +272,6 @@ def source_event_time(view: DataFrame, event_time: EventTime) -> Column | None:
         return event_time_of(F.col(column), view.schema[column].dataType, event_time.key, column)
     except PlanError:
         return None  # the operator reports the type error with its own key
-
-
-def registry_reader(source: KafkaSource, index: int) -> str:
-    """The reader schema of a source of a registry format, as its reader takes it: the
-    subject at its version from the registry, or the spec's ``avro_schema``."""
-    from flow_jobs.io.formats import PayloadSchemaError, format_module
-    from flow_jobs.io.registry import RegistryUnreachable, SubjectNotFound, reader_schema
-
-    if source.avro_schema is not None:  # checked by the spec
-        return format_module("avro").reader(source.avro_schema, [])
-    assert source.schema_registry is not None
-    config = source.schema_registry.client_config()
-    subject = source.reader_subject
-    try:
-        return reader_schema(config, subject, source.version, source.format, source.message)
-    except RegistryUnreachable as e:
-        raise PlanError(f"sources[{index}].schema_registry.url", str(e)) from None
-    except SubjectNotFound as e:
-        raise PlanError(f"sources[{index}].subject", str(e)) from None
-    except PayloadSchemaError as e:
-        key = "message" if source.message and "message" in str(e) else "subject"
-        raise PlanError(f"sources[{index}].{key}", f"{subject}: {e}") from None
-
-
-def registry_payload(reader: str, source: KafkaSource, index: int) -> StructType:
-    """The Spark schema a registry format's reader schema gives the view (through its
-    Arrow type); a ``schema`` given beside it must agree with it, field by field."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    from flow_jobs.io.formats import PayloadSchemaError, format_module
-
-    where = "avro_schema" if source.avro_schema is not None else "subject"
-    try:
-        derived = from_arrow_schema(format_module(source.format).payload_schema(reader))
-    except PayloadSchemaError as e:
-        raise PlanError(f"sources[{index}].{where}", f"{source.reader_subject}: {e}") from None
-    if source.schema_ddl:  # read as the spec read it (flow_jobs.spec.ddl): no JVM
-        declared = parse_schema(source.schema_ddl).columns
-        origin = "avro_schema" if where == "avro_schema" else f"subject {source.reader_subject}"
-        difference = schema_difference(declared, derived, origin)
-        if difference:
-            raise PlanError(f"sources[{index}].schema", difference)
-    return derived
-
-
-def schema_difference(
-    declared: Sequence[DeclaredColumn], derived: StructType, origin: str
-) -> str | None:
-    """Where a declared schema and a registry's disagree (the first field, by name and
-    Spark type), or None."""
-    theirs = {f.name: f.dataType.simpleString() for f in derived.fields}
-    for field in declared:
-        if field.name not in theirs:
-            return f"field {field.name} is not in the schema of {origin}"
-        if theirs[field.name] != field.type:
-            return (
-                f"field {field.name} is {field.type} here and {theirs[field.name]} in the "
-                f"schema of {origin}"
-            )
-    names = {field.name for field in declared}
-    missing = [name for name in theirs if name not in names]
-    if missing:
-        return f"the schema of {origin} has field {missing[0]}, which schema does not declare"
-    return None
-
-
-def payload_schema(source: KafkaSource, index: int) -> StructType:
-    """The payload schema of a JSON source as declared (a ``PlanError`` if not valid
-    DDL), or of a registry format's source as its reader schema reads it."""
-    if source.registry_format:
-        return registry_payload(registry_reader(source, index), source, index)
-    return _declared_schema(source, index)
-
-
-def _declared_schema(source: KafkaSource, index: int) -> StructType:
-    assert source.schema_ddl is not None
-    try:
-        schema = DataType.fromDDL(source.schema_ddl)
-    except Exception as e:  # ParseException, or not a struct
-        message = e.getMessage() if hasattr(e, "getMessage") else str(e)
-        raise PlanError(
-            f"sources[{index}].schema", f"not a valid Spark DDL schema: {message}"
-        ) from None
-    if not isinstance(schema, StructType):
-        raise PlanError(f"sources[{index}].schema", "not a valid Spark DDL schema: not a struct")
-    return schema
 
 
 def _decode_json(

@@ -6,8 +6,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import datetime
 
 from pyspark.errors import StreamingQueryException
@@ -16,11 +15,8 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming import StreamingQuery
 
 from flow_jobs.io.batch import Supersede
-from flow_jobs.io.checkpoint_files import (
-    checkpoint_files,
-    publish_driver_gateway,
-    withdraw_driver_gateway,
-)
+from flow_jobs.io.checkpoint_files import checkpoint_files
+from flow_jobs.io.checkpoint_gateway import publish_driver_gateway, withdraw_driver_gateway
 from flow_jobs.io.dead_letters import DeadLetterTable
 from flow_jobs.io.top_n import Ranking
 from flow_jobs.ledger.batch_ledger import BatchLedger
@@ -45,6 +41,7 @@ from flow_jobs.runtime.preflight import check_sources
 from flow_jobs.runtime.progress import IdleHeartbeat, ProgressTracker, RunSummary
 from flow_jobs.runtime.session import pipeline_session, refuse_unshared_paths, session_for
 from flow_jobs.runtime.sink import StopRequested, WindowBatchSink, last_progress
+from flow_jobs.runtime.stopping import await_trigger_end, quiet_expected_stop, stop_if_active
 from flow_jobs.secrets import redact
 from flow_jobs.settings import Settings
 from flow_jobs.sinks import sink_for
@@ -227,7 +224,7 @@ class PipelineRunner:
         if self.compiled.pre_aggregates:  # its state will hold partial-merging buffers
             mark_checkpoint(checkpoint_files(self.checkpoint, self.spark))
         # A remote checkpoint's offset log reaches the Kafka reader's planning process
-        # through this driver's JVM (flow_jobs.io.checkpoint_files).
+        # through this driver's JVM (flow_jobs.io.checkpoint_gateway).
         publish_driver_gateway(self.spark, self.checkpoint)
         withdraw = (
             "withdraw the driver's gateway",
@@ -268,7 +265,7 @@ class PipelineRunner:
             self._shut_down(
                 failure,
                 [
-                    ("stop the query", lambda: _stop(query)),
+                    ("stop the query", lambda: stop_if_active(query)),
                     withdraw,
                     unwatch,
                     ("read the last progress", lambda: tracker.poll(query)),
@@ -347,9 +344,9 @@ class PipelineRunner:
                     lookup.refresh_if_due(self.spark)
                 if self.stop_event.is_set():
                     log.info("%s: stop requested; finishing the batch in flight", self.spec.name)
-                    with _quiet_expected_stop(self.spark):
+                    with quiet_expected_stop(self.spark):
                         sink.request_stop()
-                        _await_trigger_end(query)
+                        await_trigger_end(query)
                         query.stop()
                     return "stopped on request"
         except StreamingQueryException as e:
@@ -361,63 +358,10 @@ class PipelineRunner:
         return "input drained" if available_now else "query ended"
 
 
-def _await_trigger_end(query: StreamingQuery, timeout_s: float = 60.0) -> None:
-    """Let Spark finish the trigger in flight before ``query.stop()``: the sink has
-    written the batch, but Spark still writes its commit log after that, and a stop
-    then interrupts the stream thread mid-write (the batch replays on the next run, and
-    Hadoop's interrupted file write prints its stack trace on a clean stop). A trigger
-    that starts meanwhile is refused by the sink and ends the query by itself."""
-    deadline = time.monotonic() + timeout_s
-    while query.status.get("isTriggerActive") and time.monotonic() < deadline:
-        if query.awaitTermination(0.05):
-            return
-
-
-@contextmanager
-def _quiet_expected_stop(spark: SparkSession) -> Iterator[None]:
-    """A batch that starts between the stop request and ``query.stop()`` is refused by
-    the sink (``StopRequested``, so its offsets are not committed); Spark would log that
-    expected end as "terminated with error" with a Python traceback. The run still sees
-    the exception (``_watch`` tells it from a real failure); only that log line goes,
-    while the query stops."""
-    for logger in ("py4j.clientserver", "py4j.java_gateway"):
-        # py4j logs the refusal too, with its traceback, from its callback thread, at any
-        # time around query.stop(): a filter that drops only that exception, for good.
-        target = logging.getLogger(logger)
-        if not any(isinstance(f, _DropStopRequested) for f in target.filters):
-            target.addFilter(_DropStopRequested())
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    name = "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution"
-    configurator = jvm.org.apache.logging.log4j.core.config.Configurator
-    before = jvm.org.apache.logging.log4j.LogManager.getLogger(name).getLevel()
-    configurator.setLevel(name, jvm.org.apache.logging.log4j.Level.OFF)
-    try:
-        yield
-    finally:
-        configurator.setLevel(name, before)
-
-
-class _DropStopRequested(logging.Filter):
-    """Drops a log record about a ``StopRequested`` (the sink refusing a batch after a
-    graceful stop was requested: expected, and the run tells it from a failure)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        error = record.exc_info[1] if record.exc_info else None
-        if isinstance(error, StopRequested):
-            return False
-        return StopRequested.__name__ not in record.getMessage()
-
-
 def _busy(query: StreamingQuery) -> bool:
     """Whether the query runs a batch, or its sources have records for the next."""
     status = query.status
     return bool(status.get("isTriggerActive") or status.get("isDataAvailable"))
-
-
-def _stop(query: StreamingQuery) -> None:
-    if query.isActive:
-        query.stop()
 
 
 def _root_message(error: StreamingQueryException) -> str:

@@ -13,15 +13,8 @@ message); a record must be of that message (by full name) in its writer's file, 
 parsed with the reader's descriptor: Protobuf's own evolution rules (fields matched by
 number, unknown fields ignored, a missing field its default).
 
-Protobuf to Arrow (and so to Spark): double, float, int32 / sint32 / sfixed32 (INT),
-int64 / sint64 / sfixed64 (BIGINT), uint32 / fixed32 (BIGINT), uint64 / fixed64
-(DECIMAL(20, 0): no Spark integer holds it), bool, string, bytes (BINARY), enum (its
-value's name; an unknown number as its digits), message (STRUCT), repeated (ARRAY), map
-(MAP), ``google.protobuf.Timestamp`` (TIMESTAMP), the wrapper types
-(``google.protobuf.Int64Value`` …: their value, NULL when unset). A field without
-presence (a proto3 scalar) holds its default when unset, as Protobuf reads it; a field
-with presence (a message, ``optional``, a oneof member) is NULL when unset. A recursive
-message has no Spark type: ``arrow_schema`` refuses it, naming the field.
+Each Protobuf type's Arrow type (and so Spark's), and the conversion of a parsed message
+to a row: ``flow_jobs.io.formats.protobuf_arrow``.
 """
 
 from __future__ import annotations
@@ -29,7 +22,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -41,7 +34,7 @@ from google.protobuf import (  # noqa: F401 - fill the default pool
     timestamp_pb2,
     wrappers_pb2,
 )
-from google.protobuf.descriptor import Descriptor, FieldDescriptor, FileDescriptor
+from google.protobuf.descriptor import Descriptor, FileDescriptor
 
 from flow_jobs.io.formats.framing import (
     FramedDecoder,
@@ -50,35 +43,13 @@ from flow_jobs.io.formats.framing import (
     Unresolvable,
     record_schema,
 )
+from flow_jobs.io.formats.protobuf_arrow import arrow_of
 from flow_jobs.io.formats.protobuf_wire import where_it_breaks
 
 SCHEMA_TYPE = "PROTOBUF"
 TITLE = "Protobuf"
 #: what the registry is asked for: the base64 ``FileDescriptorProto``, not ``.proto`` text
 FETCH_FORMAT = "serialized"
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_WRAPPERS = {
-    f"google.protobuf.{name}Value"
-    for name in ("Double", "Float", "Int64", "UInt64", "Int32", "UInt32", "Bool", "String", "Bytes")
-}
-_SCALARS: dict[int, pa.DataType] = {
-    FieldDescriptor.TYPE_DOUBLE: pa.float64(),
-    FieldDescriptor.TYPE_FLOAT: pa.float32(),
-    FieldDescriptor.TYPE_INT32: pa.int32(),
-    FieldDescriptor.TYPE_SINT32: pa.int32(),
-    FieldDescriptor.TYPE_SFIXED32: pa.int32(),
-    FieldDescriptor.TYPE_INT64: pa.int64(),
-    FieldDescriptor.TYPE_SINT64: pa.int64(),
-    FieldDescriptor.TYPE_SFIXED64: pa.int64(),
-    FieldDescriptor.TYPE_UINT32: pa.int64(),
-    FieldDescriptor.TYPE_FIXED32: pa.int64(),
-    FieldDescriptor.TYPE_UINT64: pa.decimal128(20, 0),
-    FieldDescriptor.TYPE_FIXED64: pa.decimal128(20, 0),
-    FieldDescriptor.TYPE_BOOL: pa.bool_(),
-    FieldDescriptor.TYPE_STRING: pa.string(),
-    FieldDescriptor.TYPE_BYTES: pa.binary(),
-}
 
 
 def file_proto(name: str, text: str) -> descriptor_pb2.FileDescriptorProto:
@@ -164,7 +135,7 @@ def reader_message(text: str) -> Descriptor:
 def payload_schema(reader: str) -> pa.Schema:
     """The reader message's fields as an Arrow schema (the source view's payload columns)."""
     descriptor = reader_message(reader)
-    arrow, _ = _message(descriptor, descriptor.name, ())
+    arrow, _ = arrow_of(descriptor)
     return record_schema(arrow, descriptor.full_name)
 
 
@@ -220,7 +191,7 @@ class Decoder(FramedDecoder):
 
     def __init__(self, reader: str, writer_schema: Callable[[int], Any]) -> None:
         descriptor = reader_message(reader)
-        arrow, self._row = _message(descriptor, descriptor.name, ())
+        arrow, self._row = arrow_of(descriptor)
         super().__init__(record_schema(arrow, descriptor.full_name), writer_schema)
         self.full_name = descriptor.full_name
         self.descriptor = descriptor
@@ -248,75 +219,6 @@ class Decoder(FramedDecoder):
                 raise
             raise Undecodable(f"{where} ({type(e).__name__})") from None
         return self._row(message)
-
-
-Convert = Callable[[Any], Any]
-
-
-def _message(
-    descriptor: Descriptor, where: str, within: tuple[str, ...]
-) -> tuple[pa.DataType, Convert]:
-    """A message's Arrow struct type and the function from a parsed message to its row."""
-    if descriptor.full_name in within:
-        raise PayloadSchemaError(
-            f"{where}: {descriptor.full_name} contains itself, which no Spark type holds"
-        )
-    within = (*within, descriptor.full_name)
-    fields: list[pa.Field] = []
-    readers: list[tuple[str, Convert]] = []
-    for field in descriptor.fields:
-        data_type, convert = _field(field, f"{where}.{field.name}", within)
-        fields.append(pa.field(field.name, data_type))
-        readers.append((field.name, convert))
-
-    def row(message: Any) -> dict[str, Any]:
-        return {name: convert(message) for name, convert in readers}
-
-    return pa.struct(fields), row
-
-
-def _field(
-    field: FieldDescriptor, where: str, within: tuple[str, ...]
-) -> tuple[pa.DataType, Convert]:
-    name = field.name
-    entry = field.message_type
-    if entry is not None and entry.GetOptions().map_entry:
-        key_type, key = _value(entry.fields_by_name["key"], where, within)
-        item_type, item = _value(entry.fields_by_name["value"], where, within)
-        pairs: Convert = lambda m: [(key(k), item(v)) for k, v in getattr(m, name).items()]  # noqa: E731
-        return pa.map_(key_type, item_type), pairs
-    data_type, value = _value(field, where, within)
-    if field.is_repeated:
-        return pa.list_(data_type), lambda m: [value(v) for v in getattr(m, name)]
-    if field.has_presence:
-        return data_type, lambda m: value(getattr(m, name)) if m.HasField(name) else None
-    return data_type, lambda m: value(getattr(m, name))
-
-
-def _same(value: Any) -> Any:
-    return value
-
-
-def _value(
-    field: FieldDescriptor, where: str, within: tuple[str, ...]
-) -> tuple[pa.DataType, Convert]:
-    """One value's Arrow type and conversion (a repeated field's element too)."""
-    if field.type == FieldDescriptor.TYPE_ENUM:
-        names = {v.number: v.name for v in field.enum_type.values}
-        return pa.string(), lambda v: names.get(v, str(v))
-    message = field.message_type
-    if message is None:
-        return _SCALARS[field.type], _same
-    if message.full_name == "google.protobuf.Timestamp":
-        return pa.timestamp("us", tz="UTC"), _instant
-    if message.full_name in _WRAPPERS:
-        inner, _ = _value(message.fields_by_name["value"], where, within)
-        return inner, lambda m: m.value
-    return _message(message, where, within)
-
-
-def _instant(timestamp: Any) -> datetime:
-    return _EPOCH + timedelta(seconds=timestamp.seconds, microseconds=timestamp.nanos // 1000)
 
 
 # -- a Kafka target's records (``[target] format = "protobuf"``) ----------------------
