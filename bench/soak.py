@@ -168,7 +168,7 @@ class Stream:
 def _producer(bootstrap: str, **extra: Any) -> Any:
     from confluent_kafka import Producer
 
-    from flow_jobs.kafka.logs import librdkafka_logger
+    from flow_jobs.librdkafka_logs import librdkafka_logger
 
     # One request in flight per connection: a retried request cannot reorder records,
     # so a record's offset is its place in its partition's order (the replay needs it).

@@ -15,9 +15,9 @@ from typing import Any
 import psycopg
 
 from flow_jobs.cli_inspect import InspectUsageError, add_inspect_command
+from flow_jobs.cli_specs import SpecUsageError, UnknownPipeline
 from flow_jobs.cli_store import (
     StoreUsageError,
-    UnknownPipeline,
     add_show_commands,
     add_store_options,
     require_known,
@@ -45,7 +45,7 @@ class UsageError(ValueError):
 
 
 #: The other commands' own refusals of a command line (exit code 2).
-USAGE_ERRORS = (UsageError, InspectUsageError, StoreUsageError)
+USAGE_ERRORS = (UsageError, InspectUsageError, StoreUsageError, SpecUsageError)
 
 
 EXIT_OK = 0

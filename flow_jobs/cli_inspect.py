@@ -6,14 +6,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 import psycopg
 from rich.console import Console
 
 from flow_jobs import tables
-from flow_jobs.cli_store import UnknownPipeline
+from flow_jobs.cli_specs import resolve_spec
 from flow_jobs.runtime.inspect import (
     NO_STATE,
     NOT_DECODED,
@@ -21,8 +20,6 @@ from flow_jobs.runtime.inspect import (
     inspect_state,
     state_absent,
 )
-from flow_jobs.settings import Settings
-from flow_jobs.spec import SpecError, load_spec
 from flow_jobs.spec.models import PipelineSpec
 
 
@@ -85,33 +82,6 @@ def _read(spec: PipelineSpec, groups: dict[str, str], limit: int) -> StateReport
         print(f"warning: state store: {str(e).strip()}; no per-source watermarks", file=sys.stderr)
         store = None
     return inspect_state(session_for(spec.spark), spec, store=store, groups=groups, limit=limit)
-
-
-def resolve_spec(pipeline: str, spec_file: str | None) -> PipelineSpec:
-    """A spec file as given, else the spec named ``pipeline`` in the pipelines folder."""
-    if pipeline.endswith(".toml"):
-        return load_spec(pipeline)
-    if spec_file:
-        spec = load_spec(spec_file)
-        if spec.name != pipeline:
-            raise InspectUsageError(
-                f"--spec {spec_file} is pipeline {spec.name!r}, not {pipeline!r}"
-            )
-        return spec
-    folder = Settings.from_env().pipelines_dir or Path("pipelines")
-    names = []
-    for path in sorted(folder.glob("*.toml")):
-        try:
-            spec = load_spec(path)
-        except SpecError:
-            continue  # another spec's problem; `flow-jobs validate` names it
-        if spec.name == pipeline:
-            return spec
-        names.append(spec.name)
-    raise UnknownPipeline(
-        f"no spec named {pipeline!r} in {folder}/ (found: {', '.join(names) or 'none'}); "
-        "give the spec file (flow-jobs inspect PATH.toml) or --spec PATH.toml"
-    )
 
 
 def parse_groups(items: list[str], spec: PipelineSpec) -> dict[str, str]:

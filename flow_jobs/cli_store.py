@@ -18,6 +18,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from rich.table import Table
 
 from flow_jobs import tables
+from flow_jobs.cli_specs import UnknownPipeline, resolve_spec
 from flow_jobs.ledger.location import state_store_schema, state_store_url
 from flow_jobs.ledger.store import LedgerStore
 from flow_jobs.secrets import redact
@@ -30,11 +31,6 @@ from flow_jobs.spec.models import PipelineSpec
 
 class StoreUsageError(ValueError):
     """A command line these commands refuse (the CLI's exit code 2)."""
-
-
-class UnknownPipeline(LookupError):
-    """A pipeline nobody knows: no run registered it, or no spec has its name (the CLI's
-    exit code 1)."""
 
 
 def add_store_options(command: argparse.ArgumentParser) -> None:
@@ -202,7 +198,6 @@ def run_target_show(args: argparse.Namespace) -> int:
     line saying where it is and its last commit; a Kafka target says where to read."""
     if args.limit < 1:
         raise StoreUsageError(f"--limit {args.limit}: give a number of rows >= 1")
-    from flow_jobs.cli_inspect import resolve_spec
 
     spec = resolve_spec(args.pipeline, args.spec)
     store, name, target = open_store(args, spec), spec.name, spec.target

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from flow_jobs.kafka.logs import librdkafka_logger
+from flow_jobs.librdkafka_logs import librdkafka_logger
 from flow_jobs_dev.service import Service, free_port, port_free, the_terminal
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from flow_jobs.kafka.logs import librdkafka_logger
+from flow_jobs.librdkafka_logs import librdkafka_logger
 
 
 def lines(path: Path) -> Iterator[tuple[int, bytes]]:

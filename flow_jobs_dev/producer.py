@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import Producer
 
-from flow_jobs.kafka.logs import librdkafka_logger
+from flow_jobs.librdkafka_logs import librdkafka_logger
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """Broker outages seen from the driver (``flow_jobs.runtime.outages``) and librdkafka's
-own lines through Python's logging (``flow_jobs.kafka.logs``), against the embedded
+own lines through Python's logging (``flow_jobs.librdkafka_logs``), against the embedded
 broker stopped and started again on its port."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from flow_jobs.kafka.logs import LOGGER_NAME
 from flow_jobs.kafka.options import KafkaSourceOptions
 from flow_jobs.kafka.partitions import KafkaRange
 from flow_jobs.kafka.read import read_range
+from flow_jobs.librdkafka_logs import LOGGER_NAME
 from flow_jobs.runtime.outages import BrokerWatch, Outage, clusters_of
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec.models import KafkaSource, PipelineSpec

@@ -332,7 +332,7 @@ class DeadLetterTopic:
         ]
 
     def _config(self, source: str) -> dict[str, Any]:
-        from flow_jobs.kafka.logs import librdkafka_logger
+        from flow_jobs.librdkafka_logs import librdkafka_logger
 
         return {**dict(dict(self.clusters)[source]), "logger": librdkafka_logger()}
 

@@ -121,13 +121,13 @@ class KafkaSourceOptions:
         )
 
     def consumer_config(self) -> dict[str, Any]:
-        from flow_jobs.kafka.logs import librdkafka_logger
+        from flow_jobs.librdkafka_logs import librdkafka_logger
 
         return {
             **_CONSUMER_DEFAULTS,
             "bootstrap.servers": self.bootstrap_servers,
             "group.id": self.group_id,
             **dict(self.client_config),
-            # its own log lines through Python's logging (flow_jobs.kafka.logs)
+            # its own log lines through Python's logging (flow_jobs.librdkafka_logs)
             "logger": librdkafka_logger(),
         }

@@ -132,7 +132,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         try:
             return read_watermarks(client, self.options)
         finally:
-            client.poll(0)  # serves its queued log lines (flow_jobs.kafka.logs)
+            client.poll(0)  # serves its queued log lines (flow_jobs.librdkafka_logs)
 
     def initialOffset(self) -> dict:
         marks = self._watermarks()

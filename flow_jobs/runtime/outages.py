@@ -8,7 +8,7 @@ asks the brokers for metadata every ``interval_s`` (``AdminClient.list_topics``,
 logged once, at WARNING, naming the brokers and the sources on them, and counted
 (``flow_source_outages_total{source=…}``, the run summary's ``source_outages``). The first
 answer after it ends the outage, logged once with its length. librdkafka's own lines
-about the lost connections go to DEBUG meanwhile (``flow_jobs.kafka.logs``).
+about the lost connections go to DEBUG meanwhile (``flow_jobs.librdkafka_logs``).
 
 Whether the run survives is the reader's business, not this watch's: its retries wait
 out an outage up to ``retries`` tries with backoff, then fail the run with one line
@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from flow_jobs.kafka.logs import librdkafka_logger
+from flow_jobs.librdkafka_logs import librdkafka_logger
 from flow_jobs.secrets import redact
 from flow_jobs.spec.models import KafkaSource
 

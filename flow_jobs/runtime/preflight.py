@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flow_jobs.kafka.logs import librdkafka_logger
+from flow_jobs.librdkafka_logs import librdkafka_logger
 from flow_jobs.secrets import redact
 from flow_jobs.spec.models import KafkaSource, PipelineSpec
 

@@ -91,7 +91,7 @@ class KafkaProduceSink(Sink):
     def ensure(self) -> None:
         from confluent_kafka import Producer
 
-        from flow_jobs.kafka.logs import librdkafka_logger
+        from flow_jobs.librdkafka_logs import librdkafka_logger
 
         if self.spec.format != "json":
             self._encode = self._registry_encoder()
@@ -99,7 +99,7 @@ class KafkaProduceSink(Sink):
             "bootstrap.servers": self.spec.bootstrap_servers,
             "enable.idempotence": True,  # no duplicates from the producer's own retries
             **{k: v.get_secret_value() for k, v in self.spec.client_config.items()},
-            "logger": librdkafka_logger(),  # flow_jobs.kafka.logs
+            "logger": librdkafka_logger(),  # flow_jobs.librdkafka_logs
         }
         self._producer = Producer(config)
         log.warning(
