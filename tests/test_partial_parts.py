@@ -1,13 +1,15 @@
 """An aggregator from outside flow_jobs pre-aggregates with no engine change (issue 48).
 
-This module plugs in a sample ``variance`` the way a user's package would: a partial part
-of its own (the sum of squares, ``sumsq``) beside two built-in ones (``nn``, ``dsum``),
-each registered by name, and an aggregator registered under ``agg = "variance"``. The
-unit half (no Spark) checks that the spec takes it, that the plan asks the reader for its
-parts and names this module for the reader's processes to import, and that the generic
-folding (``flow_jobs.io.folding``) folds it: its partials, merged over blocks of any
-size, give the variance of the rows. The end-to-end half runs it through the broker and
-Spark with pre-aggregation on and off: the same windows, with partials reaching Spark.
+The plug-in, ``tests/plugins/variance.py``, is a sample ``variance`` as a user's package
+would write it: a partial part of its own (the sum of squares, ``sumsq``) beside two
+built-in ones (``nn``, ``dsum``), each registered by name, and an aggregator registered
+under ``agg = "variance"``. The unit half (no Spark) checks that the spec takes it, that
+the plan asks the reader for its parts and names the plug-in's module for the reader's
+processes to import, and that the generic folding (``flow_jobs.io.folding``) folds it:
+its partials, merged over blocks of any size, give the variance of the rows. The
+end-to-end half runs it through the broker and Spark with pre-aggregation on and off:
+the same windows, with partials reaching Spark (``tests/test_plugin_aggregator.py``
+runs the rest: tiny batches, the state API, ``--plan``, the fingerprint, ``inspect``).
 """
 
 from __future__ import annotations
@@ -18,18 +20,13 @@ import random
 import statistics
 import subprocess
 import sys
-from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pytest
-from pyspark.sql import Column, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import SparkSession
 from pyspark.sql.types import (
-    DataType,
     DoubleType,
     LongType,
     StringType,
@@ -37,126 +34,15 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from flow_jobs.aggregations import register_aggregator
-from flow_jobs.aggregations.base import (
-    PARTIAL_NUMBERS,
-    AggregationInput,
-    Aggregator,
-    NativeAggregate,
-    NativeWindow,
-    StateBuffer,
-    simple,
-)
-from flow_jobs.aggregations.partial_parts import (
-    DOUBLE_SUM,
-    NON_NULL,
-    FoldedRows,
-    Groups,
-    Order,
-    PartialPart,
-    register_part,
-)
+import tests.plugins.variance  # noqa: F401  registers variance and sumsq
 from flow_jobs.io.combine import PARTIAL, CombinePlan, partial_type
 from flow_jobs.io.folding import Folder
-from flow_jobs.kernels.ranges import Context, Ranges, WindowAggregator
 from flow_jobs.plan.combine import foldable
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs_dev.broker import EmbeddedBroker
 from flow_jobs_dev.producer import Record
 from tests.support import BASE_MS, assert_same_windows, make_spec, read_windows, send
 from tests.test_combine import NOW_MS, PAYLOAD, combine, range_rows, reader_table
-
-# -- the plug-in: what a user's package would hold -----------------------------------------
-
-
-class SumOfSquaresPart(PartialPart):
-    """``sumsq``: the field's sum of squares, as DOUBLE."""
-
-    name = "sumsq"
-
-    def arrow_type(self, value: pa.DataType) -> pa.DataType:
-        return pa.float64()
-
-    def inputs(self, value: pa.Array, rows: FoldedRows) -> dict[str, pa.Array]:
-        x = value.cast(pa.float64())
-        return {"sq": pc.multiply(x, x)}
-
-    def hash_aggregates(self, value: pa.DataType) -> tuple[tuple[str, str], ...]:
-        return (("sq", "sum"),)
-
-    def from_groups(self, groups: Groups, value: pa.Array, rows: FoldedRows) -> pa.Array:
-        return groups.column("sq", "sum")
-
-    def of_row(self, value: Column, order: Order) -> Column:
-        return value.cast("double") * value.cast("double")
-
-    def merge(self, values: Column) -> Column:
-        return F.try_sum(values)
-
-
-SUM_OF_SQUARES = register_part(SumOfSquaresPart())
-
-
-def sample_variance(n: Column, total: Column, squares: Column) -> Column:
-    """(Σx² - (Σx)²/n) / (n - 1); NULL below two values."""
-    return F.when(n > 1, (squares - total * total / n) / (n - 1))
-
-
-@dataclass(eq=False)
-class Variance(WindowAggregator):
-    """The state-API side: each window's sample variance, in Python."""
-
-    def compute(self, ctx: Context, w: Ranges) -> list[Any]:
-        v = self.values(ctx)
-        out = []
-        for i in range(len(w)):
-            xs = [float(x) for x in v.data[ctx.members(w, i, v.valid)]]
-            out.append(statistics.variance(xs) if len(xs) > 1 else None)
-        return [out]
-
-
-class VarianceAggregator(Aggregator):
-    """``variance``: the sample variance, from a count, a sum and a sum of squares, which
-    the Kafka reader folds into partials and Spark merges."""
-
-    name = "variance"
-    native_form = "(try_sum(x²) - try_sum(x)² / count(x)) / (count(x) - 1)"
-    state_form = "statistics.variance per window"
-    numeric_only = True
-    partial_parts = (NON_NULL, DOUBLE_SUM, SUM_OF_SQUARES)
-
-    def folds(self, value: DataType | None) -> bool:
-        return isinstance(value, PARTIAL_NUMBERS)
-
-    def state_functions(self, merging: bool) -> tuple[str, ...]:
-        # n, then Σx² and Σx as ``sample_variance`` reads them (pre-order)
-        return ("sum" if merging else "count", "try_sum", "try_sum")
-
-    def open_value(self, a: AggregationInput, buffers: Sequence[StateBuffer], merging: bool) -> Any:
-        n = buffers[0].fields["sum" if merging else "count"] or 0
-        squares, total = buffers[1].fields["sum"], buffers[2].fields["sum"]
-        return None if n < 2 else (squares - total * total / n) / (n - 1)
-
-    def result_types(self, a: AggregationInput) -> list[DataType]:
-        return [DoubleType()]
-
-    def native(self, a: AggregationInput, w: NativeWindow) -> NativeAggregate:
-        x, column = a.column_value, a.spec.column
-        assert column is not None
-        if w.merge is None:
-            n, total = F.count(x), F.try_sum(x.cast("double"))
-            squares = F.try_sum(x.cast("double") * x.cast("double"))
-        else:
-            n = w.merge.merged(NON_NULL, column, x, w.order)
-            total = w.merge.merged(DOUBLE_SUM, column, x, w.order)
-            squares = w.merge.merged(SUM_OF_SQUARES, column, x, w.order)
-        return simple(sample_variance(n, total, squares), a.hidden, a.spec.as_)
-
-    def state(self, a: AggregationInput, column: str | None, pipeline: str) -> WindowAggregator:
-        return Variance(column, a.spec.output_names())
-
-
-register_aggregator(VarianceAggregator())
 
 # -- the unit half: the generic reader folds it ---------------------------------------------
 
@@ -195,7 +81,7 @@ def test_the_plan_asks_the_reader_for_a_plug_in_aggregators_parts(tmp_path: Path
     plan = foldable(_window(tmp_path), SPARK_PAYLOAD)
     assert isinstance(plan, CombinePlan), plan
     assert dict(plan.fields) == {"amount": ("nn", "dsum", "sumsq"), "qty": ("nn", "dsum", "sumsq")}
-    assert plan.imports == (__name__,)  # the reader's processes import this module
+    assert plan.imports == ("tests.plugins.variance",)  # the reader's processes import it
     assert CombinePlan.from_json(plan.to_json()) == plan
     ptype = partial_type(plan, PAYLOAD)
     assert ptype.names == ["n", "nn0", "dsum0", "sumsq0", "nn1", "dsum1", "sumsq1"]

@@ -143,7 +143,8 @@ class Aggregator(ABC):
     @abstractmethod
     def state_functions(self, merging: bool) -> tuple[str, ...]:
         """The Spark aggregate functions (their SQL names) its native compile keeps in a
-        window's state, in the order of its expression; ``merging``: the window merges
+        window's state, each once, in the order its expression first names them
+        (pre-order; a function named twice is one buffer); ``merging``: the window merges
         the reader's partials (``NativeWindow.merge``). ``inspect`` checks the compiled
         plan against them before ``open_value`` reads their buffers."""
 

@@ -59,7 +59,8 @@ class NativeState:
     merging: bool
     functions: tuple[BufferFunction, ...]
     inputs: tuple[AggregationInput, ...]  # the spec's aggregations, as compiled
-    uses: tuple[tuple[int, ...], ...]  # per aggregation: its functions, in its order
+    #: per aggregation: its functions, each once, in the order its expression names them
+    uses: tuple[tuple[int, ...], ...]
     #: by the aggregation's ``as``: why it shows "n/a" (the report's note); those the
     #: plan already rules out are not read at all
     unread: dict[str, str] = field(default_factory=dict)
@@ -128,7 +129,10 @@ def native_state(spark: SparkSession, spec: PipelineSpec, checkpoint: str) -> Na
     distinct: list[Any] = []  # Spark's AggregateExpressions, in the state's order
     by_column: dict[str, tuple[int, ...]] = {}
     for named in _items(aggregate.aggregateExpressions()):
-        by_column[named.name()] = tuple(_index(distinct, e) for e in _aggregate_expressions(named))
+        held = (_index(distinct, e) for e in _aggregate_expressions(named))
+        # each buffer once: an expression may name a function twice (a count in a
+        # condition and in a divisor), whose buffer the state holds once
+        by_column[named.name()] = tuple(dict.fromkeys(held))
     schema = StructType.fromJson(json.loads(aggregate.child().schema().json()))
     inputs = tuple(
         AggregationInput(
