@@ -20,8 +20,8 @@ values, an aggregate over no non-NULL value is NULL (``count(col)`` is 0).
 A new aggregator is one module and its entry in ``AGGREGATORS``
 (``flow_jobs.aggregations.registry``); its name is then valid for ``agg`` in the spec,
 and ``tests/test_aggregators.py`` fails while it lacks a part. One from outside
-flow_jobs is one ``register_aggregator`` call (``tests/test_partial_parts.py`` plugs in
-a variance that pre-aggregates).
+flow_jobs is one ``register_aggregator`` call (``tests/plugins/variance.py``, a variance
+that pre-aggregates, run end to end by ``tests/test_plugin_aggregator.py``).
 
 The names below are imported on first use (PEP 562): every Python process Spark starts
 for the Kafka source imports ``flow_jobs.aggregations.partial_parts``, which must not
