@@ -27,7 +27,7 @@ from pyspark.sql import SparkSession
 
 from flow_jobs.cli import main
 from flow_jobs.io.checkpoint_claim import IncompatibleSpec
-from flow_jobs.io.state_store import StateStore
+from flow_jobs.ledger.store import LedgerStore
 from flow_jobs.runtime.inspect import inspect_state
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec import load_spec
@@ -206,7 +206,7 @@ def test_the_variance_plug_in_runs_end_to_end_as_its_definition_says(
     # inspect: the windows still open, with the variance of their rows so far.
     still_open = reference(events, watermark, exact, closed=False)
     assert sum(w["amount_var"] is not None for w in still_open.values()) >= 2
-    report = inspect_state(spark, tiny, store=StateStore.for_spec(tiny), limit=1_000)
+    report = inspect_state(spark, tiny, store=LedgerStore.for_spec(tiny), limit=1_000)
     assert report.open_windows == len(still_open) and report.note is None, report.note
     shown = {(w.start, w.end, w.group["user_id"]): w.aggregates for w in report.windows}
     assert_same_open_values(shown, still_open)
