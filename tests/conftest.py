@@ -32,6 +32,14 @@ if "PYTEST_XDIST_WORKER" in os.environ:
     os.environ.pop("LINES", None)
 
 
+# Every Spark driver JVM the suite starts (the session's, and those of the CLI runs,
+# Dagster runs and cluster drivers it starts as processes) compiles with C1 only and
+# collects with one thread: its work is many small queries, which C2's compiler threads
+# and G1's helpers only add CPU to on two cores (BENCHMARKS.md, "The suite's own JVMs").
+# Neither changes what a query computes. SPARK_SUBMIT_OPTS reaches the JVM that
+# spark-submit starts without a "Picked up ..." line on stderr, which the CLI tests read.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+
 # A suite started in the background (as CI may start it) has SIGINT ignored, and every
 # process it starts would inherit that: its tests would not see what a user's terminal
 # gives them. Python's own handler, as in a foreground run.

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pandas as pd
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, DataType, IntegralType, LongType, StringType
@@ -72,6 +71,8 @@ class CountDistinctExact(WindowAggregator):
 
 
 def _distinct_at_most(values: np.ndarray, cap: int) -> bool:
+    import pandas as pd  # not at import: Spark's state workers start often
+
     if len(values) <= cap:
         return True
     try:

@@ -20,12 +20,12 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 
 from flow_jobs.state_codec import Fields, numbers, table
 
 if TYPE_CHECKING:
+    import pandas as pd
     from pyspark.sql.types import DataType
 
 # Names of the operator's input columns. None starts with "_": PySpark's pandas
@@ -171,6 +171,8 @@ def _empty(kind: str) -> np.ndarray:
 
 def frame_from_pandas(pdf: pd.DataFrame, kinds: list[ColumnKind]) -> EventFrame:
     """Rows as Spark sent them, in the total order (a shuffle keeps none)."""
+    import pandas as pd  # not at import: Spark's state workers start often
+
     columns: dict[str, Values] = {}
     for k in kinds:
         wire = VALUE_PREFIX + k.name
@@ -192,6 +194,8 @@ def frame_from_pandas(pdf: pd.DataFrame, kinds: list[ColumnKind]) -> EventFrame:
 
 def to_python(values: Values, kind: str, index: int) -> Any:
     """One value as the Python object a user function (or a collect list) receives."""
+    import pandas as pd  # not at import: Spark's state workers start often
+
     if not values.valid[index]:
         return None
     v = values.data[index]

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from flow_jobs.kernels.frame import EventFrame, Values, to_python
 
@@ -85,6 +84,8 @@ def range_reduce(x: np.ndarray, w: Ranges, op: np.ufunc) -> np.ndarray:
 def nullable(values: np.ndarray, valid: np.ndarray) -> Any:
     """A typed output column: numpy when nothing is NULL, else a pandas masked array
     (NULL stays NULL and a NaN stays NaN; a Python list would cost an object array)."""
+    import pandas as pd  # not at import: Spark's state workers start often
+
     if values.dtype.kind in "iu":
         values = values.astype(np.int64)
         return values if valid.all() else pd.arrays.IntegerArray(values, ~valid)

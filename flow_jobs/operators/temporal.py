@@ -29,14 +29,16 @@ from __future__ import annotations
 from bisect import bisect_right, insort
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import pandas as pd
 import pyarrow as pa
 
 from flow_jobs.kernels.timers import Firing
 from flow_jobs.operators.buckets import BUCKETS, HELD, BucketProcessor, rows_field, rows_of
 from flow_jobs.state_codec import Fields
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["BUCKETS"]
 
@@ -201,6 +203,8 @@ class TemporalJoinProcessor(BucketProcessor):
     def handleExpiredTimer(
         self, key: Any, timerValues: Any, expiredTimerInfo: Any
     ) -> Iterator[pd.DataFrame]:
+        import pandas as pd  # not at import: Spark's state workers start often
+
         watermark = timerValues.getCurrentWatermarkInMs()
         state, timer = self._load()
         joined = release(state, watermark * 1000, self.retention_us)

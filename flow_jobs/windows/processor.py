@@ -20,9 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields, replace
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import pandas as pd
 import pyarrow as pa
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, LongType, StructField, StructType
@@ -33,6 +32,9 @@ from flow_jobs.kernels.frame import ColumnKind, EventFrame, frame_from_pandas
 from flow_jobs.kernels.ranges import Context, WindowAggregator
 from flow_jobs.state_codec import Fields, StateFormatError, nested, scalar
 from flow_jobs.windows.family import Emission, StateFamily
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: The group's window state, plus the time span of its open windows (epoch ms): read by
 #: the max_groups_per_window check (``flow_jobs.runtime.caps``) without decoding it.
@@ -157,6 +159,8 @@ class WindowProcessor(StatefulProcessor):
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
     ) -> Iterator[pd.DataFrame]:
+        import pandas as pd  # not at import: Spark's state workers start often
+
         new = frame_from_pandas(pd.concat(list(rows), ignore_index=True), list(self.plan.columns))
         group = self._load()
         state, changed = self.family.add(group.state, new, self.plan.emit == "current")
@@ -229,6 +233,8 @@ class WindowProcessor(StatefulProcessor):
 
     # -- output ------------------------------------------------------------------------
     def _output(self, key: Any, w: Emission) -> pd.DataFrame:
+        import pandas as pd  # not at import: Spark's state workers start often
+
         group = dict(zip(self.plan.group_columns, key, strict=False))
         ctx = Context.of(w.frame, self.kinds, self._describe(key, w))
         data: dict[str, Any] = {
@@ -249,4 +255,6 @@ class WindowProcessor(StatefulProcessor):
 
 
 def _iso(ms: Any) -> str:
+    import pandas as pd  # not at import: Spark's state workers start often
+
     return pd.Timestamp(int(ms), unit="ms", tz="UTC").isoformat().replace("+00:00", "Z")
