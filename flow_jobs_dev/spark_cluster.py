@@ -58,8 +58,12 @@ class StandaloneCluster(Service):
         workers: int = 2,
         cores_per_worker: int = 1,
         memory_per_worker: str = "1g",
+        java_options: str | None = None,
     ) -> None:
+        """``java_options``: for the master's, the workers' and their executors' JVMs
+        (``JAVA_TOOL_OPTIONS``, which executors inherit from their worker)."""
         self.root = Path(root)
+        self.java_options = java_options
         self.workers = workers
         self.cores_per_worker = cores_per_worker
         self.memory_per_worker = memory_per_worker
@@ -134,7 +138,8 @@ class StandaloneCluster(Service):
             subprocess.Popen(
                 command,
                 cwd=cwd or self.root,
-                env=worker_environment(),
+                env=worker_environment()
+                | ({"JAVA_TOOL_OPTIONS": self.java_options} if self.java_options else {}),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its executors are in its process group

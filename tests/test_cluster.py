@@ -66,7 +66,9 @@ WINDOWS = {
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[StandaloneCluster, Path]]:
     root = tmp_path_factory.mktemp("cluster")
     archive = pack(root / "executor.tar.gz", compress_level=1)
-    with StandaloneCluster(root / "spark", workers=2, cores_per_worker=1) as cluster:
+    # The suite's JVM options (tests/conftest.py) for the cluster's JVMs too.
+    java = os.environ.get("SPARK_SUBMIT_OPTS")
+    with StandaloneCluster(root / "spark", 2, 1, java_options=java) as cluster:
         yield cluster, archive
 
 
