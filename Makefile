@@ -60,12 +60,11 @@ lock: $(LOCK_STAMP)
 		--extra dev --extra demo $(if $(UPGRADE),--upgrade-package $(UPGRADE),) \
 		-o requirements.lock pyproject.toml
 
-## test: the whole suite (real Kafka-protocol broker, Spark, Delta), three tests at a time (WORKERS=3)
-# Three workers on two cores: the suite waits on processes and brokers as well as the
-# CPU. worksteal hands a worker with nothing left tests from the others' queues, so no
-# core idles while one worker finishes a long file (BENCHMARKS.md).
+## test: the whole suite (real Kafka-protocol broker, Spark, Delta), two tests at a time (WORKERS=2)
+# worksteal hands a worker with nothing left tests from the other's queue, so no core
+# idles while one worker finishes a long file alone (BENCHMARKS.md).
 test: $(STAMP) $(QUIX_STAMP)
-	$(PY) -m pytest -n $(or $(WORKERS),3) --dist worksteal
+	$(PY) -m pytest -n $(or $(WORKERS),2) --dist worksteal
 
 ## ci: what CI runs (.ci/run): lint, then the whole suite
 ci: lint test
