@@ -60,11 +60,9 @@ lock: $(LOCK_STAMP)
 		--extra dev --extra demo $(if $(UPGRADE),--upgrade-package $(UPGRADE),) \
 		-o requirements.lock pyproject.toml
 
-## test: the whole suite (real Kafka-protocol broker, Spark, Delta), two tests at a time (WORKERS=2)
-# worksteal hands a worker with nothing left tests from the other's queue, so no core
-# idles while one worker finishes a long file alone (BENCHMARKS.md).
+## test: the whole suite (real Kafka-protocol broker, Spark, Delta), two test files at a time (WORKERS=2)
 test: $(STAMP) $(QUIX_STAMP)
-	$(PY) -m pytest -n $(or $(WORKERS),2) --dist worksteal
+	$(PY) -m pytest -n $(or $(WORKERS),2) --dist loadfile
 
 ## ci: what CI runs (.ci/run): lint, then the whole suite
 ci: lint test
