@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import tomli_w
 
 from flow_jobs.io.delta import read_delta
 from flow_jobs.spec.models import PipelineSpec
@@ -263,4 +268,51 @@ def tumbling_reference(sent: Sequence[dict[str, Any]]) -> dict[tuple, dict[str, 
         group_by=["user_id"],
         aggregations=list(PHASE_AGGREGATIONS),
         watermark_ms=max(e["ts"] for e in sent) - PHASE_LATENESS_MS,
+    )
+
+
+ROOT = Path(__file__).parent.parent
+
+
+def plugin_spec_file(
+    workdir: Path,
+    name: str,
+    plugin: str,
+    source: tuple[str, str, str],
+    per_trigger: int | None,
+    transform: dict[str, Any],
+) -> Path:
+    """A pipeline using ``plugin`` as a user writes it: the TOML file, with the
+    ``plugins`` key that brings it; one JSON source ``clicks`` (``source``: bootstrap
+    servers, topic, schema; ``per_trigger``: its max_offsets_per_trigger, None for one
+    micro-batch), a Delta target, checkpoint and dead letters under ``workdir / name``."""
+    bootstrap, topic, schema = source
+    tiny = {} if per_trigger is None else {"max_offsets_per_trigger": per_trigger}
+    doc = {
+        "plugins": [plugin],
+        "name": name,
+        "sources": [
+            {"name": "clicks", "topic": topic, "bootstrap_servers": bootstrap,
+             "format": "json", "schema": schema, **tiny}
+        ],
+        "transform": transform,
+        "target": {"kind": "delta", "path": str(workdir / name / "target")},
+        "checkpoint": {"location": str(workdir / name / "checkpoint")},
+        "dead_letter": {"path": str(workdir / name / "dead_letters")},
+    }  # fmt: skip
+    path = workdir / f"{name}.toml"
+    path.write_text(tomli_w.dumps(doc))
+    return path
+
+
+def validate_in_a_fresh_interpreter(file: Path) -> subprocess.CompletedProcess[str]:
+    """``flow-jobs validate FILE`` in a new Python process: only what the spec itself
+    imports (its ``plugins``) is registered there."""
+    return subprocess.run(
+        [sys.executable, "-m", "flow_jobs.cli", "validate", str(file)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )

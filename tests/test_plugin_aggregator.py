@@ -33,7 +33,14 @@ from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec import load_spec
 from flow_jobs.spec.models import PipelineSpec
 from flow_jobs_dev.broker import EmbeddedBroker
-from tests.support import assert_same_windows, random_clicks, read_windows, send, to_records
+from tests.support import (
+    assert_same_windows,
+    plugin_spec_file,
+    random_clicks,
+    read_windows,
+    send,
+    to_records,
+)
 from tests.test_plan_description import check_plan_lines, folds, reader_options
 
 PLUGIN = "tests.plugins.variance"
@@ -111,24 +118,13 @@ def spec_file(
     per_trigger: int | None,
     aggregations: list[dict[str, Any]],
 ) -> Path:
-    """A pipeline using the plug-in as a user writes it: the TOML file, with the
-    ``plugins`` key that brings ``agg = "variance"``."""
-    tiny = {} if per_trigger is None else {"max_offsets_per_trigger": per_trigger}
-    doc = {
-        "plugins": [PLUGIN],
-        "name": name,
-        "sources": [{"name": "clicks", "topic": topic, "bootstrap_servers": bootstrap,
-                     "format": "json", "schema": SCHEMA, **tiny}],
-        "transform": {"window": {"kind": "tumbling", "duration_ms": DURATION,
-                                 "event_time_column": "ts", "lateness_ms": LATENESS,
-                                 "group_by": ["user_id"], "aggregations": aggregations}},
-        "target": {"kind": "delta", "path": str(workdir / name / "target")},
-        "checkpoint": {"location": str(workdir / name / "checkpoint")},
-        "dead_letter": {"path": str(workdir / name / "dead_letters")},
-    }  # fmt: skip
-    path = workdir / f"{name}.toml"
-    path.write_text(tomli_w.dumps(doc))
-    return path
+    """A pipeline using the plug-in (``agg = "variance"``) as a user writes it."""
+    transform = {"window": {"kind": "tumbling", "duration_ms": DURATION,
+                            "event_time_column": "ts", "lateness_ms": LATENESS,
+                            "group_by": ["user_id"], "aggregations": aggregations}}  # fmt: skip
+    return plugin_spec_file(
+        workdir, name, PLUGIN, (bootstrap, topic, SCHEMA), per_trigger, transform
+    )
 
 
 def test_a_spec_brings_the_plug_in_aggregator_with_its_plugins_key(tmp_path: Path) -> None:

@@ -8,10 +8,7 @@ says what it compiled to, and a changed threshold is refused on resume."""
 from __future__ import annotations
 
 import math
-import os
 import random
-import subprocess
-import sys
 import tomllib
 from collections import defaultdict
 from datetime import UTC, datetime
@@ -29,11 +26,18 @@ from flow_jobs.spec import load_spec
 from flow_jobs.spec.fingerprint import fingerprint_fields
 from flow_jobs.spec.models import PipelineSpec
 from flow_jobs_dev.broker import EmbeddedBroker
-from tests.support import assert_same_windows, random_clicks, read_windows, send, to_records
+from tests.support import (
+    assert_same_windows,
+    plugin_spec_file,
+    random_clicks,
+    read_windows,
+    send,
+    to_records,
+    validate_in_a_fresh_interpreter,
+)
 from tests.test_plan_description import check_plan_lines
 
 PLUGIN = "tests.plugins.threshold_filter"
-ROOT = Path(__file__).parent.parent
 DURATION, LATENESS, AT_LEAST = 10_000, 4_000, 20.0
 SCHEMA = "user_id STRING, page STRING, amount DOUBLE, qty BIGINT, ts BIGINT"
 AGGREGATIONS: list[dict[str, Any]] = [
@@ -75,28 +79,17 @@ def _ts(ms: int) -> datetime:
 def spec_file(
     workdir: Path, bootstrap: str, topic: str, name: str, per_trigger: int | None, **op: Any
 ) -> Path:
-    """A pipeline with the plug-in's operator as a user writes it: the TOML file, with
-    the ``plugins`` key that brings the kind."""
-    tiny = {} if per_trigger is None else {"max_offsets_per_trigger": per_trigger}
-    doc = {
-        "plugins": [PLUGIN],
-        "name": name,
-        "sources": [{"name": "clicks", "topic": topic, "bootstrap_servers": bootstrap,
-                     "format": "json", "schema": SCHEMA, **tiny}],
-        "transform": {
-            "operators": [{"kind": "threshold", "source": "clicks", "column": "amount",
-                           "at_least": AT_LEAST, **op}],
-            "window": {"kind": "tumbling", "duration_ms": DURATION, "event_time_column": "ts",
-                       "lateness_ms": LATENESS, "group_by": ["user_id"],
-                       "aggregations": AGGREGATIONS},
-        },
-        "target": {"kind": "delta", "path": str(workdir / name / "target")},
-        "checkpoint": {"location": str(workdir / name / "checkpoint")},
-        "dead_letter": {"path": str(workdir / name / "dead_letters")},
+    """A pipeline with the plug-in's operator as a user writes it."""
+    transform = {
+        "operators": [{"kind": "threshold", "source": "clicks", "column": "amount",
+                       "at_least": AT_LEAST, **op}],
+        "window": {"kind": "tumbling", "duration_ms": DURATION, "event_time_column": "ts",
+                   "lateness_ms": LATENESS, "group_by": ["user_id"],
+                   "aggregations": AGGREGATIONS},
     }  # fmt: skip
-    path = workdir / f"{name}.toml"
-    path.write_text(tomli_w.dumps(doc))
-    return path
+    return plugin_spec_file(
+        workdir, name, PLUGIN, (bootstrap, topic, SCHEMA), per_trigger, transform
+    )
 
 
 def test_a_spec_brings_the_plug_ins_operator_with_its_plugins_key(tmp_path: Path) -> None:
@@ -104,20 +97,13 @@ def test_a_spec_brings_the_plug_ins_operator_with_its_plugins_key(tmp_path: Path
     spec validates; without it the kind is unknown, in one line naming the known ones."""
     path = spec_file(tmp_path, "127.0.0.1:9092", "clicks", "threshold-valid", None)
 
-    def validate(file: Path) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "flow_jobs.cli", "validate", str(file)],
-            cwd=ROOT, capture_output=True, text=True, timeout=120,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-        )  # fmt: skip
-
-    ok = validate(path)
+    ok = validate_in_a_fresh_interpreter(path)
     assert ok.returncode == 0, ok.stderr
     doc = tomllib.loads(path.read_text())
     del doc["plugins"]
     bare = tmp_path / "without.toml"
     bare.write_text(tomli_w.dumps(doc))
-    refused = validate(bare)
+    refused = validate_in_a_fresh_interpreter(bare)
     assert refused.returncode != 0
     assert "transform.operators[0].kind: Input should be 'dedup' (got 'threshold')" in (
         refused.stderr

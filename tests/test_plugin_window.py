@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
-import subprocess
-import sys
 import tomllib
 from collections import defaultdict
 from datetime import UTC, datetime
@@ -32,11 +29,18 @@ from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec import load_spec
 from flow_jobs.spec.models import PipelineSpec
 from flow_jobs_dev.broker import EmbeddedBroker
-from tests.support import assert_same_windows, random_clicks, read_windows, send, to_records
+from tests.support import (
+    assert_same_windows,
+    plugin_spec_file,
+    random_clicks,
+    read_windows,
+    send,
+    to_records,
+    validate_in_a_fresh_interpreter,
+)
 from tests.test_plan_description import check_plan_lines, folds, reader_options
 
 PLUGIN = "tests.plugins.offset_windows"
-ROOT = Path(__file__).parent.parent
 DURATION, OFFSET, LATENESS = 30_000, 7_000, 6_000
 #: No TIMESTAMP field: Arrow decodes the payload, so the reader may fold it.
 SCHEMA = "user_id STRING, page STRING, amount DOUBLE, qty BIGINT, ts BIGINT"
@@ -92,24 +96,14 @@ def _ts(ms: int) -> datetime:
 def spec_file(
     workdir: Path, bootstrap: str, topic: str, name: str, per_trigger: int | None, **window: Any
 ) -> Path:
-    """A pipeline of the plug-in's kind as a user writes it: the TOML file, with the
-    ``plugins`` key that brings the kind."""
-    tiny = {} if per_trigger is None else {"max_offsets_per_trigger": per_trigger}
-    doc = {
-        "plugins": [PLUGIN],
-        "name": name,
-        "sources": [{"name": "clicks", "topic": topic, "bootstrap_servers": bootstrap,
-                     "format": "json", "schema": SCHEMA, **tiny}],
-        "transform": {"window": {"kind": "tumbling_offset", "duration_ms": DURATION,
-                                 "offset_ms": OFFSET, "event_time_column": "ts",
-                                 "lateness_ms": LATENESS, "group_by": ["user_id"], **window}},
-        "target": {"kind": "delta", "path": str(workdir / name / "target")},
-        "checkpoint": {"location": str(workdir / name / "checkpoint")},
-        "dead_letter": {"path": str(workdir / name / "dead_letters")},
-    }  # fmt: skip
-    path = workdir / f"{name}.toml"
-    path.write_text(tomli_w.dumps(doc))
-    return path
+    """A pipeline of the plug-in's kind as a user writes it."""
+    transform = {"window": {"kind": "tumbling_offset", "duration_ms": DURATION,
+                            "offset_ms": OFFSET, "event_time_column": "ts",
+                            "lateness_ms": LATENESS, "group_by": ["user_id"],
+                            **window}}  # fmt: skip
+    return plugin_spec_file(
+        workdir, name, PLUGIN, (bootstrap, topic, SCHEMA), per_trigger, transform
+    )
 
 
 def test_a_spec_brings_the_plug_ins_kind_with_its_plugins_key(tmp_path: Path) -> None:
@@ -118,21 +112,14 @@ def test_a_spec_brings_the_plug_ins_kind_with_its_plugins_key(tmp_path: Path) ->
     path = spec_file(tmp_path, "127.0.0.1:9092", "clicks", "offset-valid", None,
                      aggregations=AGGREGATIONS)  # fmt: skip
 
-    def validate(file: Path) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "flow_jobs.cli", "validate", str(file)],
-            cwd=ROOT, capture_output=True, text=True, timeout=120,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-        )  # fmt: skip
-
-    ok = validate(path)
+    ok = validate_in_a_fresh_interpreter(path)
     assert ok.returncode == 0, ok.stderr
     assert "tumbling_offset window 30000 ms from 7000 ms" in ok.stdout
     doc = tomllib.loads(path.read_text())
     del doc["plugins"]
     bare = tmp_path / "without.toml"
     bare.write_text(tomli_w.dumps(doc))
-    refused = validate(bare)
+    refused = validate_in_a_fresh_interpreter(bare)
     assert refused.returncode != 0
     assert "transform.window.kind: Input should be 'tumbling'" in refused.stderr
     assert "(got 'tumbling_offset')" in refused.stderr
