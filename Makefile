@@ -62,7 +62,7 @@ lock: $(LOCK_STAMP)
 
 ## test: the whole suite (real Kafka-protocol broker, Spark, Delta), two test files at a time (WORKERS=2)
 test: $(STAMP) $(QUIX_STAMP)
-	$(PY) -m pytest -n $(or $(WORKERS),2) --dist loadfile
+	$(PY) -m pytest -n $(or $(WORKERS),2) --dist loadfile --no-loadscope-reorder
 
 ## ci: what CI runs (.ci/run): lint, then the whole suite
 ci: lint test

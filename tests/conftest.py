@@ -71,6 +71,35 @@ def _signals_as_they_were() -> Iterator[None]:
         yield
 
 
+#: The suite's longest files, longest first (measured: BENCHMARKS.md, "How long make test
+#: takes"). ``make test`` hands whole files to its two workers in collection order
+#: (``--dist loadfile --no-loadscope-reorder``); started last, one of these kept a worker
+#: busy for a minute or more while the other had nothing left. The rest keep their order.
+LONGEST_FILES = (
+    "test_window_kinds.py",
+    "test_cluster.py",
+    "test_joins.py",
+    "test_combine.py",
+    "test_first_hour.py",
+    "test_avro_sources.py",
+    "test_timers.py",
+    "test_demo.py",
+    "test_inspect_buffers.py",
+    "test_dagster_e2e.py",
+    "test_dead_letters.py",
+    "test_late_rows.py",
+    "test_spark_contracts.py",
+    "test_crash_recovery.py",
+    "test_state_store.py",
+    "test_cli.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     session = build_spark_session(
