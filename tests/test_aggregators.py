@@ -17,9 +17,9 @@ from pyspark.sql.types import DecimalType, DoubleType
 
 from flow_jobs.aggregations import AGGREGATORS, Aggregator, NotDecoded, StateBuffer
 from flow_jobs.aggregations.base import AggregationInput
-from flow_jobs.aggregations.partial_parts import PARTIAL_PARTS
 from flow_jobs.kernels.frame import EventFrame, Values
 from flow_jobs.kernels.ranges import Context, Ranges, WindowAggregator
+from flow_jobs.partial_parts import PARTIAL_PARTS
 from flow_jobs.spec.models import Aggregation
 
 #: Aggregators whose native buffer holds the window's items, not its value: ``inspect``

@@ -95,7 +95,7 @@ def test_a_reader_process_finds_the_plug_in_part_through_the_plan(tmp_path: Path
     script = (
         "import sys, pyarrow as pa\n"
         "from flow_jobs.io.combine import CombinePlan, partial_type\n"
-        "from flow_jobs.aggregations.partial_parts import PARTIAL_PARTS\n"
+        "from flow_jobs.partial_parts import PARTIAL_PARTS\n"
         "assert 'sumsq' not in PARTIAL_PARTS\n"
         "plan = CombinePlan.from_json(sys.argv[1])\n"
         "payload = pa.schema([('amount', pa.float64()), ('qty', pa.int64())])\n"

@@ -7,7 +7,7 @@ built-in functions inside the streaming aggregation, which aggregates partially 
 the shuffle and keeps its buffers in the state store), its vectorised state-API compute
 (a ``flow_jobs.kernels.ranges.WindowAggregator`` over many windows at once), the parts
 of the Kafka reader's partial aggregates it merges when a window pre-aggregates
-(``partial_parts``: each a ``flow_jobs.aggregations.partial_parts.PartialPart`` folding
+(``partial_parts``: each a ``flow_jobs.partial_parts.PartialPart`` folding
 itself in the reader and merging in Spark; ``flow_jobs.plan.combine`` decides), its
 state's size per group (``flow_jobs.plan.sizing``), the spec keys it takes, and how
 ``inspect`` reads an open native window's value from Spark's buffers, plain or merging
@@ -23,9 +23,8 @@ and ``tests/test_aggregators.py`` fails while it lacks a part. One from outside
 flow_jobs is one ``register_aggregator`` call (``tests/plugins/variance.py``, a variance
 that pre-aggregates, run end to end by ``tests/test_plugin_aggregator.py``).
 
-The names below are imported on first use (PEP 562): every Python process Spark starts
-for the Kafka source imports ``flow_jobs.aggregations.partial_parts``, which must not
-pull in the aggregators (Spark's column API, the spec's models) with this package.
+The names below are imported on first use (PEP 562): importing one module of this
+package does not import every aggregator (Spark's column API, the spec's models).
 """
 
 from __future__ import annotations

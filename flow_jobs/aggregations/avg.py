@@ -18,10 +18,10 @@ from flow_jobs.aggregations.base import (
     OneFunctionAggregator,
     StateBuffer,
 )
-from flow_jobs.aggregations.partial_parts import DOUBLE_SUM, NON_NULL
 from flow_jobs.aggregations.partials import Merge
 from flow_jobs.aggregations.sum import float_sums, python_sum
 from flow_jobs.kernels.ranges import Context, Ranges, WindowAggregator, nullable, range_sum
+from flow_jobs.partial_parts import DOUBLE_SUM, NON_NULL
 
 
 class Avg(WindowAggregator):

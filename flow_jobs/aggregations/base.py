@@ -19,9 +19,9 @@ from pyspark.sql.types import (
     ShortType,
 )
 
-from flow_jobs.aggregations.partial_parts import PartialPart, ordered
 from flow_jobs.aggregations.partials import Merge
 from flow_jobs.kernels.ranges import WindowAggregator
+from flow_jobs.partial_parts import PartialPart, ordered
 from flow_jobs.spec.models import Aggregation
 
 
@@ -112,7 +112,7 @@ class Aggregator(ABC):
     #: another aggregator given one is refused with its ``misplaced``).
     options: ClassVar[tuple[str, ...]] = ()
     #: The parts of the reader's partial it merges over its column (registered ones:
-    #: ``flow_jobs.aggregations.partial_parts``); None: a window holding it does not
+    #: ``flow_jobs.partial_parts``); None: a window holding it does not
     #: pre-aggregate.
     partial_parts: ClassVar[tuple[PartialPart, ...] | None] = None
     #: Its state per group grows with the window's rows (collect, reduce): the state

@@ -16,9 +16,9 @@ from flow_jobs.aggregations.base import (
     OneFunctionAggregator,
     StateBuffer,
 )
-from flow_jobs.aggregations.partial_parts import NON_NULL
 from flow_jobs.aggregations.partials import Merge
 from flow_jobs.kernels.ranges import Context, Ranges, WindowAggregator, range_sum
+from flow_jobs.partial_parts import NON_NULL
 
 
 class Count(WindowAggregator):

@@ -20,7 +20,6 @@ from flow_jobs.aggregations.base import (
     StateBuffer,
     simple,
 )
-from flow_jobs.aggregations.partial_parts import MAX, MIN, NON_NULL
 from flow_jobs.kernels.frame import Values
 from flow_jobs.kernels.ranges import (
     Context,
@@ -31,6 +30,7 @@ from flow_jobs.kernels.ranges import (
     range_reduce,
     range_sum,
 )
+from flow_jobs.partial_parts import MAX, MIN, NON_NULL
 
 
 @dataclass(eq=False)

@@ -2,7 +2,7 @@
 (``flow_jobs.plan.combine`` decides when a window pre-aggregates): each aggregate merges
 the parts it declares (``Aggregator.partial_parts``), each part a partial's field, or the
 row as a partial of one, so rows and partials aggregate alike
-(``flow_jobs.aggregations.partial_parts.PartialPart``: ``of_partial``, ``of_row``,
+(``flow_jobs.partial_parts.PartialPart``: ``of_partial``, ``of_row``,
 ``merge``).
 """
 
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-from flow_jobs.aggregations.partial_parts import Order, PartialPart
+from flow_jobs.partial_parts import Order, PartialPart
 
 if TYPE_CHECKING:
     from flow_jobs.io.combine import CombinePlan

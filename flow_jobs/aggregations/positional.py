@@ -22,8 +22,8 @@ from flow_jobs.aggregations.base import (
     StateBuffer,
     simple,
 )
-from flow_jobs.aggregations.partial_parts import FIRST, LAST, ordered
 from flow_jobs.kernels.ranges import Context, Ranges, WindowAggregator, as_output, range_reduce
+from flow_jobs.partial_parts import FIRST, LAST, ordered
 from flow_jobs.spec.models import Aggregation
 
 

@@ -13,11 +13,11 @@ from flow_jobs.aggregations.collect import CollectAggregator
 from flow_jobs.aggregations.count import CountAggregator
 from flow_jobs.aggregations.count_distinct import CountDistinctAggregator
 from flow_jobs.aggregations.extremes import ExtremeAggregator
-from flow_jobs.aggregations.partial_parts import PARTIAL_PARTS
 from flow_jobs.aggregations.positional import PositionalAggregator
 from flow_jobs.aggregations.reduce import ReduceAggregator
 from flow_jobs.aggregations.sum import SumAggregator
 from flow_jobs.errors import PlanError
+from flow_jobs.partial_parts import PARTIAL_PARTS
 from flow_jobs.spec.models import Aggregation
 
 AGGREGATORS: dict[str, Aggregator] = {
@@ -41,7 +41,7 @@ def register_aggregator(aggregator: Aggregator) -> Aggregator:
     """Make ``aggregator`` a name ``agg`` takes, from outside flow_jobs: a window then
     compiles it (and pre-aggregates it, through its ``partial_parts``) as a built-in one.
     Register it before a spec naming it is validated; its partial parts must be
-    registered (``flow_jobs.aggregations.partial_parts.register_part``). Registering the
+    registered (``flow_jobs.partial_parts.register_part``). Registering the
     same class's aggregator again (its module imported again) replaces it."""
     known = AGGREGATORS.get(aggregator.name)
     if known is not None and _origin(known) != _origin(aggregator):

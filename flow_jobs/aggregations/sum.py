@@ -25,7 +25,6 @@ from flow_jobs.aggregations.base import (
     OneFunctionAggregator,
     StateBuffer,
 )
-from flow_jobs.aggregations.partial_parts import SUM
 from flow_jobs.aggregations.partials import Merge
 from flow_jobs.kernels.frame import Values
 from flow_jobs.kernels.ranges import (
@@ -36,6 +35,7 @@ from flow_jobs.kernels.ranges import (
     prefix,
     range_sum,
 )
+from flow_jobs.partial_parts import SUM
 
 
 class Sum(WindowAggregator):

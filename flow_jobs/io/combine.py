@@ -32,7 +32,7 @@ What makes it exact, whatever the cut (``tests/test_combine.py`` checks each rul
   other rows' and partials' sessions as it would have merged the rows': a union of
   overlapping (or touching) intervals does not depend on the order it is taken in.
 * **Mergeable parts**: rows (``n``), and per aggregated field the parts its aggregators
-  merge, each a ``flow_jobs.aggregations.partial_parts.PartialPart`` that folds itself
+  merge, each a ``flow_jobs.partial_parts.PartialPart`` that folds itself
   with Arrow's hash aggregation: non-NULL values (``nn``), sums (``sum``; ``dsum`` as
   DOUBLE for ``avg``, which Spark sums as DOUBLE), minima and maxima with Spark's NaN rule
   (NaN above every number: Arrow skips NaN, so it is put back), and for first / last the
@@ -63,13 +63,13 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from flow_jobs.aggregations.partial_parts import (
+from flow_jobs.io.prestage import Stage
+from flow_jobs.partial_parts import (
     TIMESTAMP_US,
     PartialPart,
     in_struct_order,
     partial_part,
 )
-from flow_jobs.io.prestage import Stage
 
 #: The reader's column holding a row's partial aggregate (NULL on a record passed through).
 PARTIAL = "_partial"
@@ -88,7 +88,7 @@ START = "start"
 class CombinePlan:
     """What the reader folds: the payload's event-time field (epoch ms) or ``_event_ts``,
     the pane, the skew bound, the group keys, and per aggregated field the names of the
-    parts it needs (``flow_jobs.aggregations.partial_parts``); with ``stage``, the simple
+    parts it needs (``flow_jobs.partial_parts``); with ``stage``, the simple
     ``[transform].sql`` the rows go through first (``flow_jobs.io.prestage``: the keys and
     the time are payload fields it passes on, an aggregated field may be a column it
     computes)."""

@@ -2,7 +2,7 @@
 range's decoded records gathered chunk by chunk into a block (``Folder``, ``Block``),
 the block's rows grouped per (pane or session, keys) with Arrow's hash aggregation
 (``Folded``), each aggregated field's parts read back from it (each part's own
-``flow_jobs.aggregations.partial_parts.PartialPart``), and the partials laid out as rows
+``flow_jobs.partial_parts.PartialPart``), and the partials laid out as rows
 of the reader's schema (``RangeRows``).
 """
 
@@ -15,8 +15,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from flow_jobs.aggregations.partial_parts import TIMESTAMP_US, Groups, work_column
 from flow_jobs.io.combine import EVENT_TS, KEPT, PARTIAL, START, CombinePlan, partial_type
+from flow_jobs.partial_parts import TIMESTAMP_US, Groups, work_column
 
 #: Records folded at once per Kafka partition range (more: fewer partials, more memory).
 BLOCK_ROWS = 500_000

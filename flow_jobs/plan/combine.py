@@ -1,7 +1,7 @@
 """Which windows pre-aggregate in the Kafka reader (``flow_jobs.io.combine``): each
 aggregator says which partial parts it merges (``Aggregator.partial_parts``, ``folds``),
 and each part how it folds in the reader and merges in Spark
-(``flow_jobs.aggregations.partial_parts``); this module knows none of them by name.
+(``flow_jobs.partial_parts``); this module knows none of them by name.
 
 A window pre-aggregates when everything it reads comes from one JSON (or registry-format)
 source that Arrow decodes, straight or through a ``[transform].sql`` that is a simple
@@ -48,10 +48,10 @@ from pyspark.sql.types import (
 )
 
 from flow_jobs.aggregations import AGGREGATORS
-from flow_jobs.aggregations.partial_parts import PartialPart, in_struct_order, plug_in_modules
 from flow_jobs.io.checkpoint_files import CheckpointFiles, logged_batches
 from flow_jobs.io.combine import CombinePlan
 from flow_jobs.io.json_decode import arrow_schema
+from flow_jobs.partial_parts import PartialPart, in_struct_order, plug_in_modules
 from flow_jobs.plan.prestage import SPARK_TYPES, PreStage
 from flow_jobs.plan_lines import PlanLine
 from flow_jobs.spec.models import EVENT_TS, KAFKA_COLUMN, PipelineSpec

@@ -39,7 +39,8 @@ from flow_jobs.aggregations.base import (
     StateBuffer,
     simple,
 )
-from flow_jobs.aggregations.partial_parts import (
+from flow_jobs.kernels.ranges import Context, Ranges, WindowAggregator
+from flow_jobs.partial_parts import (
     DOUBLE_SUM,
     NON_NULL,
     FoldedRows,
@@ -48,7 +49,6 @@ from flow_jobs.aggregations.partial_parts import (
     PartialPart,
     register_part,
 )
-from flow_jobs.kernels.ranges import Context, Ranges, WindowAggregator
 
 
 class SumOfSquaresPart(PartialPart):
