@@ -1,4 +1,4 @@
-"""Confluent-framed Avro decoded to Arrow (flow_jobs.io.formats.avro), with records
+"""Confluent-framed Avro decoded to Arrow (flow_jobs.formats.avro), with records
 written by confluent-kafka's own AvroSerializer through flow_jobs_dev's registry: two
 schema versions in one batch, Avro's resolution rules, logical types, and a reason for
 every record that cannot be decoded."""
@@ -18,8 +18,8 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from flow_jobs.io.formats.avro import Decoder, arrow_schema
-from flow_jobs.io.formats.framing import PayloadSchemaError
+from flow_jobs.formats.avro import Decoder, arrow_schema
+from flow_jobs.formats.framing import PayloadSchemaError
 from flow_jobs.io.registry import writer_schemas
 from flow_jobs_dev.schema_registry import EmbeddedSchemaRegistry
 

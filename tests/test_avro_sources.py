@@ -23,8 +23,8 @@ from pyspark.sql import SparkSession
 
 from flow_jobs.cli import main
 from flow_jobs.errors import PlanError
+from flow_jobs.formats import format_module
 from flow_jobs.io.delta import read_delta
-from flow_jobs.io.formats import format_module
 from flow_jobs.kafka.options import REGISTRY_PREFIX, SECRET_PREFIX, KafkaSourceOptions
 from flow_jobs.plan.kafka_reader import REGISTRY_SECRETS
 from flow_jobs.runtime.runner import PipelineRunner
@@ -511,7 +511,7 @@ def _deserializer(fmt: str, client: SchemaRegistryClient, subject: str):
     from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
     from google.protobuf import descriptor_pb2, message_factory
 
-    from flow_jobs.io.formats.protobuf import pool_of
+    from flow_jobs.formats.protobuf import pool_of
 
     # a consumer's generated class, here from the registered descriptor
     serialized = client.get_latest_version(subject, fmt="serialized").schema.schema_str

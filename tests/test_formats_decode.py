@@ -1,4 +1,4 @@
-"""Confluent-framed Protobuf and JSON Schema decoded to Arrow (``flow_jobs.io.formats``),
+"""Confluent-framed Protobuf and JSON Schema decoded to Arrow (``flow_jobs.formats``),
 with records written by confluent-kafka's own ``ProtobufSerializer`` and
 ``JSONSerializer`` through flow_jobs_dev's registry: two schema versions in one batch,
 every type the spec reference maps, and a reason for every record that cannot be
@@ -21,7 +21,7 @@ from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from google.protobuf import descriptor_pb2
 
-from flow_jobs.io.formats import PayloadSchemaError, format_module
+from flow_jobs.formats import PayloadSchemaError, format_module
 from flow_jobs.io.registry import reader_schema, writer_schemas
 from flow_jobs_dev.schema_registry import EmbeddedSchemaRegistry
 from tests.registry_payloads import F, click_serializer, field, message_classes
@@ -179,8 +179,8 @@ def test_every_protobuf_record_that_cannot_be_decoded_has_a_reason(
 
 def test_a_protobuf_body_that_breaks_names_the_field_where_it_does() -> None:
     """protobuf's parser names no field; the walk of the wire format after it refused a
-    body does (``flow_jobs.io.formats.protobuf_wire``), inside a message field too."""
-    from flow_jobs.io.formats.protobuf_wire import where_it_breaks
+    body does (``flow_jobs.formats.protobuf_wire``), inside a message field too."""
+    from flow_jobs.formats.protobuf_wire import where_it_breaks
 
     address = descriptor_pb2.DescriptorProto(
         name="Address", field=[field("city", 1, F.TYPE_STRING), field("zip", 2, F.TYPE_INT64)]

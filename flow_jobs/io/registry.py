@@ -5,7 +5,7 @@ retries with backoff, a cache).
 The driver reads the reader schema (the source's subject at its version) when it plans
 the query; each executor's reader fetches a record's writer schema by the id the record
 carries, once per id and process (``writer_schemas``). An id the registry does not have
-is that record's fault (a dead letter, ``flow_jobs.io.formats.framing``); a registry that
+is that record's fault (a dead letter, ``flow_jobs.formats.framing``); a registry that
 cannot be reached fails the read after the client's retries, never dropping a record.
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any
 
-from flow_jobs.io.formats import format_module
+from flow_jobs.formats import format_module
 from flow_jobs.secrets import MASK, redact
 
 #: The client settings that are secrets (``SchemaRegistrySpec.client_config``).
@@ -52,7 +52,7 @@ def reader_schema(
     message: str | None = None,
 ) -> str:
     """The subject's schema at ``version`` ("latest" or a number), as the reader of
-    ``payload_format`` takes it (``flow_jobs.io.formats``; ``PayloadSchemaError`` when it
+    ``payload_format`` takes it (``flow_jobs.formats``; ``PayloadSchemaError`` when it
     has no Spark type)."""
     module = format_module(payload_format)
     client = client_for(config)

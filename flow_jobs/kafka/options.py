@@ -46,7 +46,7 @@ class KafkaSourceOptions:
     json_schema: str | None = None
     #: what to pre-aggregate in the reader (``flow_jobs.io.combine.CombinePlan`` as JSON)
     combine: str | None = None
-    #: a registry format ("avro", "protobuf", "json_schema": ``flow_jobs.io.formats``),
+    #: a registry format ("avro", "protobuf", "json_schema": ``flow_jobs.formats``),
     #: the reader schema records are resolved to (in that format's ``reader`` form), and
     #: the schema registry's client configuration (options ``registry.<key>``; none:
     #: bare Avro bodies written with the reader schema)

@@ -30,7 +30,7 @@ from flow_jobs.kafka.schema import (
 from flow_jobs.records import HEADERS_TYPE
 
 if TYPE_CHECKING:
-    from flow_jobs.io.formats.framing import FramedDecoder
+    from flow_jobs.formats.framing import FramedDecoder
 
 
 def read_range(options: KafkaSourceOptions, rng: KafkaRange) -> Iterator[pa.RecordBatch]:
@@ -110,7 +110,7 @@ def payload_decoder(options: KafkaSourceOptions) -> JsonDecoder | FramedDecoder 
     ``json_schema``, else None."""
     if options.payload_format is None or options.reader_schema is None:
         return json_decoder(options)
-    from flow_jobs.io.formats import format_module
+    from flow_jobs.formats import format_module
     from flow_jobs.io.registry import writer_schemas
 
     fmt = options.payload_format

@@ -33,8 +33,8 @@ class KafkaDataSource(DataSource):
 
     def schema(self) -> str:
         reader = self.options.get("reader_schema")
-        if reader:  # a registry format (flow_jobs.io.formats)
-            from flow_jobs.io.formats import format_module, spark_ddl
+        if reader:  # a registry format (flow_jobs.formats)
+            from flow_jobs.formats import format_module, spark_ddl
 
             payload = format_module(self.options["payload_format"]).payload_schema(reader)
             decoded = spark_ddl(pa.struct([*payload, pa.field(CORRUPT_RECORD, pa.string())]))

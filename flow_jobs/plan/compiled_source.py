@@ -72,7 +72,7 @@ class CompiledSource:
     def _decoding(self) -> str:
         fmt = self.options.get("payload_format")
         if fmt is not None:
-            from flow_jobs.io.formats import format_module
+            from flow_jobs.formats import format_module
 
             title = format_module(fmt).TITLE
             how = (

@@ -56,7 +56,7 @@ def reader_options(
     ``StructType.json()`` Arrow decodes), its payloads decoded in the reader too; with
     ``combine``, the rows the window would aggregate folded into partials there
     (``flow_jobs.io.combine``); with ``reader_schema`` (a registry format's,
-    ``reader_schema``), the payloads decoded there (``flow_jobs.io.formats``)."""
+    ``reader_schema``), the payloads decoded there (``flow_jobs.formats``)."""
     options = {
         "bootstrap_servers": source.bootstrap_servers,
         "topic": source.topic,

@@ -24,7 +24,7 @@ from flow_jobs.spec.models import KafkaSource
 def registry_reader(source: KafkaSource, index: int) -> str:
     """The reader schema of a source of a registry format, as its reader takes it: the
     subject at its version from the registry, or the spec's ``avro_schema``."""
-    from flow_jobs.io.formats import PayloadSchemaError, format_module
+    from flow_jobs.formats import PayloadSchemaError, format_module
     from flow_jobs.io.registry import RegistryUnreachable, SubjectNotFound, reader_schema
 
     if source.avro_schema is not None:  # checked by the spec
@@ -48,7 +48,7 @@ def registry_payload(reader: str, source: KafkaSource, index: int) -> StructType
     Arrow type); a ``schema`` given beside it must agree with it, field by field."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    from flow_jobs.io.formats import PayloadSchemaError, format_module
+    from flow_jobs.formats import PayloadSchemaError, format_module
 
     where = "avro_schema" if source.avro_schema is not None else "subject"
     try:

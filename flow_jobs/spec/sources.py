@@ -215,7 +215,7 @@ class KafkaSource(SpecModel):
 
     @property
     def registry_format(self) -> bool:
-        """Whether the payloads are read through ``flow_jobs.io.formats``."""
+        """Whether the payloads are read through ``flow_jobs.formats``."""
         return self.format in REGISTRY_FORMATS
 
     @field_validator("avro_schema", mode="after")
@@ -233,7 +233,7 @@ class KafkaSource(SpecModel):
                 text = path.read_text(encoding="utf-8")
             except OSError as e:
                 raise ValueError(f"cannot read {path}: {e.strerror}") from None
-        from flow_jobs.io.formats import PayloadSchemaError, format_module
+        from flow_jobs.formats import PayloadSchemaError, format_module
 
         try:
             format_module("avro").payload_schema(text)
@@ -317,5 +317,5 @@ class KafkaSource(SpecModel):
             raise key_error("message", 'message is only for format = "protobuf"')
 
 
-#: The formats read through ``flow_jobs.io.formats`` (Confluent-framed, a registry).
+#: The formats read through ``flow_jobs.formats`` (Confluent-framed, a registry).
 REGISTRY_FORMATS = ("avro", "protobuf", "json_schema")

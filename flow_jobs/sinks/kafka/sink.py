@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from flow_jobs.errors import PlanError
+from flow_jobs.formats.framing import python_rows
+from flow_jobs.formats.json_rows import to_json
 from flow_jobs.io.batch import BatchEntry, WriteResult
-from flow_jobs.io.formats.framing import python_rows
-from flow_jobs.io.json_rows import to_json
 from flow_jobs.sinks.base import Sink, SinkOutput
 from flow_jobs.sinks.kafka.spec import KafkaTarget
 
@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 class KafkaProduceSink(Sink):
     """Rows produced to a topic, keyed by the natural key (as a JSON array): JSON
-    objects, or Confluent-framed records of a registry format (``flow_jobs.io.formats``)
+    objects, or Confluent-framed records of a registry format (``flow_jobs.formats``)
     whose schema, derived from the rows' (``schema``), is registered when the run starts."""
 
     kind = "kafka"
@@ -50,8 +50,8 @@ class KafkaProduceSink(Sink):
         returns the format's serializer of one row."""
         from confluent_kafka.serialization import MessageField, SerializationContext
 
-        from flow_jobs.io.formats import PayloadSchemaError, format_module
-        from flow_jobs.io.formats.framing import record_name
+        from flow_jobs.formats import PayloadSchemaError, format_module
+        from flow_jobs.formats.framing import record_name
         from flow_jobs.io.registry import RegistryUnreachable, client_for, register
 
         spec, fmt = self.spec, self.spec.format
@@ -73,7 +73,7 @@ class KafkaProduceSink(Sink):
         return lambda row: serialize(row, context)
 
     def writing(self) -> str:
-        from flow_jobs.io.formats import format_module
+        from flow_jobs.formats import format_module
 
         spec = self.spec
         body = (

@@ -1,7 +1,7 @@
 """Protobuf payloads (``format = "protobuf"``), decoded in bulk into Arrow in the Kafka
 reader.
 
-Confluent-framed (``flow_jobs.io.formats.framing``): after the schema id come the
+Confluent-framed (``flow_jobs.formats.framing``): after the schema id come the
 message indexes (zigzag varints: their count, then the path of the message in the
 writer's file; a single 0 for the first message). The schemas travel in the registry's
 serialized form (a base64 ``FileDescriptorProto``, what confluent-kafka's
@@ -14,7 +14,7 @@ parsed with the reader's descriptor: Protobuf's own evolution rules (fields matc
 number, unknown fields ignored, a missing field its default).
 
 Each Protobuf type's Arrow type (and so Spark's), and the conversion of a parsed message
-to a row: ``flow_jobs.io.formats.protobuf_arrow``.
+to a row: ``flow_jobs.formats.protobuf_arrow``.
 """
 
 from __future__ import annotations
@@ -36,15 +36,15 @@ from google.protobuf import (  # noqa: F401 - fill the default pool
 )
 from google.protobuf.descriptor import Descriptor, FileDescriptor
 
-from flow_jobs.io.formats.framing import (
+from flow_jobs.formats.framing import (
     FramedDecoder,
     PayloadSchemaError,
     Undecodable,
     Unresolvable,
     record_schema,
 )
-from flow_jobs.io.formats.protobuf_arrow import arrow_of
-from flow_jobs.io.formats.protobuf_wire import where_it_breaks
+from flow_jobs.formats.protobuf_arrow import arrow_of
+from flow_jobs.formats.protobuf_wire import where_it_breaks
 
 SCHEMA_TYPE = "PROTOBUF"
 TITLE = "Protobuf"

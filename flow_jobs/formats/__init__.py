@@ -6,7 +6,7 @@ Each module (``avro``, ``protobuf``, ``json_schema``) answers the same questions
 serialized descriptor), ``reader(text, references, message)`` (the reader schema as the
 Kafka reader's option carries it), ``writer(text, references)`` (a writer schema as its
 decoder takes it), ``payload_schema(reader)`` (the view's columns as an Arrow schema) and
-``Decoder(reader, writer_schema)`` (``flow_jobs.io.formats.framing.FramedDecoder``).
+``Decoder(reader, writer_schema)`` (``flow_jobs.formats.framing.FramedDecoder``).
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from flow_jobs.io.formats.framing import PayloadSchemaError, spark_ddl
+from flow_jobs.formats.framing import PayloadSchemaError, spark_ddl
 
 #: ``format = ...`` of a source -> the module that reads it
 FORMATS = {
-    "avro": "flow_jobs.io.formats.avro",
-    "protobuf": "flow_jobs.io.formats.protobuf",
-    "json_schema": "flow_jobs.io.formats.json_schema",
+    "avro": "flow_jobs.formats.avro",
+    "protobuf": "flow_jobs.formats.protobuf",
+    "json_schema": "flow_jobs.formats.json_schema",
 }
 
 __all__ = ["FORMATS", "PayloadSchemaError", "format_module", "spark_ddl"]

@@ -12,7 +12,7 @@ message has no Spark type: ``arrow_of`` refuses it, naming the field.
 
 This is the one mapping between the two type systems, used for the source view's payload
 schema (``protobuf.payload_schema``) and for every record the reader decodes
-(``protobuf.Decoder``); it is apart from ``flow_jobs.io.formats.protobuf`` (the
+(``protobuf.Decoder``); it is apart from ``flow_jobs.formats.protobuf`` (the
 registry's descriptors, the framing, a Kafka target's schema) so that the rules of the
 mapping read in one place, without the rest of the format around them.
 """
@@ -26,7 +26,7 @@ from typing import Any
 import pyarrow as pa
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
-from flow_jobs.io.formats.framing import PayloadSchemaError
+from flow_jobs.formats.framing import PayloadSchemaError
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _WRAPPERS = {

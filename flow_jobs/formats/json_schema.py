@@ -1,7 +1,7 @@
 """JSON Schema payloads (``format = "json_schema"``), decoded in bulk into Arrow in the
 Kafka reader.
 
-Confluent-framed (``flow_jobs.io.formats.framing``): after the schema id, a UTF-8 JSON
+Confluent-framed (``flow_jobs.formats.framing``): after the schema id, a UTF-8 JSON
 document, as confluent-kafka's ``JSONSerializer`` writes it. The view's columns come from
 the reader schema (the subject's, an ``object`` with ``properties``); each record's
 values are checked against the reader's types, so a record that does not have them
@@ -31,7 +31,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from flow_jobs.io.formats.framing import (
+from flow_jobs.formats.framing import (
     FramedDecoder,
     PayloadSchemaError,
     no_references,
@@ -305,7 +305,7 @@ def target_serializer(client: Any, text: str, subject: str) -> Callable[[Any, An
     -> a Confluent-framed record (instants, dates, decimals and bytes as their strings)."""
     from confluent_kafka.schema_registry.json_schema import JSONSerializer
 
-    from flow_jobs.io.json_rows import json_values
+    from flow_jobs.formats.json_rows import json_values
 
     conf = {"auto.register.schemas": False, "use.latest.version": False,
             "subject.name.strategy": lambda _ctx, _name: subject}  # fmt: skip

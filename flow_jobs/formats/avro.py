@@ -1,6 +1,6 @@
 """Avro payloads (``format = "avro"``), decoded in bulk into Arrow in the Kafka reader.
 
-Confluent-framed through a registry (``flow_jobs.io.formats.framing``), or bare bodies
+Confluent-framed through a registry (``flow_jobs.formats.framing``), or bare bodies
 written with the spec's ``avro_schema``. Each record is read with its writer schema and
 resolved to the reader schema by Avro's rules (a field added with a default, a removed
 field, a promoted type), with fastavro; the rows become one Arrow struct array of the
@@ -26,7 +26,7 @@ from uuid import UUID
 import fastavro
 import pyarrow as pa
 
-from flow_jobs.io.formats.framing import (
+from flow_jobs.formats.framing import (
     FramedDecoder,
     PayloadSchemaError,
     Undecodable,
