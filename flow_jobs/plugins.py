@@ -32,7 +32,7 @@ T = TypeVar("T")
 
 #: The built-in features, imported before any plug-in: each registers itself.
 BUILTIN = (
-    "flow_jobs.aggregations",
+    "flow_jobs.aggregations.registry",
     "flow_jobs.windows",
     "flow_jobs.plan.dedup",
     "flow_jobs.sinks.delta",

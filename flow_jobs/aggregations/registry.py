@@ -18,6 +18,7 @@ from flow_jobs.aggregations.reduce import ReduceAggregator
 from flow_jobs.aggregations.sum import SumAggregator
 from flow_jobs.errors import PlanError
 from flow_jobs.partial_parts import PARTIAL_PARTS
+from flow_jobs.spec.aggregation import AGGREGATOR_RULES
 from flow_jobs.spec.models import Aggregation
 
 AGGREGATORS: dict[str, Aggregator] = {
@@ -35,6 +36,7 @@ AGGREGATORS: dict[str, Aggregator] = {
         ReduceAggregator(),
     )
 }
+AGGREGATOR_RULES.update(AGGREGATORS)
 
 
 def register_aggregator(aggregator: Aggregator) -> Aggregator:
@@ -56,6 +58,7 @@ def register_aggregator(aggregator: Aggregator) -> Aggregator:
                 "part registered by that name: register it first (register_part)"
             )
     AGGREGATORS[aggregator.name] = aggregator
+    AGGREGATOR_RULES[aggregator.name] = aggregator  # the names a spec's agg takes
     return aggregator
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from flow_jobs.spec.aggregation import AGGREGATOR_RULES
 from flow_jobs.spec.base import EVENT_TS, KAFKA_COLUMN, key_error
 from flow_jobs.spec.ddl import EPOCH_MILLIS, TIMESTAMPS, DdlError, parse_schema, unknown
 
@@ -114,11 +115,9 @@ _NUMERIC = ("tinyint", "smallint", "int", "bigint", "float", "double", "decimal(
 def _numeric_inputs(spec: PipelineSpec, types: dict[str, str]) -> None:
     """An aggregator that takes numbers only (sum, avg) over a column the source
     declares, as the plan refuses it (``flow_jobs.aggregations.aggregation_input``)."""
-    from flow_jobs.aggregations import AGGREGATORS  # Spark's API: imported when needed
-
     for i, a in enumerate(spec.window.aggregations):
         declared = types.get(a.column) if a.column else None
-        if declared is None or not AGGREGATORS[a.agg].numeric_only:
+        if declared is None or not AGGREGATOR_RULES[a.agg].numeric_only:
             continue
         if not declared.startswith(_NUMERIC) or declared.startswith("interval"):
             raise key_error(
