@@ -1017,3 +1017,90 @@ def test_a_timer_registered_at_or_below_the_watermark_on_input_fires_in_that_bat
         q.batch([{"k": "clock", "ms": 5_000}])
         q.batch([{"k": "b", "ms": 5_001, "register": 5_000}, {"k": "c", "ms": 5_001}])
         assert q.events("fired") == [("b", 5_000, 5_000)]
+
+
+# -- the state schema call on the driver (flow_jobs.plan.deferred) ----------------------
+
+
+def _note(path: str, *what: Any) -> None:
+    """Append ``what`` and the module this process runs as (``python -m``), if any."""
+    import sys
+
+    main = getattr(sys.modules["__main__"], "__spec__", None)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps([*what, main.name if main else None]) + "\n")
+
+
+class _Counting(StatefulProcessor):
+    """Counts each key's rows in a value state; notes every process that unpickles it
+    and every ``init()``, with what ``_schema_only`` said of its handle."""
+
+    def __init__(self, notes: str) -> None:
+        self.notes = notes
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        _note(self.notes, "unpickled")
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        from flow_jobs.plan.deferred import _schema_only
+
+        _note(self.notes, "init", _schema_only(handle))
+        self.count = handle.getValueState("count", "n BIGINT")
+
+    def handleInputRows(
+        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
+    ) -> Iterator[pd.DataFrame]:
+        n = sum(len(pdf) for pdf in rows) + (self.count.get()[0] if self.count.exists() else 0)
+        self.count.update((n,))
+        yield pd.DataFrame({"k": [key[0]], "n": [n]})
+
+    def close(self) -> None:
+        return None
+
+
+def test_the_driver_calls_init_for_the_schema_only_with_the_handle_in_pre_init(
+    spark: SparkSession, workdir: Path
+) -> None:
+    """Spark calls a processor's ``init()`` in a process of its own on the driver
+    (``transform_with_state_driver_worker``) to collect the state schema, with the
+    handle in ``PRE_INIT``, and in the executors with the handle in another state.
+
+    ``flow_jobs.plan.deferred`` declares the recorded state variables in the driver's
+    call (``_schema_only``): the processor it wraps is neither unpickled nor called
+    there, only in the executors (a wrapper that took an executor's call for the
+    driver's would never call it), and its state reads back in the next batch."""
+    from flow_jobs.plan.deferred import deferred
+
+    notes = workdir / "notes.jsonl"
+    processor = _Counting(str(notes))
+    source = Files(workdir / "in")
+    query = (
+        source.stream(spark)
+        .groupBy("k")
+        .transformWithStateInPandas(deferred(processor), "k STRING, n BIGINT", "Update", "None")
+        .writeStream.format("memory")
+        .queryName(name := f"deferred_{uuid.uuid4().hex[:8]}")
+        .outputMode("update")
+        .option("checkpointLocation", str(workdir / "checkpoint"))
+        .start()
+    )
+    try:
+        source.add(1, 2, key="a")
+        source.add(3, key="b")
+        query.processAllAvailable()
+        source.add(4, key="a")
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    rows = spark.sql(f"SELECT k, max(n) AS n FROM {name} GROUP BY k").collect()
+    assert sorted((r["k"], r["n"]) for r in rows) == [("a", 3), ("b", 1)]
+    seen = [json.loads(line) for line in notes.read_text().splitlines()]
+    driver = "pyspark.sql.streaming.transform_with_state_driver_worker"
+    on_driver = [n[:-1] for n in seen if n[-1] == driver]
+    executors = [n[:-1] for n in seen if n[-1] == "pyspark.daemon"]
+    assert on_driver == []
+    assert ["unpickled"] in executors
+    assert [n for n in executors if n[0] == "init"] and all(
+        n == ["init", False] for n in executors if n[0] == "init"
+    )

@@ -41,6 +41,7 @@ from flow_jobs.operators.dedup import (
     DedupProcessor,
 )
 from flow_jobs.operators.registry import OperatorInput, register_operator
+from flow_jobs.plan.deferred import deferred
 from flow_jobs.plan.diversions import divert, record_fields
 from flow_jobs.plan.ordering import tie_break
 from flow_jobs.plan_lines import PlanLine
@@ -122,7 +123,7 @@ def deduplicate(
         ]
     )
     released = prepared.groupBy(BUCKET).transformWithStateInPandas(
-        DedupProcessor(dedup.within_ms, out_time),
+        deferred(DedupProcessor(dedup.within_ms, out_time)),
         schema,
         "Append",
         "EventTime",

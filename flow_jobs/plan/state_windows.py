@@ -43,6 +43,7 @@ from flow_jobs.kernels.frame import (
     VALUE_PREFIX,
     ColumnKind,
 )
+from flow_jobs.plan.deferred import deferred
 from flow_jobs.plan.event_time import EVENT_TIME
 from flow_jobs.spec.models import WindowSpec
 from flow_jobs.windows.processor import WindowOperatorPlan, WindowProcessor
@@ -104,7 +105,7 @@ def compile_state_window(
         framed.select(*projection)
         .groupBy(*group)
         .transformWithStateInPandas(
-            WindowProcessor(plan),
+            deferred(WindowProcessor(plan)),
             schema,
             "Update" if window.emit == "current" else "Append",
             "EventTime",

@@ -47,6 +47,7 @@ from flow_jobs.operators.temporal import (
 )
 from flow_jobs.plan.compiled_source import CompiledSource
 from flow_jobs.plan.dedup import JSON_OPTIONS, key_json
+from flow_jobs.plan.deferred import deferred
 from flow_jobs.plan.event_time import EventTime
 from flow_jobs.plan.ordering import tie_break
 from flow_jobs.plan.sources import TOMBSTONE as TOMBSTONE_VIEW
@@ -236,7 +237,7 @@ def compile_temporal_join(
         ]
     )
     joined = both.groupBy(BUCKET).transformWithStateInPandas(
-        TemporalJoinProcessor(join.retention_ms),
+        deferred(TemporalJoinProcessor(join.retention_ms)),
         schema,
         "Append",
         "EventTime",
