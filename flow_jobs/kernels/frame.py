@@ -238,3 +238,15 @@ def _spark_type(arrow_type: pa.DataType) -> DataType:
     from pyspark.sql.pandas.types import from_arrow_type
 
     return from_arrow_type(arrow_type)
+
+
+def legacy_frame(record: Any) -> EventFrame:
+    """A frame pickled before the state format (``flow_jobs.state_codec.legacy``): a
+    record of its attributes as that release named them, its values records too."""
+    a = vars(record)
+    if "seq" in a:  # before the total order: an arrival rank, which keeps its order
+        lane, pos = np.zeros(len(a["seq"]), np.int64), a["seq"]
+    else:
+        lane, pos = a["lane"], a["pos"]
+    columns = {n: Values(vars(v)["data"], vars(v)["valid"]) for n, v in a["columns"].items()}
+    return EventFrame(a["t"], lane, pos, columns)

@@ -9,17 +9,30 @@ import hashlib
 import logging
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC
-from typing import TYPE_CHECKING
+from typing import Protocol, TypeVar
 
 import psycopg
 
 from flow_jobs.secrets import connect_postgres
 
-if TYPE_CHECKING:
-    from flow_jobs.ledger.store import LedgerStore
+T = TypeVar("T")
+
+
+class LockStore(Protocol):
+    """What the lock needs of the ledger's store (``flow_jobs.ledger.store.LedgerStore``,
+    which holds its runs' locks: the store imports this module, not the reverse)."""
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def schema(self) -> str: ...
+
+    def retrying(self, what: str, call: Callable[[], T]) -> T: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +58,7 @@ class RunLock:
     restart of the server included: ``ensure`` runs before each write, and takes it
     again on a new connection, or stops the run if another one took it meanwhile."""
 
-    def __init__(self, store: LedgerStore, name: str, command: str) -> None:
+    def __init__(self, store: LockStore, name: str, command: str) -> None:
         self.store, self.name = store, name
         self.key = lock_key(store.schema, name)
         self.holder = f"flow-jobs {command} pid {os.getpid()}@{socket.gethostname()}"[:63]
@@ -95,7 +108,7 @@ class RunLock:
 
 
 @contextmanager
-def hold(store: LedgerStore, name: str, command: str = "run") -> Iterator[RunLock]:
+def hold(store: LockStore, name: str, command: str = "run") -> Iterator[RunLock]:
     """Hold pipeline ``name``'s lock until the block ends, or raise ``PipelineBusy``.
 
     A session-level ``pg_try_advisory_lock`` on a connection of its own, named after

@@ -34,7 +34,7 @@ import pyarrow as pa
 
 from flow_jobs.kernels.timers import Firing
 from flow_jobs.operators.buckets import BUCKETS, HELD, BucketProcessor, rows_field, rows_of
-from flow_jobs.state_codec import Fields
+from flow_jobs.state_codec import Fields, legacy
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -77,6 +77,11 @@ class DedupState:
     def from_fields(cls, fields: Fields) -> DedupState:
         passed = {k: tuple(p) for k, *p in rows_of(fields, "passed", _PASSED)}
         return cls(rows_of(fields, "held", HELD), passed)  # type: ignore[arg-type]
+
+
+@legacy.reads(("flow_jobs.operators.dedup", "DedupState"))
+def _unpickled(r: Any) -> DedupState:
+    return DedupState(**vars(r))
 
 
 #: A key's last passing record, as saved.

@@ -35,7 +35,7 @@ import pyarrow as pa
 
 from flow_jobs.kernels.timers import Firing
 from flow_jobs.operators.buckets import BUCKETS, HELD, BucketProcessor, rows_field, rows_of
-from flow_jobs.state_codec import Fields
+from flow_jobs.state_codec import Fields, legacy
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -88,6 +88,11 @@ class TemporalState:
         for key, *version in rows_of(fields, "versions", _VERSION):
             versions.setdefault(key, []).append(tuple(version))  # type: ignore[arg-type]
         return cls(rows_of(fields, "held", HELD), versions)  # type: ignore[arg-type]
+
+
+@legacy.reads(("flow_jobs.operators.temporal", "TemporalState"))
+def _unpickled(r: Any) -> TemporalState:
+    return TemporalState(**vars(r))
 
 
 #: A key's version, as saved.

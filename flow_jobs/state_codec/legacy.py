@@ -4,11 +4,12 @@ This module exists only to resume checkpoints (and ``window_standings`` rows) wr
 before operator state had a format of its own; nothing writes pickles any more.
 
 Those releases pickled dataclasses, so a blob names each class by the module it lived
-in then. The map below is frozen: each (module, class) such a release wrote is read
-into a plain record of its attributes, then built into today's class by explicit code,
-whatever that class is called or wherever it lives now. Any other ``flow_jobs`` name is
-refused (no release wrote it); numpy, decimal, datetime and the builtins load as pickle
-loads them.
+in then. The list of those names is frozen (``PICKLED_STATES``): each is read into a
+plain record of its attributes, then built into today's class by explicit code that
+today's class's module registers (``reads``), whatever the class is called or wherever
+it lives now; this module imports none of them. Any other ``flow_jobs`` name is refused
+(no release wrote it); numpy, decimal, datetime and the builtins load as pickle loads
+them.
 """
 
 from __future__ import annotations
@@ -17,18 +18,11 @@ import io
 import pickle
 from collections.abc import Callable
 from functools import cache
-from typing import Any
+from typing import Any, TypeVar
 
-import numpy as np
-
-from flow_jobs.kernels.frame import EventFrame, Values
-from flow_jobs.operators.dedup import DedupState
-from flow_jobs.operators.temporal import TemporalState
 from flow_jobs.state_codec import S, StateFormatError
-from flow_jobs.windows.count import CountState
-from flow_jobs.windows.fixed import ReopenState
-from flow_jobs.windows.session import SessionState
-from flow_jobs.windows.sliding import SlidingState
+
+B = TypeVar("B", bound=Callable[[Any], Any])
 
 
 class _Record:
@@ -43,55 +37,50 @@ def _record_class(module: str, name: str) -> type[_Record]:
     return type(name, (_Record,), {"pickled_as": (module, name)})
 
 
-def _frame(r: _Record) -> EventFrame:
-    a = vars(r)
-    if "seq" in a:  # before the total order: an arrival rank, which keeps its order
-        lane, pos = np.zeros(len(a["seq"]), np.int64), a["seq"]
-    else:
-        lane, pos = a["lane"], a["pos"]
-    columns = {n: Values(vars(v)["data"], vars(v)["valid"]) for n, v in a["columns"].items()}
-    return EventFrame(a["t"], lane, pos, columns)
+#: Every (module, class) a pickling release wrote at the top of a state. Frozen: nothing
+#: pickles state any more.
+PICKLED_STATES = frozenset(
+    {
+        ("flow_jobs.windows.sliding", "SlidingState"),
+        ("flow_jobs.operators.sliding", "SlidingState"),
+        ("flow_jobs.windows.session", "SessionState"),
+        ("flow_jobs.operators.session", "SessionState"),
+        ("flow_jobs.windows.count", "CountState"),
+        ("flow_jobs.operators.count_based", "CountState"),
+        ("flow_jobs.windows.fixed", "ReopenState"),
+        ("flow_jobs.operators.reopen", "ReopenState"),
+        ("flow_jobs.operators.dedup", "DedupState"),
+        ("flow_jobs.operators.temporal", "TemporalState"),
+    }
+)
+#: What those states held inside, read by their state's builder
+#: (``flow_jobs.kernels.frame.legacy_frame``).
+_PARTS = frozenset(
+    {("flow_jobs.operators.frame", "EventFrame"), ("flow_jobs.operators.frame", "Values")}
+)
+
+#: How each of ``PICKLED_STATES`` becomes today's state: registered by the module of
+#: today's state class (``reads``), wherever it lives now.
+_STATES: dict[tuple[str, str], Callable[[Any], Any]] = {}
 
 
-def _sliding(r: _Record) -> SlidingState:
-    return SlidingState(_frame(vars(r)["frame"]), vars(r)["pending"])
+def reads(*pickled_as: tuple[str, str]) -> Callable[[B], B]:
+    """Register the decorated function as the builder of today's state from a legacy
+    record (its attributes: ``vars(record)``) pickled as any of ``pickled_as``."""
 
+    def register(build: B) -> B:
+        for name in pickled_as:
+            if name not in PICKLED_STATES:
+                raise ValueError(f"no flow-jobs release pickled state as {name}")
+            _STATES[name] = build
+        return build
 
-def _session(r: _Record) -> SessionState:
-    return SessionState(_frame(vars(r)["frame"]))
-
-
-def _count(r: _Record) -> CountState:
-    a = vars(r)
-    # before pending events (numbered on arrival) every event was numbered: ``seen``
-    return CountState(_frame(a["frame"]), a["first_index"], a.get("numbered", a.get("seen")))
-
-
-def _reopen(r: _Record) -> ReopenState:
-    a = vars(r)
-    return ReopenState(_frame(a["frame"]), a["starts"], a["revisions"])
-
-
-#: Every (module, class) a pickling release wrote at the top of a state, and how it
-#: becomes today's state (frames and their values are read by their state).
-_STATES: dict[tuple[str, str], Callable[[_Record], Any]] = {
-    ("flow_jobs.windows.sliding", "SlidingState"): _sliding,
-    ("flow_jobs.operators.sliding", "SlidingState"): _sliding,
-    ("flow_jobs.windows.session", "SessionState"): _session,
-    ("flow_jobs.operators.session", "SessionState"): _session,
-    ("flow_jobs.windows.count", "CountState"): _count,
-    ("flow_jobs.operators.count_based", "CountState"): _count,
-    ("flow_jobs.windows.fixed", "ReopenState"): _reopen,
-    ("flow_jobs.operators.reopen", "ReopenState"): _reopen,
-    ("flow_jobs.operators.dedup", "DedupState"): lambda r: DedupState(**vars(r)),
-    ("flow_jobs.operators.temporal", "TemporalState"): lambda r: TemporalState(**vars(r)),
-}
-_PARTS = {("flow_jobs.operators.frame", "EventFrame"), ("flow_jobs.operators.frame", "Values")}
+    return register
 
 
 class _Unpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
-        if (module, name) in _STATES or (module, name) in _PARTS:
+        if (module, name) in PICKLED_STATES or (module, name) in _PARTS:
             return _record_class(module, name)
         if module.split(".")[0] == "flow_jobs":
             raise StateFormatError(
@@ -102,8 +91,14 @@ class _Unpickler(pickle.Unpickler):
 
 
 def _state(record: Any) -> Any:
-    if not isinstance(record, _Record) or record.pickled_as not in _STATES:
+    if not isinstance(record, _Record) or record.pickled_as not in PICKLED_STATES:
         raise StateFormatError(f"legacy state blob holds {type(record).__name__}, not a state")
+    if record.pickled_as not in _STATES:
+        module, name = record.pickled_as
+        raise StateFormatError(
+            f"legacy state blob holds {module}.{name}, whose reader is not loaded: "
+            "import the feature whose state it is"
+        )
     return _STATES[record.pickled_as](record)
 
 

@@ -25,17 +25,17 @@ too); the target keeps one row per window index, its latest.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
 import pyarrow as pa
 from pydantic import Field
 
-from flow_jobs.kernels.frame import EventFrame
+from flow_jobs.kernels.frame import EventFrame, legacy_frame
 from flow_jobs.kernels.ranges import Ranges
 from flow_jobs.spec.base import key_error
 from flow_jobs.spec.windows import StateApiWindow, register_window_family
-from flow_jobs.state_codec import Fields, scalar
+from flow_jobs.state_codec import Fields, legacy, scalar
 from flow_jobs.windows.family import (
     CloseRule,
     Emission,
@@ -74,6 +74,15 @@ class CountState:
     @property
     def pending_times(self) -> np.ndarray:
         return self.frame.t[self.numbered - self.first_index :]
+
+
+@legacy.reads(
+    ("flow_jobs.windows.count", "CountState"), ("flow_jobs.operators.count_based", "CountState")
+)
+def _unpickled(r: Any) -> CountState:
+    a = vars(r)
+    # before pending events (numbered on arrival) every event was numbered: ``seen``
+    return CountState(legacy_frame(a["frame"]), a["first_index"], a.get("numbered", a.get("seen")))
 
 
 def _ceil_div(a: int, b: int) -> int:

@@ -42,13 +42,13 @@ from __future__ import annotations
 import math
 from abc import abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, ClassVar, Literal, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Protocol
 
 import numpy as np
 import pyarrow as pa
 from pydantic import Field
 
-from flow_jobs.kernels.frame import EventFrame
+from flow_jobs.kernels.frame import EventFrame, legacy_frame
 from flow_jobs.kernels.ranges import Ranges
 from flow_jobs.spec.base import key_error
 from flow_jobs.spec.windows import (
@@ -57,7 +57,7 @@ from flow_jobs.spec.windows import (
     milliseconds,
     register_window_family,
 )
-from flow_jobs.state_codec import Fields, numbers, table
+from flow_jobs.state_codec import Fields, legacy, numbers, table
 from flow_jobs.windows.family import (
     CloseRule,
     Emission,
@@ -126,6 +126,14 @@ class ReopenState:
         windows = fields.table("windows")
         keys, revisions = numbers(windows["key"]), numbers(windows["revision"])
         return cls(EventFrame.from_field(fields, "frame"), keys, revisions)
+
+
+@legacy.reads(
+    ("flow_jobs.windows.fixed", "ReopenState"), ("flow_jobs.operators.reopen", "ReopenState")
+)
+def _unpickled(r: Any) -> ReopenState:
+    a = vars(r)
+    return ReopenState(legacy_frame(a["frame"]), a["starts"], a["revisions"])
 
 
 def empty(frame: EventFrame) -> ReopenState:

@@ -21,13 +21,13 @@ emitted.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 import numpy as np
 import pyarrow as pa
 from pydantic import Field
 
-from flow_jobs.kernels.frame import EventFrame
+from flow_jobs.kernels.frame import EventFrame, legacy_frame
 from flow_jobs.kernels.ranges import Ranges
 from flow_jobs.spec.windows import (
     PaneFolding,
@@ -35,7 +35,7 @@ from flow_jobs.spec.windows import (
     milliseconds,
     register_window_family,
 )
-from flow_jobs.state_codec import Fields
+from flow_jobs.state_codec import Fields, legacy
 from flow_jobs.windows.family import (
     CloseRule,
     Emission,
@@ -61,6 +61,13 @@ class SessionState:
     @classmethod
     def from_fields(cls, fields: Fields) -> SessionState:
         return cls(EventFrame.from_field(fields, "frame"))
+
+
+@legacy.reads(
+    ("flow_jobs.windows.session", "SessionState"), ("flow_jobs.operators.session", "SessionState")
+)
+def _unpickled(r: Any) -> SessionState:
+    return SessionState(legacy_frame(vars(r)["frame"]))
 
 
 def sessions(t: np.ndarray, gap_ms: int) -> Ranges:

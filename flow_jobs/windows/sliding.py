@@ -10,16 +10,16 @@ final once the watermark passes ``t``: no event at or before ``t`` can still arr
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
 import pyarrow as pa
 from pydantic import Field
 
-from flow_jobs.kernels.frame import EventFrame
+from flow_jobs.kernels.frame import EventFrame, legacy_frame
 from flow_jobs.kernels.ranges import Ranges
 from flow_jobs.spec.windows import StateApiWindow, register_window_family
-from flow_jobs.state_codec import Fields, listed
+from flow_jobs.state_codec import Fields, legacy, listed
 from flow_jobs.windows.family import (
     CloseRule,
     Emission,
@@ -42,6 +42,13 @@ class SlidingState:
     @classmethod
     def from_fields(cls, fields: Fields) -> SlidingState:
         return cls(EventFrame.from_field(fields, "frame"), fields.array("pending"))
+
+
+@legacy.reads(
+    ("flow_jobs.windows.sliding", "SlidingState"), ("flow_jobs.operators.sliding", "SlidingState")
+)
+def _unpickled(r: Any) -> SlidingState:
+    return SlidingState(legacy_frame(vars(r)["frame"]), vars(r)["pending"])
 
 
 def add(state: SlidingState, new: EventFrame) -> tuple[SlidingState, np.ndarray]:
