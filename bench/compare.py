@@ -177,7 +177,7 @@ def hand_written_window(
     if shape in ("sliding", "count"):
         from bench.hand_stateful import hand_written_stateful
 
-        return hand_written_stateful(spark, bootstrap, workdir, shape, topic)
+        return hand_written_stateful(spark, bootstrap, workdir, shape, topic, LATENESS_MS)
 
     timed = hand_written_events(spark, bootstrap, topic, SCHEMA, LATENESS_MS)
     if shape == "filter":

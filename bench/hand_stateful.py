@@ -154,10 +154,9 @@ class CountWindows(_Buffered):
 
 
 def hand_written_stateful(
-    spark: SparkSession, bootstrap: str, workdir: Path, shape: str, topic: str
+    spark: SparkSession, bootstrap: str, workdir: Path, shape: str, topic: str, lateness_ms: int
 ) -> int:
     """The sliding or count window job; returns the rows read."""
-    from bench.compare import LATENESS_MS
     from bench.run import SCHEMA, hand_written_events, hand_written_sink
 
     processor = SlidingWindows(60_000) if shape == "sliding" else CountWindows(100)
@@ -167,7 +166,7 @@ def hand_written_stateful(
         "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
     )
     windows = (
-        hand_written_events(spark, bootstrap, topic, SCHEMA, LATENESS_MS)
+        hand_written_events(spark, bootstrap, topic, SCHEMA, lateness_ms)
         .select("user_id", "ts", "amount", "page", "et")
         .groupBy("user_id")
         .transformWithStateInPandas(processor, _OUT, "Append", "EventTime")
