@@ -2,7 +2,7 @@
 aggregated field (its non-NULL count, its sum, its minimum, ...), one ``PartialPart``
 each, with both of its sides:
 
-* in the reader (``flow_jobs.io.combine``): its Arrow type in the partial struct, the
+* in the reader (``flow_jobs.kafka.combine``): its Arrow type in the partial struct, the
   Arrow hash aggregations that fold a block's rows into it, how it is read back from
   them, and whether folding could overflow where Spark would not;
 * in a native window merging partials (``flow_jobs.aggregations.partials.Merge``): what

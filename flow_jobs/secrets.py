@@ -3,17 +3,16 @@
 Specs hold secrets as pydantic ``SecretStr`` (printed as ``**********``), but a secret
 can still reach a message through text that quotes it: a pydantic error echoing a value
 of the wrong type, psycopg echoing the connection string it could not parse, a log line
-with a URL. ``redact`` masks the credentials in such text, and ``connect_postgres``
-re-raises psycopg's connection errors with them masked and without the original (which
-a traceback would print) chained. No library here does this for us: psycopg's
-``conninfo`` helpers parse a DSN but leave error texts alone.
+with a URL. ``redact`` masks the credentials in such text (and
+``flow_jobs.io.postgres.connect_postgres`` in psycopg's connection errors). No library
+here does this for us: psycopg's ``conninfo`` helpers parse a DSN but leave error texts
+alone.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from typing import Any
 
 MASK = "***"
 
@@ -30,16 +29,6 @@ def redact(text: str) -> str:
     """``text`` with the credentials of every URL and ``password=`` setting masked."""
     text = _URL_CREDENTIALS.sub(rf"\g<head>:{MASK}@", text)
     return _KEY_VALUE.sub(rf"\g<key>{MASK}", text)
-
-
-def connect_postgres(url: str, **kwargs: Any) -> Any:
-    """``psycopg.connect(url, **kwargs)``; a connection error never quotes the password."""
-    import psycopg
-
-    try:
-        return psycopg.connect(url, **kwargs)
-    except psycopg.Error as e:
-        raise type(e)(redact(str(e))) from None
 
 
 class RedactingFilter(logging.Filter):

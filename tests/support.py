@@ -164,7 +164,7 @@ def assert_same_windows(actual: dict[tuple, dict], expected: dict[tuple, dict]) 
 def stamped_before_first(events: Sequence[dict[str, Any]], at_ms: int) -> list[dict[str, Any]]:
     """The events with every one stamped (``ts``) before ``at_ms`` ahead of the others, so
     that in each partition the records before a replay's time precede the rest: the
-    premise of finding where a partition starts by time (``flow_jobs.io.kafka_time_offsets``)
+    premise of finding where a partition starts by time (``flow_jobs.kafka.time_offsets``)
     on a broker without a time index."""
     return [e for e in events if e["ts"] < at_ms] + [e for e in events if e["ts"] >= at_ms]
 

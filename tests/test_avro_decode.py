@@ -20,7 +20,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from flow_jobs.formats.avro import Decoder, arrow_schema
 from flow_jobs.formats.framing import PayloadSchemaError
-from flow_jobs.io.registry import writer_schemas
+from flow_jobs.formats.registry import writer_schemas
 from flow_jobs_dev.schema_registry import EmbeddedSchemaRegistry
 
 V1 = {

@@ -1,7 +1,7 @@
 """Pre-aggregation in the Kafka reader (issue 12): partials equal what Spark computes from
 the rows, whatever the cut.
 
-The unit half (no Spark) checks ``flow_jobs.io.folding.Folder`` against a reference
+The unit half (no Spark) checks ``flow_jobs.kafka.folding.Folder`` against a reference
 written from the rules in ``docs/spec-reference.md`` ("Pre-aggregation"): which rows
 fold (decoded, event time present and in range, not past the batch time + skew, after
 the late watermark), the pane (for a session window, the session), and each part
@@ -35,11 +35,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
-from flow_jobs.io.combine import PARTIAL, CombinePlan, partial_type
 from flow_jobs.io.delta import read_delta
-from flow_jobs.io.folding import Folder, RangeRows
-from flow_jobs.io.json_decode import JsonDecoder
-from flow_jobs.io.prestage import Stage
+from flow_jobs.kafka.combine import PARTIAL, CombinePlan, partial_type
+from flow_jobs.kafka.folding import Folder, RangeRows
+from flow_jobs.kafka.json_decode import JsonDecoder
+from flow_jobs.kafka.prestage import Stage
 from flow_jobs.kafka.read import decoded_schema, with_corrupt_field
 from flow_jobs.kafka.schema import ARROW_SCHEMA
 from flow_jobs.plan.combine import MARKER
@@ -545,7 +545,7 @@ def _run(
     return summary, read_windows(spec.target.path, spec.natural_key()), dead, spark_rows
 
 
-#: A pre-stage in the reader's grammar (flow_jobs.io.prestage): a filter with NULLs, IN
+#: A pre-stage in the reader's grammar (flow_jobs.kafka.prestage): a filter with NULLs, IN
 #: with NULL and a negated <=>, a renamed key, a computed column (integer arithmetic, a
 #: cast) and _kafka kept, which first / last need; rows it drops still move the
 #: watermark. (NaN is not JSON: those records reach from_json, not the reader's

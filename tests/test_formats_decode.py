@@ -22,7 +22,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from google.protobuf import descriptor_pb2
 
 from flow_jobs.formats import PayloadSchemaError, format_module
-from flow_jobs.io.registry import reader_schema, writer_schemas
+from flow_jobs.formats.registry import reader_schema, writer_schemas
 from flow_jobs_dev.schema_registry import EmbeddedSchemaRegistry
 from tests.registry_payloads import F, click_serializer, field, message_classes
 
@@ -320,7 +320,7 @@ def test_json_schemas_without_a_spark_type_are_refused(
 
 
 def test_a_subject_of_another_format_is_refused(registry: EmbeddedSchemaRegistry) -> None:
-    from flow_jobs.io.registry import SubjectNotFound
+    from flow_jobs.formats.registry import SubjectNotFound
 
     client = SchemaRegistryClient({"url": registry.url})
     client.register_schema("things-value", Schema(json.dumps(ORDER_JSON), "JSON"))

@@ -1,6 +1,6 @@
 """The reader's Arrow decode gives what ``from_json`` gives (issue 12, item 1).
 
-The rule under test (``flow_jobs.io.json_decode``): a record Arrow accepts decodes to
+The rule under test (``flow_jobs.kafka.json_decode``): a record Arrow accepts decodes to
 ``from_json``'s result for it, field by field, and a record Arrow rejects is left to
 ``from_json`` (flagged undecoded). The reference is Spark's own ``from_json`` in
 PERMISSIVE mode with a corrupt-record column, exactly as the plan calls it, on a corpus
@@ -24,7 +24,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from flow_jobs.io.json_decode import JsonDecoder, arrow_schema
+from flow_jobs.kafka.json_decode import JsonDecoder, arrow_schema
 
 DDL = "s STRING, l BIGINT, i INT, sh SMALLINT, t TINYINT, d DOUBLE, b BOOLEAN"
 FIELDS = ["s", "l", "i", "sh", "t", "d", "b"]
@@ -207,7 +207,7 @@ def test_a_top_level_null_never_reaches_arrow() -> None:
     # keep it away (run in a child process, so a crash fails the test, not the suite).
     code = (
         "import pyarrow as pa\n"
-        "from flow_jobs.io.json_decode import JsonDecoder\n"
+        "from flow_jobs.kafka.json_decode import JsonDecoder\n"
         "d = JsonDecoder(pa.schema([('s', pa.string())]))\n"
         "for v in [[b'null'], [b' null'], [b'{}', b'null'], [b'null', b'{}'], [b'\\tnull']]:\n"
         "    rows, left = d.decode(v)\n"
@@ -250,7 +250,7 @@ def test_odd_objects_never_crash_the_decoder() -> None:
     # run. In a child process, so that a crash fails this test, not the suite.
     code = (
         "import random, pyarrow as pa\n"
-        "from flow_jobs.io.json_decode import JsonDecoder\n"
+        "from flow_jobs.kafka.json_decode import JsonDecoder\n"
         "schema = pa.schema([('s', pa.string()), ('l', pa.int64()), ('d', pa.float64()),"
         " ('b', pa.bool_())])\n"
         "d = JsonDecoder(schema, smallest_piece=1)\n"

@@ -5,7 +5,7 @@ would write it: a partial part of its own (the sum of squares, ``sumsq``) beside
 built-in ones (``nn``, ``dsum``), each registered by name, and an aggregator registered
 under ``agg = "variance"``. The unit half (no Spark) checks that the spec takes it, that
 the plan asks the reader for its parts and names the plug-in's module for the reader's
-processes to import, and that the generic folding (``flow_jobs.io.folding``) folds it:
+processes to import, and that the generic folding (``flow_jobs.kafka.folding``) folds it:
 its partials, merged over blocks of any size, give the variance of the rows. The
 end-to-end half runs it through the broker and Spark with pre-aggregation on and off:
 the same windows, with partials reaching Spark (``tests/test_plugin_aggregator.py``
@@ -35,8 +35,8 @@ from pyspark.sql.types import (
 )
 
 import tests.plugins.variance  # noqa: F401  registers variance and sumsq
-from flow_jobs.io.combine import PARTIAL, CombinePlan, partial_type
-from flow_jobs.io.folding import Folder
+from flow_jobs.kafka.combine import PARTIAL, CombinePlan, partial_type
+from flow_jobs.kafka.folding import Folder
 from flow_jobs.plan.combine import foldable
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs_dev.broker import EmbeddedBroker
@@ -94,7 +94,7 @@ def test_a_reader_process_finds_the_plug_in_part_through_the_plan(tmp_path: Path
     assert isinstance(plan, CombinePlan)
     script = (
         "import sys, pyarrow as pa\n"
-        "from flow_jobs.io.combine import CombinePlan, partial_type\n"
+        "from flow_jobs.kafka.combine import CombinePlan, partial_type\n"
         "from flow_jobs.partial_parts import PARTIAL_PARTS\n"
         "assert 'sumsq' not in PARTIAL_PARTS\n"
         "plan = CombinePlan.from_json(sys.argv[1])\n"

@@ -1,4 +1,4 @@
-"""The reader's pre-stage (``flow_jobs.io.prestage``) gives Spark's values (issue 33).
+"""The reader's pre-stage (``flow_jobs.kafka.prestage``) gives Spark's values (issue 33).
 
 Random expressions of the grammar (column references, literals, casts, comparisons,
 ``<=>``, ``IS [NOT] NULL``, ``IN`` with NULL, ``AND`` / ``OR`` / ``NOT``, ``+ - *`` and
@@ -33,7 +33,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from flow_jobs.io.prestage import Evaluator, Stage
+from flow_jobs.kafka.prestage import Evaluator, Stage
 from flow_jobs.plan.prestage import NotInGrammar, analyze, to_column
 from flow_jobs.runtime.session import pipeline_session
 from flow_jobs.spec.models import SparkSpec

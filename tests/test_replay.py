@@ -12,10 +12,10 @@ import pytest
 from pyspark.sql import SparkSession
 
 from flow_jobs.cli import main
-from flow_jobs.io.kafka_time_offsets import first_offset_at
 from flow_jobs.kafka.heartbeats import IDLE_FOR_THE_RUN_MS
 from flow_jobs.kafka.options import KafkaSourceOptions
 from flow_jobs.kafka.planning import KafkaStreamReader
+from flow_jobs.kafka.time_offsets import first_offset_at
 from flow_jobs.ledger.store import LedgerStore
 from flow_jobs.runtime.idleness import replay_targets
 from flow_jobs.runtime.runner import PipelineRunner
@@ -162,7 +162,7 @@ def test_a_start_by_time_is_each_partitions_first_record_at_or_after_it(
         3000: {0: 6, 1: 0, 2: 1},
         3001: {0: 7, 1: 0, 2: 1},  # after every record: the latest offset
     }
-    with caplog.at_level(logging.WARNING, logger="flow_jobs.io.kafka_time_offsets"):
+    with caplog.at_level(logging.WARNING, logger="flow_jobs.kafka.time_offsets"):
         found = {t: _start_offsets(broker, topic, BASE_MS + t) for t in cases}
     assert found == cases
     # The embedded broker has no time index (it answers offset 0 for every time): its
@@ -212,7 +212,7 @@ def test_a_replay_from_a_time_rewrites_exactly_the_windows_from_it_on(
     )
     # Out of order within the lateness, but in each partition every record stamped before
     # the replay's time precedes the others (the search's premise, module note of
-    # flow_jobs.io.kafka_time_offsets). Kafka timestamp = event time.
+    # flow_jobs.kafka.time_offsets). Kafka timestamp = event time.
     events = stamped_before_first(events, REPLAY_FROM_MS)
     send(broker.bootstrap_servers, topic, to_records(events, partitions=3))
     spec = _replay_spec(workdir, broker, topic, max_offsets)

@@ -218,7 +218,7 @@ def test_a_session_takes_a_row_at_its_end_and_a_gap_per_row(
 
     Depends on it: ``flow_jobs.windows.session`` and the spec reference's session row
     (a row at or before the running session's end joins it); the Kafka reader's session
-    partials (``flow_jobs.io.combine``), each given [first, last + gap) by a gap per
+    partials (``flow_jobs.kafka.combine``), each given [first, last + gap) by a gap per
     row (``flow_jobs.plan.windows``)."""
     folder, checkpoint = tmp_path / "in", tmp_path / "ckpt"
     files = Files(folder)

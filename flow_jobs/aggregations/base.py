@@ -91,7 +91,7 @@ class NotDecoded(ValueError):
     """Why ``inspect`` shows ``NOT_DECODED`` for an aggregate (its note says so)."""
 
 
-#: Numbers the Kafka reader sums and compares in its partials (``flow_jobs.io.folding``).
+#: Numbers the Kafka reader sums and compares in its partials (``flow_jobs.kafka.folding``).
 PARTIAL_NUMBERS = (LongType, IntegerType, ShortType, ByteType, DoubleType)
 
 

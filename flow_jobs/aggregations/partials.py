@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 from flow_jobs.partial_parts import Order, PartialPart
 
 if TYPE_CHECKING:
-    from flow_jobs.io.combine import CombinePlan
+    from flow_jobs.kafka.combine import CombinePlan
 
 #: The partial struct in a source view (hidden from ``[transform].sql``-visible columns).
 PARTIAL_VIEW = "__flow_partial"

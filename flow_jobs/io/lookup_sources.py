@@ -33,7 +33,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from flow_jobs.secrets import connect_postgres
+from flow_jobs.io.postgres import connect_postgres
 
 DELTA_FORMAT = "flow_delta_table"
 POSTGRES_FORMAT = "flow_postgres_table"

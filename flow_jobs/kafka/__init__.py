@@ -11,10 +11,10 @@ installed from the Python package registries; this source needs nothing but
   reach Spark);
 * with ``json_schema`` set (a payload schema Arrow decodes like ``from_json``), ``read``
   also decodes the payloads in bulk into the ``_decoded`` struct column; a record Arrow
-  rejects is flagged ``_undecoded`` and left to ``from_json`` (``flow_jobs.io.json_decode``);
+  rejects is flagged ``_undecoded`` and left to ``from_json`` (``flow_jobs.kafka.json_decode``);
 * every row carries ``_late_watermark``, the watermark Spark's window operators judge its
   batch by (from the checkpoint's offset log), so late rows can be counted one by one;
-* with ``combine`` set (a ``flow_jobs.io.combine.CombinePlan``), ``read`` folds the
+* with ``combine`` set (a ``flow_jobs.kafka.combine.CombinePlan``), ``read`` folds the
   records a window would aggregate into partial aggregates, one per (pane, group) and
   block, in the ``_partial`` column; the others pass through with a NULL one;
 * with ``idle_file`` set, an idle source sends heartbeats: one row with no record and a
@@ -22,7 +22,7 @@ installed from the Python package registries; this source needs nothing but
   holding back the pipeline's (``flow_jobs.runtime.idleness`` decides when, and to what);
 * a fresh checkpoint starts at ``starting_offsets``: the earliest or latest offsets, or
   by time (``timestamp:<epoch ms>``), each partition's first record stamped at or after
-  it (``flow_jobs.io.kafka_time_offsets``);
+  it (``flow_jobs.kafka.time_offsets``);
 * ``latestOffset(start, limit)`` honours ``max_offsets_per_trigger`` (Spark's read limit)
   and ``prepareForTriggerAvailableNow`` pins the end of an ``availableNow`` run;
 * a range is read up to its end offset and no further, so the last partial fetch never

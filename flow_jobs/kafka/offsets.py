@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from flow_jobs.io.kafka_time_offsets import offsets_for_time
 from flow_jobs.kafka.options import KafkaSourceOptions
 from flow_jobs.kafka.retries import retry
+from flow_jobs.kafka.time_offsets import offsets_for_time
 
 
 class TopicNotReadable(RuntimeError):
@@ -103,7 +103,7 @@ def time_offsets(
     options: KafkaSourceOptions, marks: dict[int, tuple[int, int]], at_ms: int
 ) -> dict[int, int]:
     """Each partition's first offset stamped at or after ``at_ms``, its latest where
-    there is none: where a start by time begins (``flow_jobs.io.kafka_time_offsets``).
+    there is none: where a start by time begins (``flow_jobs.kafka.time_offsets``).
     A consumer of its own: the lookup assigns it, a planning consumer never is."""
     from confluent_kafka import Consumer
 

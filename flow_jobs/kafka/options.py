@@ -44,7 +44,7 @@ class KafkaSourceOptions:
     source_name: str = ""  # the source's name in the idle file
     #: the payload's Spark schema (``StructType.json()``) to decode with Arrow, or None
     json_schema: str | None = None
-    #: what to pre-aggregate in the reader (``flow_jobs.io.combine.CombinePlan`` as JSON)
+    #: what to pre-aggregate in the reader (``flow_jobs.kafka.combine.CombinePlan`` as JSON)
     combine: str | None = None
     #: a registry format ("avro", "protobuf", "json_schema": ``flow_jobs.formats``),
     #: the reader schema records are resolved to (in that format's ``reader`` form), and

@@ -17,7 +17,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from flow_jobs.io.checkpoint_gateway import ReaderCheckpoint
-from flow_jobs.io.combine import partial_type
+from flow_jobs.kafka.combine import partial_type
 from flow_jobs.kafka.data_loss import DATA_LOSS_KEY, find_data_loss, recorded_losses
 from flow_jobs.kafka.heartbeats import batch_stamps, idle_target
 from flow_jobs.kafka.offsets import (

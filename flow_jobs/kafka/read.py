@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from flow_jobs.io.combine import EVENT_TS, PARTIAL, CombinePlan, partial_type
-from flow_jobs.io.folding import Folder, RangeRows
-from flow_jobs.io.json_decode import JsonDecoder, arrow_schema
+from flow_jobs.kafka.combine import EVENT_TS, PARTIAL, CombinePlan, partial_type
 from flow_jobs.kafka.consume import read_messages
+from flow_jobs.kafka.folding import Folder, RangeRows
+from flow_jobs.kafka.json_decode import JsonDecoder, arrow_schema
 from flow_jobs.kafka.options import KafkaSourceOptions
 from flow_jobs.kafka.partitions import KafkaRange
 from flow_jobs.kafka.schema import (
@@ -47,7 +47,7 @@ def read_folded(
     plan: CombinePlan,
 ) -> Iterator[pa.RecordBatch]:
     """``read_range`` with the records the window would aggregate folded into partials
-    (``flow_jobs.io.combine``), without building their Kafka columns: only the records
+    (``flow_jobs.kafka.combine``), without building their Kafka columns: only the records
     that pass through become full rows."""
     from confluent_kafka import Message
 
@@ -101,7 +101,7 @@ def with_partial(batch: pa.RecordBatch, ptype: pa.DataType) -> pa.RecordBatch:
 
 
 def combine_plan(options: KafkaSourceOptions) -> CombinePlan | None:
-    """What this source pre-aggregates in the reader (``flow_jobs.io.combine``), or None."""
+    """What this source pre-aggregates in the reader (``flow_jobs.kafka.combine``), or None."""
     return CombinePlan.from_json(options.combine) if options.combine else None
 
 
@@ -111,7 +111,7 @@ def payload_decoder(options: KafkaSourceOptions) -> JsonDecoder | FramedDecoder 
     if options.payload_format is None or options.reader_schema is None:
         return json_decoder(options)
     from flow_jobs.formats import format_module
-    from flow_jobs.io.registry import writer_schemas
+    from flow_jobs.formats.registry import writer_schemas
 
     fmt = options.payload_format
     config = dict(options.registry_config)

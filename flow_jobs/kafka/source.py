@@ -9,9 +9,9 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 
-from flow_jobs.io.combine import PARTIAL, CombinePlan, partial_type
-from flow_jobs.io.combine import ddl as combine_ddl
-from flow_jobs.io.json_decode import arrow_schema
+from flow_jobs.kafka.combine import PARTIAL, CombinePlan, partial_type
+from flow_jobs.kafka.combine import ddl as combine_ddl
+from flow_jobs.kafka.json_decode import arrow_schema
 from flow_jobs.kafka.options import KafkaSourceOptions
 from flow_jobs.kafka.partitions import Offsets
 from flow_jobs.kafka.planning import KafkaStreamReader

@@ -24,8 +24,8 @@ from typing import Any, TypeVar
 
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from flow_jobs.io.postgres import connect_postgres
 from flow_jobs.io.waits import wait_out
-from flow_jobs.secrets import connect_postgres
 
 log = logging.getLogger(__name__)
 

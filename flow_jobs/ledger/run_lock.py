@@ -16,7 +16,7 @@ from typing import Protocol, TypeVar
 
 import psycopg
 
-from flow_jobs.secrets import connect_postgres
+from flow_jobs.io.postgres import connect_postgres
 
 T = TypeVar("T")
 

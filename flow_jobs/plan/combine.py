@@ -1,4 +1,4 @@
-"""Which windows pre-aggregate in the Kafka reader (``flow_jobs.io.combine``): each
+"""Which windows pre-aggregate in the Kafka reader (``flow_jobs.kafka.combine``): each
 aggregator says which partial parts it merges (``Aggregator.partial_parts``, ``folds``),
 and each part how it folds in the reader and merges in Spark
 (``flow_jobs.partial_parts``); this module knows none of them by name.
@@ -49,8 +49,8 @@ from pyspark.sql.types import (
 
 from flow_jobs.aggregations import AGGREGATORS
 from flow_jobs.io.checkpoint_files import CheckpointFiles, logged_batches
-from flow_jobs.io.combine import CombinePlan
-from flow_jobs.io.json_decode import arrow_schema
+from flow_jobs.kafka.combine import CombinePlan
+from flow_jobs.kafka.json_decode import arrow_schema
 from flow_jobs.partial_parts import PartialPart, in_struct_order, plug_in_modules
 from flow_jobs.plan.prestage import SPARK_TYPES, PreStage
 from flow_jobs.plan_lines import PlanLine

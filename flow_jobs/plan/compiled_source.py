@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from pyspark.sql import DataFrame
 
-from flow_jobs.io.combine import CombinePlan
+from flow_jobs.kafka.combine import CombinePlan
 from flow_jobs.kafka.options import REGISTRY_PREFIX
 from flow_jobs.kafka.schema import SOURCE_FORMAT
 from flow_jobs.plan_lines import PlanLine
@@ -49,7 +49,7 @@ class CompiledSource:
 
     @property
     def folds(self) -> bool:
-        """The reader folds records into partial aggregates (``flow_jobs.io.combine``;
+        """The reader folds records into partial aggregates (``flow_jobs.kafka.combine``;
         a plan with ``fold`` off only tells it the query merges partials)."""
         combine = self.options.get("combine")
         return combine is not None and CombinePlan.from_json(combine).fold

@@ -12,7 +12,7 @@ of the payload: every field as STRING (its JSON text as ``from_json`` reads it: 
 quotes, ``NaN`` and duplicate keys) and as VARIANT (whether it is a string, to show it
 quoted). They run only for a record already marked corrupt (a CASE branch), each once
 per record (``_let``), never for the good rows. The Arrow decoder in the reader
-leaves every record it rejects to ``from_json`` (``flow_jobs.io.json_decode``), so every
+leaves every record it rejects to ``from_json`` (``flow_jobs.kafka.json_decode``), so every
 JSON reason is decided here.
 
 The reasons, in the order they are tried: ``malformed JSON: not parseable: <text>``,

@@ -15,8 +15,8 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from flow_jobs.io.combine import CombinePlan
-from flow_jobs.io.registry import SECRET_KEYS
+from flow_jobs.formats.registry import SECRET_KEYS
+from flow_jobs.kafka.combine import CombinePlan
 from flow_jobs.kafka.options import REGISTRY_PREFIX, SECRET_PREFIX
 from flow_jobs.kafka.schema import SOURCE_FORMAT
 from flow_jobs.spec.models import KafkaSource
@@ -55,7 +55,7 @@ def reader_options(
     """The options of the source's reader; with ``json_schema`` (a payload
     ``StructType.json()`` Arrow decodes), its payloads decoded in the reader too; with
     ``combine``, the rows the window would aggregate folded into partials there
-    (``flow_jobs.io.combine``); with ``reader_schema`` (a registry format's,
+    (``flow_jobs.kafka.combine``); with ``reader_schema`` (a registry format's,
     ``reader_schema``), the payloads decoded there (``flow_jobs.formats``)."""
     options = {
         "bootstrap_servers": source.bootstrap_servers,

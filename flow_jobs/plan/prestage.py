@@ -1,6 +1,6 @@
 """Whether ``[transform].sql`` is a simple pre-stage the window can fold behind: a
 projection and a filter over the first source's view, each expression in the grammar of
-``flow_jobs.io.prestage`` (column references, renames, literals, casts, comparisons,
+``flow_jobs.kafka.prestage`` (column references, renames, literals, casts, comparisons,
 ``IS [NOT] NULL``, ``IN``, ``AND`` / ``OR`` / ``NOT``, ``+ - *``).
 
 Spark decides what the SQL means: the SQL is analyzed and optimized by Spark over a
@@ -13,7 +13,7 @@ keeps today's path, and ``flow-jobs validate --plan`` says why.
 
 For the query, the SQL then runs as this module rebuilds it from the same plan: the
 filter applies to the source's own rows, a partial from the reader passes if it holds
-kept rows (``flow_jobs.io.combine.KEPT``), and the projection keeps the columns the
+kept rows (``flow_jobs.kafka.combine.KEPT``), and the projection keeps the columns the
 window reads plus the hidden partial column, which the SQL as written would drop.
 """
 
@@ -42,8 +42,8 @@ from pyspark.sql.types import (
 )
 
 from flow_jobs.aggregations.partials import PARTIAL_VIEW
-from flow_jobs.io.combine import KEPT
-from flow_jobs.io.prestage import (
+from flow_jobs.kafka.combine import KEPT
+from flow_jobs.kafka.prestage import (
     ARITHMETIC,
     ARROW_TYPES,
     COMPARISONS,
@@ -66,7 +66,7 @@ _KAFKA_DDL = (
     "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, "
     "timestamp TIMESTAMP, headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
 )
-#: Spark's type of each of the reader's type names (``flow_jobs.io.prestage.ARROW_TYPES``).
+#: Spark's type of each of the reader's type names (``flow_jobs.kafka.prestage.ARROW_TYPES``).
 SPARK_TYPES: dict[str, DataType] = {
     "byte": ByteType(), "short": ShortType(), "integer": IntegerType(), "long": LongType(),
     "float": FloatType(), "double": DoubleType(), "string": StringType(),

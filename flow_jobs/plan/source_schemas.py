@@ -25,7 +25,7 @@ def registry_reader(source: KafkaSource, index: int) -> str:
     """The reader schema of a source of a registry format, as its reader takes it: the
     subject at its version from the registry, or the spec's ``avro_schema``."""
     from flow_jobs.formats import PayloadSchemaError, format_module
-    from flow_jobs.io.registry import RegistryUnreachable, SubjectNotFound, reader_schema
+    from flow_jobs.formats.registry import RegistryUnreachable, SubjectNotFound, reader_schema
 
     if source.avro_schema is not None:  # checked by the spec
         return format_module("avro").reader(source.avro_schema, [])

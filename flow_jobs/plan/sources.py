@@ -6,7 +6,7 @@ name. What the view holds:
 * ``format = "json"``: the payload columns of the declared schema (decoded in bulk by
   Arrow in the reader where the schema's types allow, ``decoder = "auto"``, and by
   ``from_json`` in the JVM for every record Arrow rejects and every other schema:
-  ``flow_jobs.io.json_decode``), ``_event_ts`` (the Kafka timestamp; the arrival time in
+  ``flow_jobs.kafka.json_decode``), ``_event_ts`` (the Kafka timestamp; the arrival time in
   processing-time mode) and ``_kafka`` (key, value, topic, partition, offset, timestamp);
 * ``format = "raw"``: key, value, topic, partition, offset, timestamp, ``_event_ts``.
 
@@ -36,9 +36,9 @@ from pyspark.sql.utils import AnalysisException
 
 from flow_jobs.aggregations.partials import PARTIAL_VIEW
 from flow_jobs.errors import PlanError
-from flow_jobs.io.combine import PARTIAL, CombinePlan
 from flow_jobs.io.dead_letters import DeadLetterTap
-from flow_jobs.io.json_decode import arrow_schema
+from flow_jobs.kafka.combine import PARTIAL, CombinePlan
+from flow_jobs.kafka.json_decode import arrow_schema
 from flow_jobs.kafka.schema import (
     BATCH_TIME,
     CORRUPT_RECORD,

@@ -24,7 +24,7 @@ from pyspark.sql import functions as F
 from flow_jobs.aggregations import AGGREGATORS, NativeWindow, aggregation_input, native_aggregate
 from flow_jobs.aggregations.partials import Merge
 from flow_jobs.errors import PlanError
-from flow_jobs.io.combine import START
+from flow_jobs.kafka.combine import START
 from flow_jobs.plan.event_time import EVENT_TIME, replace_event_time, with_event_time
 from flow_jobs.plan.ordering import tie_break
 from flow_jobs.plan.state_windows import compile_state_window
@@ -223,7 +223,7 @@ def _exploded(timed: DataFrame, window: WindowSpec, windows: Column) -> tuple[Da
 def _merged_sessions(
     timed: DataFrame, window: WindowSpec, merge: Merge
 ) -> tuple[DataFrame, Column]:
-    """Sessions over rows and the reader's session partials (``flow_jobs.io.combine``):
+    """Sessions over rows and the reader's session partials (``flow_jobs.kafka.combine``):
     a row's session is [time, time + gap), a partial's [start, highest time + gap), what
     its rows' sessions merge into. Spark's ``session_window`` takes a gap per row for
     that; the watermark has been taken on the highest time before (the source's node or

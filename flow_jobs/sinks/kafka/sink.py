@@ -52,7 +52,7 @@ class KafkaProduceSink(Sink):
 
         from flow_jobs.formats import PayloadSchemaError, format_module
         from flow_jobs.formats.framing import record_name
-        from flow_jobs.io.registry import RegistryUnreachable, client_for, register
+        from flow_jobs.formats.registry import RegistryUnreachable, client_for, register
 
         spec, fmt = self.spec, self.spec.format
         assert spec.schema_registry is not None and self._schema is not None

@@ -38,7 +38,7 @@ What makes it exact, whatever the cut (``tests/test_combine.py`` checks each rul
   (NaN above every number: Arrow skips NaN, so it is put back), and for first / last the
   row's (event time, offset, value) at the lowest / highest (event time, offset) among
   non-NULL values; Spark compares them with its own rows' by (event time, lane, offset).
-* **Behind a simple ``[transform].sql``** (``CombinePlan.stage``, ``flow_jobs.io.prestage``)
+* **Behind a simple ``[transform].sql``** (``CombinePlan.stage``, ``flow_jobs.kafka.prestage``)
   a folding row is one the SQL's filter keeps (TRUE); the aggregated columns are the
   SQL's. A row the filter drops (FALSE or NULL) would still count at its source and move
   its watermark in Spark, so it folds too, into a partial marked not kept (``KEPT``) with
@@ -50,7 +50,7 @@ What makes it exact, whatever the cut (``tests/test_combine.py`` checks each rul
 
 This module holds what the driver and the reader agree on: the plan (``CombinePlan``) and
 the partial struct it lays out (``partial_type``); the folding itself is
-``flow_jobs.io.folding`` (``Folder``). The reader (``flow_jobs.kafka.read.read_folded``)
+``flow_jobs.kafka.folding`` (``Folder``). The reader (``flow_jobs.kafka.read.read_folded``)
 builds full Kafka rows (key, value, headers, ...) only for the records that pass through;
 a folded record's bytes are never copied.
 """
@@ -63,7 +63,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from flow_jobs.io.prestage import Stage
+from flow_jobs.kafka.prestage import Stage
 from flow_jobs.partial_parts import (
     TIMESTAMP_US,
     PartialPart,
@@ -89,7 +89,7 @@ class CombinePlan:
     """What the reader folds: the payload's event-time field (epoch ms) or ``_event_ts``,
     the pane, the skew bound, the group keys, and per aggregated field the names of the
     parts it needs (``flow_jobs.partial_parts``); with ``stage``, the simple
-    ``[transform].sql`` the rows go through first (``flow_jobs.io.prestage``: the keys and
+    ``[transform].sql`` the rows go through first (``flow_jobs.kafka.prestage``: the keys and
     the time are payload fields it passes on, an aggregated field may be a column it
     computes)."""
 

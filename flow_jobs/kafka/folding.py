@@ -1,4 +1,4 @@
-"""The Kafka reader's folding (``flow_jobs.io.combine`` says what makes it exact): a
+"""The Kafka reader's folding (``flow_jobs.kafka.combine`` says what makes it exact): a
 range's decoded records gathered chunk by chunk into a block (``Folder``, ``Block``),
 the block's rows grouped per (pane or session, keys) with Arrow's hash aggregation
 (``Folded``), each aggregated field's parts read back from it (each part's own
@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from flow_jobs.io.combine import EVENT_TS, KEPT, PARTIAL, START, CombinePlan, partial_type
+from flow_jobs.kafka.combine import EVENT_TS, KEPT, PARTIAL, START, CombinePlan, partial_type
 from flow_jobs.partial_parts import TIMESTAMP_US, Groups, work_column
 
 #: Records folded at once per Kafka partition range (more: fewer partials, more memory).
@@ -66,7 +66,7 @@ class Folder:
             try:
                 decoded, kept = self.plan.stage.apply(decoded, self.block.payload_names)
             except (pa.ArrowException, ValueError):
-                return none  # Spark evaluates the SQL on these rows (flow_jobs.io.prestage)
+                return none  # Spark evaluates the SQL on these rows (flow_jobs.kafka.prestage)
         summed = ok if kept is None else ok & kept
         if summed.any() and may_overflow(decoded, self.plan, summed, self.block_rows + len(ok)):
             ok[:] = False  # Spark's try_sum sees these rows one by one

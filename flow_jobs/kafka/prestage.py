@@ -1,6 +1,6 @@
 """A simple ``[transform].sql`` (a projection and a filter over one source) evaluated in
 the Kafka reader on the decoded Arrow rows, so the window folds behind it
-(``flow_jobs.io.combine``).
+(``flow_jobs.kafka.combine``).
 
 The expressions come from Spark's own optimized plan of the SQL
 (``flow_jobs.plan.prestage`` reads it): this module only evaluates them, in the small
