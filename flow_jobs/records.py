@@ -7,6 +7,11 @@ import re
 
 import pyarrow as pa
 
+#: A row's event time (the record's Kafka timestamp, or the spec's event-time column) as
+#: the reader and the plan carry it: the reader's processes import no spec, so the name
+#: lives here, below both.
+EVENT_TS = "_event_ts"
+
 #: A record's Kafka headers, in order (NULL: none): kept so a dead letter carries them.
 HEADERS_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 

@@ -74,8 +74,6 @@ from flow_jobs.partial_parts import (
 #: The reader's column holding a row's partial aggregate (NULL on a record passed through).
 PARTIAL = "_partial"
 
-#: The Kafka timestamp column (``flow_jobs.spec.models.EVENT_TS``; io does not import spec).
-EVENT_TS = "_event_ts"
 _TS = TIMESTAMP_US
 #: With a filtering pre-stage: FALSE on a partial of records the filter drops (they count
 #: as the source's records and move its watermark, as in Spark, then leave).

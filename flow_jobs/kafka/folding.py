@@ -15,8 +15,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from flow_jobs.kafka.combine import EVENT_TS, KEPT, PARTIAL, START, CombinePlan, partial_type
+from flow_jobs.kafka.combine import KEPT, PARTIAL, START, CombinePlan, partial_type
 from flow_jobs.partial_parts import TIMESTAMP_US, Groups, work_column
+from flow_jobs.records import EVENT_TS
 
 #: Records folded at once per Kafka partition range (more: fewer partials, more memory).
 BLOCK_ROWS = 500_000

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from flow_jobs.kafka.combine import EVENT_TS, PARTIAL, CombinePlan, partial_type
+from flow_jobs.kafka.combine import PARTIAL, CombinePlan, partial_type
 from flow_jobs.kafka.consume import read_messages
 from flow_jobs.kafka.folding import Folder, RangeRows
 from flow_jobs.kafka.json_decode import JsonDecoder, arrow_schema
@@ -27,7 +27,7 @@ from flow_jobs.kafka.schema import (
     TIMESTAMP_US,
     UNDECODED,
 )
-from flow_jobs.records import HEADERS_TYPE
+from flow_jobs.records import EVENT_TS, HEADERS_TYPE
 
 if TYPE_CHECKING:
     from flow_jobs.formats.framing import FramedDecoder

@@ -6,7 +6,7 @@ import re
 
 import pyarrow as pa
 
-from flow_jobs.records import RECORD_SCHEMA
+from flow_jobs.records import EVENT_TS, RECORD_SCHEMA
 
 SOURCE_FORMAT = "flow_kafka"
 TIMESTAMP_US = pa.timestamp("us", tz="UTC")
@@ -54,7 +54,7 @@ CORRUPT_RECORD = "__flow_corrupt_record"
 ARROW_SCHEMA = pa.schema(
     [
         *RECORD_SCHEMA,
-        ("_event_ts", pa.timestamp("us", tz="UTC")),
+        (EVENT_TS, pa.timestamp("us", tz="UTC")),
         (LATE_WATERMARK, pa.timestamp("us", tz="UTC")),
         (HEARTBEAT, pa.timestamp("us", tz="UTC")),
         (BATCH_TIME, pa.timestamp("us", tz="UTC")),

@@ -54,7 +54,8 @@ from flow_jobs.kafka.json_decode import arrow_schema
 from flow_jobs.partial_parts import PartialPart, in_struct_order, plug_in_modules
 from flow_jobs.plan.prestage import SPARK_TYPES, PreStage
 from flow_jobs.plan_lines import PlanLine
-from flow_jobs.spec.models import EVENT_TS, KAFKA_COLUMN, PipelineSpec
+from flow_jobs.records import EVENT_TS
+from flow_jobs.spec.models import KAFKA_COLUMN, PipelineSpec
 
 #: A checkpoint whose windows merge partials carries this file.
 MARKER = "flow_pre_aggregate"

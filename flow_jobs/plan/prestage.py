@@ -51,7 +51,8 @@ from flow_jobs.kafka.prestage import (
     Stage,
     castable,
 )
-from flow_jobs.spec.models import EVENT_TS, KAFKA_COLUMN
+from flow_jobs.records import EVENT_TS
+from flow_jobs.spec.models import KAFKA_COLUMN
 
 _CATALYST = "org.apache.spark.sql.catalyst.expressions."
 _LOGICAL = "org.apache.spark.sql.catalyst.plans.logical."

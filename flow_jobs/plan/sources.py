@@ -65,7 +65,8 @@ from flow_jobs.plan.json_reasons import NULL_PAYLOAD, decode_reasons, missing_fi
 from flow_jobs.plan.kafka_reader import load_kafka, reader_options
 from flow_jobs.plan.late_rows import LATE, late_condition, late_reason
 from flow_jobs.plan.source_schemas import payload_schema, registry_payload, registry_reader
-from flow_jobs.spec.models import EVENT_TS, KAFKA_COLUMN, KafkaSource
+from flow_jobs.records import EVENT_TS
+from flow_jobs.spec.models import KAFKA_COLUMN, KafkaSource
 
 _PAYLOAD = "__flow_payload"
 _CORRUPT = CORRUPT_RECORD  # the reader decodes into the same shape

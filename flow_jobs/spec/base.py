@@ -22,9 +22,8 @@ PIPELINE_NAME = re.compile(r"^[a-z0-9_-]+$")
 SQL_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
-#: The column every source injects: the Kafka timestamp, or the arrival time in
-#: processing-time mode.
-EVENT_TS = "_event_ts"
+#: The column every source injects (the Kafka timestamp, or the arrival time in
+#: processing-time mode) is ``flow_jobs.records.EVENT_TS``.
 #: The struct of Kafka metadata a JSON source view carries (key, topic, partition,
 #: offset, timestamp); count-based windows order a group's events by it.
 KAFKA_COLUMN = "_kafka"

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from flow_jobs.records import EVENT_TS
 from flow_jobs.spec.aggregation import AGGREGATOR_RULES
-from flow_jobs.spec.base import EVENT_TS, KAFKA_COLUMN, key_error
+from flow_jobs.spec.base import KAFKA_COLUMN, key_error
 from flow_jobs.spec.ddl import EPOCH_MILLIS, TIMESTAMPS, DdlError, parse_schema, unknown
 
 if TYPE_CHECKING:

@@ -27,9 +27,9 @@ from pydantic import (
     model_validator,
 )
 
+from flow_jobs.records import EVENT_TS
 from flow_jobs.spec.aggregation import Aggregation
 from flow_jobs.spec.base import (
-    EVENT_TS,
     IMPORT_PATH,
     KAFKA_COLUMN,
     KAFKA_TOPIC_NAME,

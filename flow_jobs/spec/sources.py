@@ -17,9 +17,9 @@ from pydantic import (
     model_validator,
 )
 
+from flow_jobs.records import EVENT_TS
 from flow_jobs.secrets import redact
 from flow_jobs.spec.base import (
-    EVENT_TS,
     KAFKA_COLUMN,
     SpecModel,
     _identifier,

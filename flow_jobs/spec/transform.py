@@ -17,8 +17,8 @@ from pydantic import (
     model_validator,
 )
 
+from flow_jobs.records import EVENT_TS
 from flow_jobs.spec.base import (
-    EVENT_TS,
     SpecModel,
     _identifier,
     dead_letter_topic_rule,

@@ -22,9 +22,9 @@ from pydantic import Field, ValidationError, model_validator
 from pydantic_core import InitErrorDetails
 
 from flow_jobs.plugins import Registry
+from flow_jobs.records import EVENT_TS
 from flow_jobs.spec.aggregation import Aggregation
 from flow_jobs.spec.base import (
-    EVENT_TS,
     SpecModel,
     _identifier,
     dead_letter_topic_rule,

@@ -11,6 +11,7 @@ from pyspark.sql import functions as F
 from flow_jobs import state_codec
 from flow_jobs.operators.temporal import STATE_VARIABLE as TEMPORAL_STATE
 from flow_jobs.operators.temporal import TemporalState
+from flow_jobs.records import EVENT_TS
 from flow_jobs.runtime.inspect.report import (
     BufferedJoinRow,
     Reading,
@@ -35,10 +36,10 @@ def join_rows(reader: Any, c: Reading) -> tuple[list[BufferedJoinRow], int]:
         key_fields = state.schema["key"].dataType.fieldNames()
         key_cols = {k: F.col(f"key.{f}") for k, f in zip(keys, key_fields, strict=False)}
         value_fields = state.schema["value"].dataType.fieldNames()
-        # the watermarked event time of the side (flow_jobs.plan.joins), else _event_ts
+        # the watermarked event time of the side (flow_jobs.plan.joins), else EVENT_TS
         time_field = next(
             (f for f in value_fields if f == f"__flow_{side}_time"),
-            "_event_ts" if "_event_ts" in value_fields else None,
+            EVENT_TS if EVENT_TS in value_fields else None,
         )
         time_col = F.unix_millis(F.col(f"value.{time_field}")) if time_field else F.lit(None)
         state = filter_state(state, key_cols, {k: v for k, v in c.groups.items() if k in key_cols})
