@@ -137,8 +137,9 @@ def no_references(references: list[tuple[str, str]], title: str, hint: str = "")
 
 
 def spark_ddl(data_type: pa.DataType) -> str:
-    """The Spark DDL of an Arrow type a format's schema maps to (the reader's declared
-    schema, where no JVM is at hand to parse a ``StructType``)."""
+    """The Spark DDL of an Arrow type a format's schema or the reader's partial
+    aggregates map to (the reader's declared schema, where no JVM is at hand to parse a
+    ``StructType``)."""
     if pa.types.is_struct(data_type):
         fields = (data_type.field(i) for i in range(data_type.num_fields))
         inner = ", ".join(f"`{f.name.replace('`', '``')}`: {spark_ddl(f.type)}" for f in fields)
@@ -157,6 +158,8 @@ def spark_ddl(data_type: pa.DataType) -> str:
 _SPARK_DDL = {
     pa.null(): "VOID",
     pa.bool_(): "BOOLEAN",
+    pa.int8(): "TINYINT",
+    pa.int16(): "SMALLINT",
     pa.int32(): "INT",
     pa.int64(): "BIGINT",
     pa.float32(): "FLOAT",

@@ -167,26 +167,3 @@ def partial_type(plan: CombinePlan, payload: pa.Schema) -> pa.StructType:
     if plan.filters:
         fields.append(pa.field(KEPT, pa.bool_()))
     return pa.struct(fields)
-
-
-_DDL = {
-    pa.int64(): "BIGINT",
-    pa.int32(): "INT",
-    pa.int16(): "SMALLINT",
-    pa.int8(): "TINYINT",
-    pa.float64(): "DOUBLE",
-    pa.bool_(): "BOOLEAN",
-    pa.string(): "STRING",
-    _TS: "TIMESTAMP",
-}
-
-
-def ddl(data_type: pa.DataType) -> str:
-    """Spark DDL of a partial struct (for the data source's schema)."""
-    if pa.types.is_struct(data_type):
-        inner = ", ".join(
-            f"{data_type.field(i).name}: {ddl(data_type.field(i).type)}"
-            for i in range(data_type.num_fields)
-        )
-        return f"STRUCT<{inner}>"
-    return _DDL[data_type]

@@ -9,8 +9,8 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 
+from flow_jobs.formats.framing import spark_ddl
 from flow_jobs.kafka.combine import PARTIAL, CombinePlan, partial_type
-from flow_jobs.kafka.combine import ddl as combine_ddl
 from flow_jobs.kafka.json_decode import arrow_schema
 from flow_jobs.kafka.options import KafkaSourceOptions
 from flow_jobs.kafka.partitions import Offsets
@@ -34,7 +34,7 @@ class KafkaDataSource(DataSource):
     def schema(self) -> str:
         reader = self.options.get("reader_schema")
         if reader:  # a registry format (flow_jobs.formats)
-            from flow_jobs.formats import format_module, spark_ddl
+            from flow_jobs.formats import format_module
 
             payload = format_module(self.options["payload_format"]).payload_schema(reader)
             decoded = spark_ddl(pa.struct([*payload, pa.field(CORRUPT_RECORD, pa.string())]))
@@ -60,7 +60,7 @@ class KafkaDataSource(DataSource):
         if not combine:
             return ddl
         partial = partial_type(CombinePlan.from_json(combine), payload)
-        return f"{ddl}, {PARTIAL} {combine_ddl(partial)}"
+        return f"{ddl}, {PARTIAL} {spark_ddl(partial)}"
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         return KafkaStreamReader(KafkaSourceOptions.from_options(dict(self.options)))
