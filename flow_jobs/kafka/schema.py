@@ -6,19 +6,12 @@ import re
 
 import pyarrow as pa
 
+from flow_jobs.formats.framing import spark_ddl
 from flow_jobs.records import EVENT_TS, RECORD_SCHEMA
 
 SOURCE_FORMAT = "flow_kafka"
 TIMESTAMP_US = pa.timestamp("us", tz="UTC")
 
-
-#: Columns every Kafka source exposes, in order (Spark DDL).
-KAFKA_COLUMNS_DDL = (
-    "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, "
-    "timestamp TIMESTAMP, headers ARRAY<STRUCT<key: STRING, value: BINARY>>, "
-    "_event_ts TIMESTAMP, _late_watermark TIMESTAMP, _heartbeat TIMESTAMP, "
-    "_batch_time TIMESTAMP"
-)
 
 #: The watermark Spark's window operators judge the row's micro-batch by: the one the
 #: previous batch ran under (``batchWatermarkMs`` of Spark's offset log), stamped on every
@@ -60,6 +53,8 @@ ARROW_SCHEMA = pa.schema(
         (BATCH_TIME, pa.timestamp("us", tz="UTC")),
     ]
 )
+#: Columns every Kafka source exposes, in order (Spark DDL).
+KAFKA_COLUMNS_DDL = ", ".join(f"{f.name} {spark_ddl(f.type)}" for f in ARROW_SCHEMA)
 
 #: Options that belong to this source; everything prefixed ``kafka.`` goes to librdkafka.
 _CLIENT_PREFIX = "kafka."

@@ -65,7 +65,7 @@ from flow_jobs.plan.json_reasons import NULL_PAYLOAD, decode_reasons, missing_fi
 from flow_jobs.plan.kafka_reader import load_kafka, reader_options
 from flow_jobs.plan.late_rows import LATE, late_condition, late_reason
 from flow_jobs.plan.source_schemas import payload_schema, registry_payload, registry_reader
-from flow_jobs.records import EVENT_TS
+from flow_jobs.records import EVENT_TS, RECORD_SCHEMA
 from flow_jobs.spec.models import KAFKA_COLUMN, KafkaSource
 
 _PAYLOAD = "__flow_payload"
@@ -74,10 +74,10 @@ _WATERMARKED = "__flow_source_watermark"
 #: A changelog's view: TRUE for a tombstone (``tombstone_keys``).
 TOMBSTONE = "__flow_tombstone"
 
-RAW_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "headers", EVENT_TS)
 #: ``_kafka``: the record's position and bytes, so a row can still be dead-lettered after
 #: ``[transform].sql`` (value is pruned by the optimizer where nothing reads it).
-KAFKA_METADATA = ("key", "value", "topic", "partition", "offset", "timestamp", "headers")
+KAFKA_METADATA = tuple(RECORD_SCHEMA.names)
+RAW_COLUMNS = (*KAFKA_METADATA, EVENT_TS)
 
 
 #: Prefix of the observable metrics each source view reports (``observedMetrics``).
