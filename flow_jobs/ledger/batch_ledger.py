@@ -24,6 +24,7 @@ from psycopg.types.json import Jsonb
 
 from flow_jobs.io.batch import BatchEntry, BatchWriter, WriteResult
 from flow_jobs.ledger.store import LedgerStore
+from flow_jobs.spec.base import epoch_ms
 
 #: What a batch whose ledger row exists writes: nothing.
 ALREADY_WRITTEN = WriteResult(skipped=True, inserted=0, updated=0, version=None)
@@ -175,8 +176,8 @@ def source_watermark_ms(
 
 
 def _epoch_ms(iso: str) -> int:
-    return round(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
+    return epoch_ms(datetime.fromisoformat(iso.replace("Z", "+00:00")))
 
 
-def _iso(epoch_ms: float) -> str:
-    return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
+def _iso(ms: float) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds")

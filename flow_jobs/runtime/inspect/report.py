@@ -12,6 +12,7 @@ import numpy as np
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from flow_jobs.spec.base import epoch_ms as instant_ms
 from flow_jobs.spec.models import PipelineSpec, WindowSpec
 from flow_jobs.windows.family import CloseRule
 
@@ -164,9 +165,8 @@ def as_datetime(ms: int | None) -> datetime | None:
 
 
 def epoch_ms(value: datetime) -> int:
-    if value.tzinfo is None:
-        value = value.astimezone(UTC)  # Spark hands out naive local times
-    return round(value.timestamp() * 1000)
+    """``spec.base.epoch_ms`` of a time from Spark, which hands out naive local times."""
+    return instant_ms(value if value.tzinfo is not None else value.astimezone(UTC))
 
 
 def parse_iso(value: str | None) -> datetime | None:
