@@ -31,27 +31,25 @@ def test_the_tree_keeps_its_layers() -> None:
     assert "3 kept, 0 broken" in done.stdout
 
 
-def test_an_import_up_a_layer_breaks_them(tmp_path: Path) -> None:
+def _lint_with(tmp_path: Path, module: str, imported: str) -> subprocess.CompletedProcess[str]:
+    """Lint a copy of the tree in which ``module`` (a path under flow_jobs/) imports
+    ``imported`` inside a function."""
     shutil.copytree(ROOT / "flow_jobs", tmp_path / "flow_jobs", ignore=_pycache)
     shutil.copy(ROOT / ".importlinter", tmp_path / ".importlinter")
-    spec = tmp_path / "flow_jobs" / "spec" / "base.py"
-    spec.write_text(
-        spec.read_text() + "\n\ndef _up() -> None:\n    from flow_jobs.runtime import runner\n"
-    )
-    done = _lint(tmp_path)
+    source = tmp_path / "flow_jobs" / module
+    source.write_text(source.read_text() + f"\n\ndef _added() -> None:\n    {imported}\n")
+    return _lint(tmp_path)
+
+
+def test_an_import_up_a_layer_breaks_them(tmp_path: Path) -> None:
+    done = _lint_with(tmp_path, "spec/base.py", "from flow_jobs.runtime import runner")
     assert done.returncode == 1, done.stdout[-3000:]
     assert "flow_jobs.spec is not allowed to import flow_jobs.runtime" in done.stdout
     assert "flow_jobs.spec.base -> flow_jobs.runtime.runner" in done.stdout
 
 
 def test_driver_side_code_in_the_reader_breaks_them(tmp_path: Path) -> None:
-    shutil.copytree(ROOT / "flow_jobs", tmp_path / "flow_jobs", ignore=_pycache)
-    shutil.copy(ROOT / ".importlinter", tmp_path / ".importlinter")
-    reader = tmp_path / "flow_jobs" / "kafka" / "read.py"
-    reader.write_text(
-        reader.read_text() + "\n\ndef _spec() -> None:\n    from flow_jobs.io import delta\n"
-    )
-    done = _lint(tmp_path)
+    done = _lint_with(tmp_path, "kafka/read.py", "from flow_jobs.io import delta")
     assert done.returncode == 1, done.stdout[-3000:]
     assert "flow_jobs.kafka is not allowed to import flow_jobs.io.delta" in done.stdout
     assert "1 broken" in done.stdout
