@@ -14,7 +14,7 @@ A part is known by its name (``PARTIAL_PARTS``): the plan names the parts each f
 needs, and the reader resolves them where it runs. The built-in parts are shared by
 several aggregators (``nn`` by count, avg, min and max), and every Python process Spark
 starts for the Kafka source imports them, so they live here, in a module that imports
-nothing of flow_jobs: below the aggregators, and below the reader (``flow_jobs.io``)
+nothing of flow_jobs: below the aggregators, and below the reader (``flow_jobs.kafka``)
 that folds them. A part from outside flow_jobs is one ``register_part`` call
 in the module that defines it; the plan carries that module (``plug_in_modules``) so the
 reader imports it too.
