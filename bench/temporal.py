@@ -7,7 +7,7 @@ states, a timer at each order's time, and at the timer each order ready joined w
 last version at or before it (``pandas.merge_asof``), the versions no later order can
 join dropped; each micro-batch appended to Delta, as the other hand-written jobs.
 
-What a careful user writes, not what flow-jobs runs (``flow_jobs.operators.temporal``):
+What a careful user writes, not what flow-jobs runs (``flow_jobs.temporal_join.processor``):
 equal times of two versions are left in the order the state returns them.
 """
 

@@ -85,14 +85,8 @@ def _read(spec: PipelineSpec, groups: dict[str, str], limit: int) -> StateReport
 
 
 def parse_groups(items: list[str], spec: PipelineSpec) -> dict[str, str]:
-    allowed = list(spec.window.group_by) if spec.has_window else []
-    if spec.transform.join is not None:
-        join = spec.transform.join
-        allowed += [k for k in (*join.left_keys, *join.right_keys) if k not in allowed]
-    if spec.transform.temporal_join is not None:
-        temporal = spec.transform.temporal_join
-        keys = (*temporal.stream_keys, *temporal.version_keys)
-        allowed += [k for k in keys if k not in allowed]
+    stages = spec.transform.stages()
+    allowed = list(dict.fromkeys(k for stage in stages[::-1] for k in stage.key_columns()))
     groups = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -117,9 +111,10 @@ def render(report: StateReport, spec: PipelineSpec, console: Console) -> None:
         f"(checkpoint {report.checkpoint})"
     )
     console.print(_watermarks(report))
-    if spec.has_window:
+    held = {stage.HOLDS for stage in spec.transform.stages()}
+    if "windows" in held:
         _window_table(report, spec, console)
-    if spec.transform.join is not None or spec.transform.temporal_join is not None:
+    if "rows" in held:
         _join_table(report, console)
     if report.note:
         console.print(f"note: {report.note}")

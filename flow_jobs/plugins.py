@@ -34,6 +34,9 @@ T = TypeVar("T")
 BUILTIN = (
     "flow_jobs.aggregations.registry",
     "flow_jobs.windows",
+    "flow_jobs.plan.windowed",
+    "flow_jobs.joins.plugin",
+    "flow_jobs.temporal_join.plugin",
     "flow_jobs.plan.dedup",
     "flow_jobs.sinks.delta",
     "flow_jobs.sinks.postgres",

@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 from flow_jobs.aggregations import AGGREGATORS
 from flow_jobs.io.dead_letters import OBSERVATION_PREFIX
 from flow_jobs.kafka.combine import CombinePlan
-from flow_jobs.one_line import ENGINES, pipeline_summary
+from flow_jobs.one_line import pipeline_summary
 from flow_jobs.plan.combine import MARKER
 from flow_jobs.plan.windows import STATE_STORE_PROVIDER
 from flow_jobs.runtime.runner import PipelineRunner
@@ -28,6 +28,7 @@ from flow_jobs.sinks.kafka import KafkaProduceSink
 from flow_jobs.sinks.postgres import PostgresUpsertSink
 from flow_jobs.spec import load_spec
 from flow_jobs.spec.models import PipelineSpec
+from flow_jobs.spec.windows import ENGINES
 
 PIPELINES = Path(__file__).parent.parent / "pipelines"
 SPECS = sorted(PIPELINES.glob("*.toml"))

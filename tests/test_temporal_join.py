@@ -26,10 +26,10 @@ from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
 from flow_jobs.io.delta import read_delta
-from flow_jobs.operators.temporal import TemporalState, add_version, release
 from flow_jobs.runtime.inspect import inspect_state
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec.models import PipelineSpec
+from flow_jobs.temporal_join.processor import TemporalState, add_version, release
 from flow_jobs_dev.broker import EmbeddedBroker
 from flow_jobs_dev.producer import Record
 from tests.support import send

@@ -312,9 +312,9 @@ class DeadLetterTopic:
 
     @staticmethod
     def of(spec: PipelineSpec) -> DeadLetterTopic | None:
-        """The spec's ``dead_letter_topic`` (a join's, else the window's), if any."""
-        operator = spec.transform.join or spec.transform.window
-        topic = operator.dead_letter_topic if operator is not None else None
+        """The spec's ``dead_letter_topic`` (its first stage's: after a join, a window's
+        late rows are dropped), if any."""
+        topic = spec.transform.stages()[0].dead_letter_topic
         if topic is None:
             return None
         clusters = tuple((s.name, tuple(s.cluster_config().items())) for s in spec.sources)

@@ -3,7 +3,7 @@ and the registry the core compiles them through.
 
 An operator runs on one source's view, after the source (its late rows out, its
 watermark taken) and before ``[transform].sql``, the window or the join. The core
-(``flow_jobs.plan.compile``, ``flow_jobs.plan.joins``) asks ``OPERATORS`` for the kind
+(``flow_jobs.plan.windowed``, ``flow_jobs.joins.compile``) asks ``OPERATORS`` for the kind
 a spec names, hands its compile step an ``OperatorInput`` and puts what it returns in
 the plan; it never names a kind. The built-in ``dedup`` registers itself here like any
 plug-in (``flow_jobs.plan.dedup``; ``[[transform.dedup]]`` is its own table).

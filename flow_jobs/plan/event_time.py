@@ -17,7 +17,7 @@ from pyspark.sql.types import (
 )
 
 from flow_jobs.errors import PlanError
-from flow_jobs.spec.models import JoinSpec, WindowSpec
+from flow_jobs.spec.models import WindowSpec
 
 #: The watermarked event-time column a window groups on.
 EVENT_TIME = "__flow_event_time"
@@ -58,14 +58,6 @@ class EventTime:
             w.time_mode,
             w.max_event_time_skew_ms,
             "transform.window.event_time_column",
-        )
-
-    @staticmethod
-    def of_join(j: JoinSpec, side: str) -> EventTime:
-        override = f"{side}_event_time_column"
-        key = override if getattr(j, override) else "event_time_column"
-        return EventTime(
-            j.side_event_time(side), j.time_mode, j.max_event_time_skew_ms, f"transform.join.{key}"
         )
 
 

@@ -110,8 +110,7 @@ class ProgressTracker:
         self._totals = _Totals()
         self._lock = threading.Lock()
         # how far each source's watermark runs behind its highest event time
-        window, join = spec.transform.window, spec.transform.join or spec.transform.temporal_join
-        lateness = join.lateness_ms if join else window.watermark_delay_ms if window else 0
+        lateness = spec.transform.stages()[0].watermark_delay_ms  # the stage reading them
         self.lateness_ms = {s.name: lateness for s in spec.sources}
         self.metrics = MetricsFeed(self.pipeline, self.lateness_ms)
         self._outages: dict[str, int] = {}  # broker outages per source, this run

@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
@@ -310,9 +311,10 @@ class PipelineRunner:
         """Runs over several sources track idleness (runtime.idleness): by the clock in
         continuous runs, by what each source has to read in a replay."""
         path = self.compiled.idle_file
-        timing = self.spec.transform.window or self.spec.transform.temporal_join
-        if path is None or timing is None:
+        if path is None:
             return None
+        # set by a first stage that follows idle sources: it has ``source_idleness_ms``
+        timing: Any = self.spec.transform.stages()[0]
         names = [s.name for s in self.spec.sources]
         idle = IdleSources(path, names, timing.watermark_delay_ms, timing.source_idleness_ms)
         if not available_now:

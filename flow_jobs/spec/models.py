@@ -68,11 +68,9 @@ from flow_jobs.spec.sources import KafkaSource, StartingOffsets, StartingTimesta
 from flow_jobs.spec.targets import DeadLetterSpec, TargetSpec, deleting_kinds, validate_target
 from flow_jobs.spec.transform import (
     JoinHow,
-    JoinSpec,
     LookupKind,
     LookupSpec,
     OutputColumns,
-    TemporalJoinSpec,
     TransformSpec,
 )
 from flow_jobs.spec.windows import WindowSpec
@@ -93,7 +91,6 @@ __all__ = [
     "DedupSpec",
     "ImportPath",
     "JoinHow",
-    "JoinSpec",
     "KafkaSource",
     "LookupKind",
     "LookupSpec",
@@ -108,7 +105,6 @@ __all__ = [
     "StartingTimestamp",
     "StateStoreSpec",
     "TargetSpec",
-    "TemporalJoinSpec",
     "TransformSpec",
     "WindowSpec",
     "aware_instant",
@@ -183,23 +179,7 @@ class PipelineSpec(SpecModel):
                     f"lookups[{i}].name = {lookup.name!r} is also {seen[lookup.name]}: "
                     "views need distinct names",
                 )
-        join = self.transform.join
-        if join is not None:
-            names = [src.name for src in self.sources]
-            for side in ("left_source", "right_source"):
-                if getattr(join, side) not in names:
-                    raise key_error(
-                        "transform",
-                        f"join.{side} = {getattr(join, side)!r} is not a declared source "
-                        f"(sources: {', '.join(names)})",
-                    )
-        elif self.transform.temporal_join is not None:
-            self.transform.temporal_join.check_sources(self.sources)
-        elif len(self.sources) > 1 and not self.transform.sql:
-            raise ValueError(
-                f"{len(self.sources)} sources are declared but [transform].sql is empty; "
-                "a SQL pre-stage must combine them (e.g. a UNION ALL of the source views)"
-            )
+        self.transform.stages()[0].check_sources(self.sources, self.transform.sql)
         check_operators(self)
         check_columns(self)
         check_event_time_types(self)
@@ -303,7 +283,7 @@ class PipelineSpec(SpecModel):
 
     def natural_key(self) -> list[str]:
         """A windowed pipeline's natural key (a join's depends on the sources' schemas:
-        see ``flow_jobs.plan.joins``)."""
+        its compile step finds it)."""
         w = self.window
         if w.is_count_based and w.emit == "current":
             # A count window's bounds move while it fills: its index names it.

@@ -4,7 +4,8 @@ the per-source operators (the deduplication among them)."""
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Protocol
 
 from pydantic import (
     BeforeValidator,
@@ -33,6 +34,46 @@ if TYPE_CHECKING:
     from flow_jobs.spec.sources import KafkaSource
 
 JoinHow = Literal["inner", "left", "right", "full"]
+
+
+class Stage(Protocol):
+    """What the core asks of a stage of ``[transform]`` (a window, a join, a temporal
+    join) without naming its kind: ``TransformSpec.stages()`` lists them in order, and
+    the compile step and the inspect reading of each are found by its ``STAGE``
+    (``flow_jobs.plan.pipelines.PIPELINES``, ``flow_jobs.runtime.inspect.READINGS``)."""
+
+    #: the stage's name: its ``[transform.<name>]`` table, its registries' key
+    STAGE: ClassVar[str]
+    #: what its state holds for ``flow-jobs inspect`` (``StateReport``): open windows,
+    #: or buffered rows
+    HOLDS: ClassVar[Literal["windows", "rows"]]
+    lateness_ms: int
+
+    @property
+    def watermark_delay_ms(self) -> int:
+        """How far the watermark it runs on lags the highest event time."""
+        ...
+
+    @property
+    def dead_letter_topic(self) -> str | None:
+        """Where its late rows go as Kafka records (None: not to a topic)."""
+        ...
+
+    def summary(self, over: Sequence[str] | None) -> str:
+        """It in a few words, for the pipeline's one line (``flow_jobs.one_line``);
+        ``over``: the sources it reads, when it is the first stage."""
+        ...
+
+    def check_sources(self, sources: Sequence[KafkaSource], sql: str | None) -> None:
+        """As the first stage: the declared sources are what it reads (``sql``: the
+        pre-stage over them, if any); a ``ValueError`` (``key_error``) says why not."""
+        ...
+
+    def key_columns(self) -> list[str]:
+        """The columns ``flow-jobs inspect --group KEY=VALUE`` may filter its state on."""
+        ...
+
+
 #: Output column lists: names kept as they are, or a table of column -> new name.
 OutputColumns = list[str] | dict[str, str]
 
@@ -40,6 +81,9 @@ OutputColumns = list[str] | dict[str, str]
 class JoinSpec(SpecModel):
     """``[transform.join]``: a keyed, time-bounded stream-stream join, plus
     outer joins and asymmetric bounds."""
+
+    STAGE: ClassVar[str] = "join"
+    HOLDS: ClassVar[Literal["windows", "rows"]] = "rows"
 
     kind: Literal["stream_stream_join"]
     left_source: str
@@ -148,11 +192,42 @@ class JoinSpec(SpecModel):
         override = self.left_event_time_column if side == "left" else self.right_event_time_column
         return override or self.event_time_column
 
+    @property
+    def watermark_delay_ms(self) -> int:
+        """How far each side's watermark (``withWatermark``) lags its highest event time."""
+        return self.lateness_ms
+
+    def summary(self, over: Sequence[str] | None) -> str:
+        lower, upper = self.bounds
+        return (
+            f"{self.how} join of {self.left_source} and {self.right_source} on "
+            f"{', '.join(self.left_keys)} within [{lower}, {upper}] ms"
+        )
+
+    def key_columns(self) -> list[str]:
+        return list(dict.fromkeys([*self.left_keys, *self.right_keys]))
+
+    def check_sources(self, sources: Sequence[KafkaSource], sql: str | None) -> None:
+        """Both sides are declared sources."""
+        names = [src.name for src in sources]
+        for side in ("left_source", "right_source"):
+            if getattr(self, side) not in names:
+                raise key_error(
+                    "transform",
+                    f"join.{side} = {getattr(self, side)!r} is not a declared source "
+                    f"(sources: {', '.join(names)})",
+                )
+
 
 class TemporalJoinSpec(SpecModel):
     """``[transform.temporal_join]``: each record of a stream joined with the version of
     a versioned side (a changelog topic) valid at the record's event time
     (docs/spec-reference.md, "[transform.temporal_join]")."""
+
+    STAGE: ClassVar[str] = "temporal_join"
+    HOLDS: ClassVar[Literal["windows", "rows"]] = "rows"
+    #: late rows go to the dead-letter table only
+    dead_letter_topic: ClassVar[None] = None
 
     stream_source: str
     #: the changelog: a JSON source whose records are versions of its keys; a record
@@ -210,6 +285,15 @@ class TemporalJoinSpec(SpecModel):
         """How far each source's watermark runs behind its highest event time."""
         return self.lateness_ms
 
+    def summary(self, over: Sequence[str] | None) -> str:
+        return (
+            f"{self.how} temporal join of {self.stream_source} with the versions of "
+            f"{self.versions_source} on {', '.join(self.stream_keys)}"
+        )
+
+    def key_columns(self) -> list[str]:
+        return list(dict.fromkeys([*self.stream_keys, *self.version_keys]))
+
     def side_source(self, side: str) -> str:
         return self.stream_source if side == "stream" else self.versions_source
 
@@ -220,7 +304,7 @@ class TemporalJoinSpec(SpecModel):
         override = getattr(self, f"{side}_event_time_column")
         return override or self.event_time_column
 
-    def check_sources(self, sources: list[KafkaSource]) -> None:
+    def check_sources(self, sources: Sequence[KafkaSource], sql: str | None) -> None:
         """Both sides are declared sources; the versions are JSON (a tombstone's keys
         are read from its Kafka key as JSON)."""
         by_name = {s.name: s for s in sources}
@@ -305,6 +389,12 @@ class TransformSpec(SpecModel):
     join: JoinSpec | None = None
     temporal_join: TemporalJoinSpec | None = None
     chain: list[Literal["join", "window"]] | None = None
+
+    def stages(self) -> list[Stage]:
+        """Its stages in the order rows flow through them: the first reads the sources
+        (after their operators and the SQL), e.g. ``[join, window]`` with a chain."""
+        ordered = [self.join, self.temporal_join, self.window]
+        return [stage for stage in ordered if stage is not None]
 
     @field_validator("window", mode="before")
     @classmethod

@@ -15,6 +15,7 @@ kind itself.
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar
 
@@ -37,6 +38,7 @@ from flow_jobs.spec.window_columns import check_output_columns
 if TYPE_CHECKING:
     from pyspark.sql import Column
 
+    from flow_jobs.spec.sources import KafkaSource
     from flow_jobs.windows.family import StateFamily
 
 __all__ = ["WINDOW_FAMILIES", "PaneFolding", "TopNSpec", "WindowSpec", "register_window_family"]
@@ -68,6 +70,10 @@ class PaneFolding:
 
     pane_ms: int = 0
     gap_ms: int = 0
+
+
+#: Where a window runs (``WindowSpec.engine``), in a few words.
+ENGINES = {"native": "on Spark's aggregation", "state": "on Spark's state API"}
 
 
 class WindowSpec(SpecModel):
@@ -121,6 +127,9 @@ class WindowSpec(SpecModel):
 
     #: Each kind of the family, with its size keys (all required for that kind, and
     #: valid for no other).
+    #: its stage name (``flow_jobs.spec.transform.Stage``)
+    STAGE: ClassVar[str] = "window"
+    HOLDS: ClassVar[Literal["windows", "rows"]] = "windows"
     SIZE_KEYS: ClassVar[dict[str, tuple[str, ...]]] = {}
     #: Why the family's windows cannot reopen (late_data = "reopen"); None: they can.
     REOPEN_REFUSED: ClassVar[str | None] = ""
@@ -188,6 +197,22 @@ class WindowSpec(SpecModel):
     @abstractmethod
     def size_text(self) -> str:
         """The window's size in the CLI's one-line description, e.g. "60000 ms"."""
+
+    def summary(self, over: Sequence[str] | None) -> str:
+        """E.g. "tumbling window 60000 ms on Spark's aggregation over clicks"."""
+        text = f"{self.kind} window {self.size_text} {ENGINES[self.engine]}"
+        return f"{text} over {', '.join(over)}" if over else text
+
+    def key_columns(self) -> list[str]:
+        return list(self.group_by)
+
+    def check_sources(self, sources: Sequence[KafkaSource], sql: str | None) -> None:
+        """Over several sources, the SQL combines them."""
+        if len(sources) > 1 and not sql:
+            raise ValueError(
+                f"{len(sources)} sources are declared but [transform].sql is empty; "
+                "a SQL pre-stage must combine them (e.g. a UNION ALL of the source views)"
+            )
 
     @abstractmethod
     def active_windows(self) -> int:

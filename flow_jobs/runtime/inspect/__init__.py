@@ -41,14 +41,16 @@ from flow_jobs.io.checkpoint_files import CheckpointFiles, checkpoint_files, log
 from flow_jobs.locations import local_path
 from flow_jobs.runtime.checkpoint import checkpoint_location, read_offset_log
 from flow_jobs.runtime.inspect.buffers import NativeState, native_state
-from flow_jobs.runtime.inspect.joins import join_rows, temporal_rows
 from flow_jobs.runtime.inspect.report import (
     NO_STATE,
+    READINGS,
     BufferedJoinRow,
     OpenWindow,
     Reading,
+    StateInput,
     StateReport,
     parse_iso,
+    register_reading,
 )
 from flow_jobs.runtime.inspect.windows import native_windows, state_windows
 from flow_jobs.runtime.reports import JOIN_OPERATOR
@@ -92,25 +94,29 @@ def inspect_state(
     # StateStoreCoordinator", measured on Spark 4.2).
     spark.streams.active  # noqa: B018
     operators = spark.read.format("state-metadata").load(checkpoint).collect()
-    join = [r for r in operators if r["operatorName"] == JOIN_OPERATOR]
-    windows = [r for r in operators if r["operatorName"] != JOIN_OPERATOR]
-    reader = spark.read.format("statestore").option("batchId", batch)
-    if join and spec.transform.join is not None:
-        report.join_rows, report.buffered_join_rows = join_rows(
-            reader.option("operatorId", join[0]["operatorId"]), context
-        )
-    if windows and spec.transform.temporal_join is not None:
-        report.join_rows, report.buffered_join_rows = temporal_rows(
-            reader.option("operatorId", windows[0]["operatorId"]), context
-        )
-    if windows and spec.has_window:
-        reader = reader.option("operatorId", max(r["operatorId"] for r in windows))
-        if spec.window.engine == "native":
-            plan = _compiled_state(spark, spec, checkpoint)
-            report.windows, report.open_windows = native_windows(reader, context, plan)
-        else:
-            report.windows, report.open_windows = state_windows(reader, context)
+    given = StateInput(spark, checkpoint, batch, operators, context)
+    for stage in spec.transform.stages():
+        READINGS.get(stage.STAGE)(given)
     return report
+
+
+def _read_windows(given: StateInput) -> None:
+    """The window's open windows: the last stateful operator but a join (a dedup comes
+    before it)."""
+    windows = [r for r in given.operators if r["operatorName"] != JOIN_OPERATOR]
+    if not windows:
+        return
+    reader = given.reader(max(r["operatorId"] for r in windows))
+    c = given.reading
+    report = c.report
+    if c.spec.window.engine == "native":
+        plan = _compiled_state(given.spark, c.spec, given.checkpoint)
+        report.windows, report.open_windows = native_windows(reader, c, plan)
+    else:
+        report.windows, report.open_windows = state_windows(reader, c)
+
+
+register_reading("window", _read_windows)
 
 
 def _compiled_state(spark: SparkSession, spec: PipelineSpec, checkpoint: str) -> NativeState | str:
@@ -189,9 +195,12 @@ def _held_back_by(marks: Mapping[str, datetime | None]) -> tuple[str, ...]:
 __all__ = [
     "NOT_DECODED",
     "NO_STATE",
+    "READINGS",
     "BufferedJoinRow",
     "OpenWindow",
+    "StateInput",
     "StateReport",
     "inspect_state",
+    "register_reading",
     "state_absent",
 ]

@@ -1,17 +1,19 @@
 """What ``flow-jobs inspect`` reports (``StateReport``), how it words what closes a
-window (``Reading``), and the conversions its parts share."""
+window (``Reading``), the conversions its parts share, and the registry of each stage's
+reading of its state (``READINGS``, by ``Stage.STAGE``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, DataFrameReader, Row, SparkSession
 from pyspark.sql import functions as F
 
+from flow_jobs.plugins import Registry
 from flow_jobs.spec.base import epoch_ms as instant_ms
 from flow_jobs.spec.models import PipelineSpec, WindowSpec
 from flow_jobs.windows.family import CloseRule
@@ -70,6 +72,56 @@ class StateReport:
         return jsonable(asdict(self))
 
 
+# -- each stage's reading -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StateInput:
+    """What inspect hands a stage's reading: it fills ``reading.report`` (its windows,
+    or its buffered rows, with the counts before the limit).
+
+    Attributes
+    ----------
+    spark : SparkSession
+        The session the state is read with.
+    checkpoint : str
+        The query's checkpoint.
+    batch : int
+        The committed micro-batch the state is read at.
+    operators : sequence of Row
+        Spark's ``state-metadata`` rows of the query's stateful operators
+        (``operatorId``, ``operatorName``, ...).
+    reading : Reading
+        The spec, the report so far, the filter and the limit.
+    """
+
+    spark: SparkSession
+    checkpoint: str
+    batch: int
+    operators: Sequence[Row]
+    reading: Reading
+
+    def reader(self, operator_id: int) -> DataFrameReader:
+        """Spark's state data source at ``batch`` for one operator (each reading adds its
+        own options: ``joinSide``, ``stateVarName``)."""
+        return (
+            self.spark.read.format("statestore")
+            .option("batchId", self.batch)
+            .option("operatorId", operator_id)
+        )
+
+
+#: Each stage's reading of its state, by ``Stage.STAGE``.
+READINGS: Registry[Callable[[StateInput], None]] = Registry("inspect reading")
+
+
+def register_reading(
+    stage: str, read: Callable[[StateInput], None]
+) -> Callable[[StateInput], None]:
+    """Register how ``flow-jobs inspect`` reads the state of the stage ``stage``."""
+    return READINGS.register(stage, read)
+
+
 # -- what closes a window ------------------------------------------------------------
 
 
@@ -104,10 +156,7 @@ class Reading:
         """The rule, and the sources still short of it: a watermark ``needed_ms`` needs
         an event time ``needed_ms + lateness_ms`` from each of them."""
         sources = self.waiting_for(needed_ms)
-        join = self.spec.transform.join or self.spec.transform.temporal_join
-        lateness = (
-            self.window.lateness_ms if self.spec.has_window else join.lateness_ms if join else 0
-        )
+        lateness = self.spec.transform.stages()[-1].lateness_ms  # the state's operator
         if sources and needed_ms is not None:
             rule += (
                 f"; waiting for {', '.join(sources)} to reach event time "

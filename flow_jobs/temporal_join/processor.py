@@ -171,7 +171,7 @@ class TemporalJoinProcessor(BucketProcessor):
     records held until the watermark reaches them, then joined with their version.
 
     Rows come in as (side, tombstone, event time µs, tie-break, key, row), each key set
-    and each row one JSON string (``flow_jobs.plan.temporal``), as in the dedup
+    and each row one JSON string (``flow_jobs.temporal_join.compile``), as in the dedup
     operator: pandas sees only integers, booleans and strings."""
 
     def __init__(self, retention_ms: int | None) -> None:

@@ -31,9 +31,12 @@ from flow_jobs.io.dead_letters import DeadLetterTable
 from flow_jobs.operators.registry import Compiled, OperatorInput, compile_operator
 from flow_jobs.plan.compiled_source import CompiledSource
 from flow_jobs.plan.event_time import EventTime, event_time_of
+from flow_jobs.plan.pipelines import CompiledPipeline, PipelineInput, windowed
 from flow_jobs.plan.sources import compile_source
+from flow_jobs.plan.windows import compile_window
 from flow_jobs.plan_lines import PlanLine
-from flow_jobs.spec.models import KAFKA_COLUMN, JoinSpec, PipelineSpec
+from flow_jobs.spec.models import KAFKA_COLUMN, PipelineSpec
+from flow_jobs.spec.transform import JoinSpec
 
 ROW_ID = "join_row_id"
 _SIDE_TIME = {"left": "__flow_left_time", "right": "__flow_right_time"}
@@ -84,6 +87,14 @@ def _ms(value: int) -> Column:
     return F.expr(f"INTERVAL {abs(value)} MILLISECONDS")
 
 
+def _event_time(j: JoinSpec, side: str) -> EventTime:
+    override = f"{side}_event_time_column"
+    key = override if getattr(j, override) else "event_time_column"
+    return EventTime(
+        j.side_event_time(side), j.time_mode, j.max_event_time_skew_ms, f"transform.join.{key}"
+    )
+
+
 def _shift(time: Column, ms: int) -> Column:
     return time + _ms(ms) if ms >= 0 else time - _ms(ms)
 
@@ -99,7 +110,7 @@ def _side(
     assert join is not None
     name = join.left_source if side == "left" else join.right_source
     index = next(i for i, s in enumerate(spec.sources) if s.name == name)
-    settings = EventTime.of_join(join, side)
+    settings = _event_time(join, side)
     # Arrival times are never late (time_mode = "processing").
     late_data = join.late_data if settings.mode == "event" else None
     source = compile_source(
@@ -252,3 +263,46 @@ def compile_join(
         (left_source, right_source),
         (*left_ops, *right_ops),
     )
+
+
+def compile_join_pipeline(given: PipelineInput) -> CompiledPipeline:
+    """The join over its two sources, then the window over the joined stream where the
+    spec chains one (``chain = ["join", "window"]``)."""
+    spec = given.spec
+    joined = compile_join(given.spark, spec, given.dead_letters, given.checkpoint)
+    if not spec.has_window:
+        return CompiledPipeline(
+            spec,
+            joined.frame.select(*joined.columns),
+            "append",
+            (joined,),
+            joined.natural_key,
+            joined.nullable_key,
+        )
+    window = spec.window
+    join = spec.transform.join
+    assert join is not None
+    # Only a preserved side's time is on every joined row (a NULL time would put a row
+    # in no window, silently): inner keeps both, left/right theirs, full neither.
+    preserved = {"inner": ("left", "right"), "left": ("left",), "right": ("right",)}
+    usable = {
+        name: hidden
+        for name, hidden in joined.side_times.items()
+        if any(hidden.endswith(f"_{side}_time") for side in preserved.get(join.how, ()))
+    }
+    time = usable.get(window.event_time_column)
+    if time is None and join.how == "full":
+        raise PlanError(
+            "transform.window.event_time_column",
+            "a window after a full outer join has no event time on every row (either side "
+            "may be missing); window a left or right join on its preserved side",
+        )
+    if time is None:
+        raise PlanError(
+            "transform.window.event_time_column",
+            f"{window.event_time_column!r}: a window after a join groups on one side's event "
+            f"time present on every row, the only times the join's watermarks follow; use "
+            f"one of {', '.join(sorted(usable))}",
+        )
+    compiled = compile_window(joined.frame, window, spec.name, watermarked_time=time)
+    return windowed(spec, compiled, (joined, compiled))

@@ -1,7 +1,7 @@
 """``[transform.temporal_join]``: each stream record with the version valid at its time.
 
 The rules: docs/spec-reference.md, "[transform.temporal_join]"; the operator:
-``flow_jobs.operators.temporal``.
+``flow_jobs.temporal_join.processor``.
 
 Both sources are read with their own event-time watermark (``SourceWatermark``: the
 pipeline's is the lower of the two), their late rows taken out first (counted, dropped
@@ -30,7 +30,18 @@ from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 from flow_jobs.errors import PlanError
 from flow_jobs.io.checkpoint_files import idle_file
 from flow_jobs.io.dead_letters import DeadLetterTable
-from flow_jobs.operators.temporal import (
+from flow_jobs.plan.compiled_source import CompiledSource
+from flow_jobs.plan.dedup import JSON_OPTIONS, key_json
+from flow_jobs.plan.deferred import deferred
+from flow_jobs.plan.event_time import EventTime
+from flow_jobs.plan.ordering import tie_break
+from flow_jobs.plan.pipelines import CompiledPipeline, PipelineInput
+from flow_jobs.plan.sources import TOMBSTONE as TOMBSTONE_VIEW
+from flow_jobs.plan.sources import SourceWatermark, compile_source, source_event_time
+from flow_jobs.plan_lines import PlanLine
+from flow_jobs.spec.models import KAFKA_COLUMN, PipelineSpec
+from flow_jobs.spec.transform import TemporalJoinSpec
+from flow_jobs.temporal_join.processor import (
     BUCKET,
     BUCKETS,
     KEY,
@@ -45,15 +56,6 @@ from flow_jobs.operators.temporal import (
     VERSION_ROW,
     TemporalJoinProcessor,
 )
-from flow_jobs.plan.compiled_source import CompiledSource
-from flow_jobs.plan.dedup import JSON_OPTIONS, key_json
-from flow_jobs.plan.deferred import deferred
-from flow_jobs.plan.event_time import EventTime
-from flow_jobs.plan.ordering import tie_break
-from flow_jobs.plan.sources import TOMBSTONE as TOMBSTONE_VIEW
-from flow_jobs.plan.sources import SourceWatermark, compile_source, source_event_time
-from flow_jobs.plan_lines import PlanLine
-from flow_jobs.spec.models import KAFKA_COLUMN, PipelineSpec, TemporalJoinSpec
 
 ROW_ID = "join_row_id"
 SIDES = ("stream", "version")
@@ -164,7 +166,7 @@ def _prepared(
     carried: Sequence[str],
     topics: Sequence[str],
 ) -> DataFrame:
-    """A side's rows as the operator takes them (``flow_jobs.operators.temporal``)."""
+    """A side's rows as the operator takes them (``flow_jobs.temporal_join.processor``)."""
     lane, position = tie_break(view, topics)
     any_null = F.lit(False)
     for k in keys:
@@ -262,4 +264,18 @@ def compile_temporal_join(
         idle_file(checkpoint) if checkpoint else None,
         join,
         (stream_source, versions_source),
+    )
+
+
+def compile_temporal_pipeline(given: PipelineInput) -> CompiledPipeline:
+    """The temporal join over its two sources: its rows are the output."""
+    joined = compile_temporal_join(given.spark, given.spec, given.dead_letters, given.checkpoint)
+    return CompiledPipeline(
+        given.spec,
+        joined.frame,
+        "append",
+        (joined,),
+        joined.natural_key,
+        (),
+        idle_file=joined.idle_file,
     )

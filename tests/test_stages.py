@@ -1,0 +1,65 @@
+"""The core reaches each stage of ``[transform]`` (a window, the stream-stream join, the
+temporal join) through its registries, by the stage's name, and names none itself."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from flow_jobs.plan.pipelines import PIPELINES
+from flow_jobs.runtime.inspect import READINGS
+from flow_jobs.spec.transform import JoinSpec, TemporalJoinSpec
+from flow_jobs.spec.windows import WindowSpec
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: The core: spec loading's rules, plan assembly, the runner, the batch sink, inspect and
+#: the CLI's and Dagster's words. A stage's own package and spec model are not.
+CORE = (
+    "flow_jobs/plan/compile.py",
+    "flow_jobs/plan/pipelines.py",
+    "flow_jobs/spec/models.py",
+    "flow_jobs/runtime/runner.py",
+    "flow_jobs/runtime/progress.py",
+    "flow_jobs/runtime/sink.py",
+    "flow_jobs/runtime/inspect/__init__.py",
+    "flow_jobs/runtime/inspect/report.py",
+    "flow_jobs/io/dead_letters.py",
+    "flow_jobs/one_line.py",
+    "flow_jobs/cli_inspect.py",
+)
+#: How code names a join stage: its spec table, its spec model, its package.
+NAMING = re.compile(
+    r"transform\.(join|temporal_join)\b|\b(JoinSpec|TemporalJoinSpec)\b"
+    r"|flow_jobs\.(joins|temporal_join)\b"
+)
+
+
+def test_every_built_in_stage_compiles_and_is_inspected_through_its_registries() -> None:
+    stages = {WindowSpec.STAGE, JoinSpec.STAGE, TemporalJoinSpec.STAGE}
+    assert stages == {"window", "join", "temporal_join"}
+    assert stages <= set(PIPELINES.names())
+    assert stages <= set(READINGS.names())
+
+
+def test_the_core_names_no_join_stage() -> None:
+    named = [
+        f"{path}:{n}: {line.strip()}"
+        for path in CORE
+        for n, line in enumerate((ROOT / path).read_text().splitlines(), 1)
+        if NAMING.search(line)
+    ]
+    assert named == []
+
+
+def test_the_check_finds_a_stage_named_in_the_core() -> None:
+    """The pattern above catches each way (the test could not fail otherwise)."""
+    for line in (
+        "join = spec.transform.join",
+        "if spec.transform.temporal_join is not None:",
+        "from flow_jobs.spec.models import JoinSpec",
+        "from flow_jobs.joins.compile import compile_join",
+        "from flow_jobs.temporal_join import processor",
+    ):
+        assert NAMING.search(line), line
+    assert not NAMING.search("first = spec.transform.stages()[0]")
