@@ -22,10 +22,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
+from flow_jobs.dedup.processor import KEY, DedupState, release
 from flow_jobs.io.delta import read_delta
 from flow_jobs.ledger.store import LedgerStore
-from flow_jobs.operators.dedup import KEY, DedupState, release
-from flow_jobs.plan.dedup import key_json
+from flow_jobs.plan.carried_rows import key_json
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec.models import PipelineSpec
 from flow_jobs_dev.broker import EmbeddedBroker

@@ -338,7 +338,7 @@ def test_an_exploded_window_struct_marked_as_event_time_closes_and_drops_by_its_
 
 class _HoldUntilWatermark(StatefulProcessor):
     """Holds each row until the watermark reaches its time (``transformWithState``,
-    rows as ``Row``), then emits it: the shape of flow_jobs.operators.dedup."""
+    rows as ``Row``), then emits it: the shape of flow_jobs.dedup.processor."""
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
@@ -379,8 +379,8 @@ def test_rows_released_at_the_watermark_by_a_state_operator_reach_a_window_that_
     end at W exactly, too): the window drops a batch's rows only by the previous batch's
     watermark. Timers fire in Spark's no-data batches, which advance the watermark.
 
-    Depends on it: ``flow_jobs.operators.dedup`` releases each record once the watermark
-    reaches it, into the window (``flow_jobs.plan.dedup``)."""
+    Depends on it: ``flow_jobs.dedup.processor`` releases each record once the watermark
+    reaches it, into the window (``flow_jobs.dedup.compile``)."""
     files, out = Files(tmp_path / "in"), []
     held = (
         files.stream(spark)
@@ -420,11 +420,11 @@ def test_to_json_and_back_gives_every_value_exactly(spark: SparkSession) -> None
     infinities, -0.0, integers past 2^53, decimals, binary, nested structs, arrays and
     maps with NULLs.
 
-    Depends on it: ``flow_jobs.plan.dedup`` carries each source row through the dedup
+    Depends on it: ``flow_jobs.dedup.compile`` carries each source row through the dedup
     operator as one JSON string."""
     from decimal import Decimal
 
-    from flow_jobs.plan.dedup import JSON_OPTIONS as _JSON
+    from flow_jobs.plan.carried_rows import JSON_OPTIONS as _JSON
 
     schema = (
         "u STRING, d DOUBLE, f FLOAT, n BIGINT, dec DECIMAL(20,4), ts TIMESTAMP, b BINARY, "

@@ -1,5 +1,6 @@
 """The core reaches each stage of ``[transform]`` (a window, the stream-stream join, the
-temporal join) through its registries, by the stage's name, and names none itself."""
+temporal join) and each batch step (top-N) through their registries, by name, and names
+none itself."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import re
 from pathlib import Path
 
 from flow_jobs.plan.pipelines import PIPELINES
+from flow_jobs.runtime.batch_steps import BATCH_STEPS
 from flow_jobs.runtime.inspect import READINGS
 from flow_jobs.spec.transform import JoinSpec, TemporalJoinSpec
 from flow_jobs.spec.windows import WindowSpec
@@ -28,10 +30,11 @@ CORE = (
     "flow_jobs/one_line.py",
     "flow_jobs/cli_inspect.py",
 )
-#: How code names a join stage: its spec table, its spec model, its package.
+#: How code names a join stage or top-N: its spec table, its spec model, its package,
+#: top-N's ranking.
 NAMING = re.compile(
     r"transform\.(join|temporal_join)\b|\b(JoinSpec|TemporalJoinSpec)\b"
-    r"|flow_jobs\.(joins|temporal_join)\b"
+    r"|flow_jobs\.(joins|temporal_join|top_n)\b|\b(Ranking|Standings)\b"
 )
 
 
@@ -40,9 +43,10 @@ def test_every_built_in_stage_compiles_and_is_inspected_through_its_registries()
     assert stages == {"window", "join", "temporal_join"}
     assert stages <= set(PIPELINES.names())
     assert stages <= set(READINGS.names())
+    assert "top_n" in BATCH_STEPS.names()
 
 
-def test_the_core_names_no_join_stage() -> None:
+def test_the_core_names_no_join_stage_nor_top_n() -> None:
     named = [
         f"{path}:{n}: {line.strip()}"
         for path in CORE
@@ -60,6 +64,8 @@ def test_the_check_finds_a_stage_named_in_the_core() -> None:
         "from flow_jobs.spec.models import JoinSpec",
         "from flow_jobs.joins.compile import compile_join",
         "from flow_jobs.temporal_join import processor",
+        "from flow_jobs.top_n.ranking import Ranking, rank",
+        "self.standings = Standings(store, name, version, ranking)",
     ):
         assert NAMING.search(line), line
     assert not NAMING.search("first = spec.transform.stages()[0]")

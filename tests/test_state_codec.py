@@ -25,11 +25,11 @@ from pyspark.sql.conversion import ArrowArrayToPandasConversion
 from pyspark.sql.pandas.types import from_arrow_type
 
 from flow_jobs import state_codec
-from flow_jobs.io.top_n import StandingRow
+from flow_jobs.dedup.processor import DedupState
 from flow_jobs.kernels.frame import EventFrame, Values
-from flow_jobs.operators.dedup import DedupState
 from flow_jobs.state_codec import StateFormatError
 from flow_jobs.temporal_join.processor import TemporalState
+from flow_jobs.top_n.ranking import StandingRow
 from flow_jobs.windows.count import CountState
 from flow_jobs.windows.fixed import ReopenState
 from flow_jobs.windows.processor import WindowGroup, load_group

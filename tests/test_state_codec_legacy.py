@@ -20,11 +20,11 @@ import pyarrow as pa
 import pytest
 
 from flow_jobs import state_codec
-from flow_jobs.io.top_n import StandingRow
+from flow_jobs.dedup.processor import DedupState
 from flow_jobs.kernels.frame import ColumnKind, EventFrame
-from flow_jobs.operators.dedup import DedupState
 from flow_jobs.state_codec import StateFormatError
 from flow_jobs.temporal_join.processor import TemporalState
+from flow_jobs.top_n.ranking import StandingRow
 from flow_jobs.windows.count import CountState
 from flow_jobs.windows.fixed import ReopenState
 from flow_jobs.windows.processor import WindowGroup, load_group

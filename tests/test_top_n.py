@@ -24,10 +24,10 @@ from psycopg.types.json import Jsonb
 from pyspark.sql import SparkSession
 
 from assets.check_rules import check_top_n_bounded
-from flow_jobs.io.top_n import Ranking, rank
 from flow_jobs.ledger.store import LedgerStore
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec.models import PipelineSpec
+from flow_jobs.top_n.ranking import Ranking, rank
 from flow_jobs_dev.broker import EmbeddedBroker
 from tests.reference import reference_windows
 from tests.support import (

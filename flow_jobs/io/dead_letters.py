@@ -100,7 +100,7 @@ class DeadLetterTap:
     #: name its source by its topic.
     topic_sources: tuple[tuple[str, str], ...] = ()
     late: bool = False  # late rows: kept apart, for a dead_letter_topic
-    #: a second tap of the source further on (its duplicates: ``flow_jobs.plan.dedup``)
+    #: a second tap of the source further on (its duplicates: ``flow_jobs.dedup``)
     part: str = ""
 
     @property

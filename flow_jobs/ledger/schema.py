@@ -94,7 +94,7 @@ MIGRATIONS: list[tuple[int, str]] = [
     (
         7,
         # top_n with emit = "current": every group's current row of each open window
-        # (flow_jobs.ledger.standings.Standings), per checkpoint generation.
+        # (flow_jobs.top_n.standings.Standings), per checkpoint generation.
         """
         CREATE TABLE {s}.window_standings (
             pipeline text NOT NULL,

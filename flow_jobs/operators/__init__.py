@@ -1,8 +1,8 @@
-"""What a window computes with on Spark's arbitrary-state API: the event frame a group's
-state holds (``frame``) and windows as index ranges over it, with the interface every
-aggregator's state-API compute implements (``ranges``). The aggregators are
-``flow_jobs.aggregations``; the window families that hold the state, ``flow_jobs.windows``.
+"""Per-source stream operators: their registry (``registry``: what a kind of
+``[[transform.operators]]`` provides, and how the core compiles one) and the base of the
+state-API operators that keep each hash bucket of keys as one saved value
+(``buckets``: the dedup's, ``flow_jobs.dedup``, and the temporal join's,
+``flow_jobs.temporal_join``).
 
-The registry of per-source operators (``[[transform.operators]]``, the dedup among them)
-is ``flow_jobs.operators.registry``, imported on its own: the executors that unpickle a
-processor from this package need none of the spec's models."""
+``registry`` is imported on its own: the executors that unpickle a processor built on
+``buckets`` need none of the spec's models."""

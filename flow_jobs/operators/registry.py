@@ -6,7 +6,7 @@ watermark taken) and before ``[transform].sql``, the window or the join. The cor
 (``flow_jobs.plan.windowed``, ``flow_jobs.joins.compile``) asks ``OPERATORS`` for the kind
 a spec names, hands its compile step an ``OperatorInput`` and puts what it returns in
 the plan; it never names a kind. The built-in ``dedup`` registers itself here like any
-plug-in (``flow_jobs.plan.dedup``; ``[[transform.dedup]]`` is its own table).
+plug-in (``flow_jobs.dedup``; ``[[transform.dedup]]`` is its own table).
 
 What an operator provides, in one ``register_operator`` call:
 

@@ -10,7 +10,7 @@ Seven metrics, labelled by pipeline (docs/guide/operating.md lists them):
   each source (``flow_jobs.plan.late_rows``), dropped or dead-lettered; ``source=
   "_operator"`` holds what Spark's operators dropped themselves (a join's late rows);
 * ``flow_duplicates_total{source=…}``: records ``[[transform.dedup]]`` took out of a
-  source (``flow_jobs.plan.dedup``), dropped or dead-lettered;
+  source (``flow_jobs.dedup``), dropped or dead-lettered;
 * ``flow_source_outages_total{source=…}``: broker outages the run saw for a source's
   cluster (``flow_jobs.runtime.outages``), counted when each begins;
 * ``flow_state_groups``: state rows over every stateful operator (a join's buffered

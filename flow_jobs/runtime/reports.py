@@ -9,13 +9,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from flow_jobs.plan.dedup import OBSERVED_PREFIX as DEDUP_PREFIX
 from flow_jobs.plan.sources import OBSERVED_PREFIX
 
 Progress = dict[str, Any]
 
 #: Spark's name for a stream-stream join's state operator; every other one is a window's.
 JOIN_OPERATOR = "symmetricHashJoin"
+
+#: Each deduplicated source's observation (``flow_jobs.dedup``): ``duplicates``, its
+#: records dropped or dead-lettered as duplicates in the batch.
+DUPLICATES_PREFIX = "flow_dedup_"
 
 
 def as_dict(report: Any) -> Progress:
@@ -73,11 +76,11 @@ def late_rows_by_source(progress: Progress) -> dict[str, int]:
 
 def duplicates_by_source(progress: Progress) -> dict[str, int]:
     """Records of the batch taken out as duplicates, per deduplicated source
-    (``flow_jobs.plan.dedup``: dropped, or dead-lettered)."""
+    (``flow_jobs.dedup``: dropped, or dead-lettered)."""
     return {
-        name.removeprefix(DEDUP_PREFIX): int((metrics or {}).get("duplicates") or 0)
+        name.removeprefix(DUPLICATES_PREFIX): int((metrics or {}).get("duplicates") or 0)
         for name, metrics in (progress.get("observedMetrics") or {}).items()
-        if name.startswith(DEDUP_PREFIX)
+        if name.startswith(DUPLICATES_PREFIX)
     }
 
 

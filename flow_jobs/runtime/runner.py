@@ -19,7 +19,6 @@ from flow_jobs.io.batch import Supersede
 from flow_jobs.io.checkpoint_files import checkpoint_files
 from flow_jobs.io.checkpoint_gateway import publish_driver_gateway, withdraw_driver_gateway
 from flow_jobs.io.dead_letters import DeadLetterTable
-from flow_jobs.io.top_n import Ranking
 from flow_jobs.ledger.batch_ledger import BatchLedger
 from flow_jobs.ledger.location import state_store_schema
 from flow_jobs.ledger.run_lock import RunLock
@@ -28,6 +27,7 @@ from flow_jobs.locations import local_path
 from flow_jobs.plan.combine import mark_checkpoint
 from flow_jobs.plan.compile import CompiledPipeline, compile_pipeline
 from flow_jobs.plan_lines import PlanLine
+from flow_jobs.runtime.batch_steps import batch_steps
 from flow_jobs.runtime.caps import GroupCap, WindowStateCapHit
 from flow_jobs.runtime.checkpoint import (
     checkpoint_location,
@@ -135,8 +135,9 @@ class PipelineRunner:
             target.supersede = Supersede(
                 tuple(w.group_by), w.window_start_column, w.window_end_column
             )
-        if self.spec.ranks_current:
-            target.ranked = Ranking.of(self.spec.window).partition_columns
+        for step in batch_steps(self.spec):  # top_n emitted "current" deletes
+            if step.deletes_within is not None:
+                target.ranked = step.deletes_within
         return target
 
     def run(self, available_now: bool = False, display: Display | None = None) -> RunSummary:

@@ -15,12 +15,11 @@ from pyspark.sql import DataFrame
 
 from flow_jobs.io.batch import BatchEntry, ClosedWindows, WriteResult
 from flow_jobs.io.dead_letters import OBSERVATION_PREFIX, DeadLetterTable
-from flow_jobs.io.top_n import Ranking, rank
 from flow_jobs.io.waits import wait_out
 from flow_jobs.ledger.batch_ledger import BatchLedger
 from flow_jobs.ledger.run_lock import RunLock
-from flow_jobs.ledger.standings import Standings
 from flow_jobs.plan_lines import PlanLine
+from flow_jobs.runtime.batch_steps import batch_steps
 from flow_jobs.runtime.checkpoint import read_offset_log
 from flow_jobs.runtime.metrics import metrics
 from flow_jobs.runtime.observations import Observations
@@ -78,13 +77,8 @@ class WindowBatchSink:
         #: the generation replays from this time (``flow-jobs reset --from``)
         self.replay_from = replay_from
         self.outcomes: dict[int, BatchOutcome] = {}
-        #: [transform.window.top_n]: ranks each batch (flow_jobs.io.top_n)
-        self.ranking = _ranking(spec)
-        self.standings = (
-            Standings(ledger.store, spec.name, state_version, self.ranking)
-            if self.ranking is not None and spec.window.emit == "current"
-            else None
-        )
+        #: what each batch's rows go through before the write (top_n's ranking)
+        self.steps = [s.start(ledger.store, state_version) for s in batch_steps(spec)]
         self._taps = Observations(OBSERVATION_PREFIX)  # the dead-letter taps' rows
         self._query_id: str | None = None
         self._query: Any = None
@@ -145,7 +139,8 @@ class WindowBatchSink:
     @staticmethod
     def describe(spec: PipelineSpec, trigger: str) -> list[PlanLine]:
         """What each micro-batch runs on the driver (``trigger``: when one starts), and
-        the top N it ranks; said before a sink exists (``validate --plan``)."""
+        the steps its rows go through (``flow_jobs.runtime.batch_steps``: the top N it
+        ranks); said before a sink exists (``validate --plan``)."""
         lines = [
             PlanLine(
                 "micro-batch",
@@ -155,21 +150,7 @@ class WindowBatchSink:
                 f"tried again while a store is away (retry_for_ms = {spec.runtime.retry_for_ms})",
             )
         ]
-        ranking = _ranking(spec)
-        if ranking is not None:
-            within = ", ".join(ranking.partition_columns)
-            order = ", ".join(f"{c} {d}" for c, d in ranking.order)
-            how = (
-                f"a batch's rows ranked with Arrow within ({within}) by {order}, then the "
-                f"group keys (NULL last, NaN above every number); the first {ranking.n} written"
-            )
-            if spec.window.emit == "current":
-                how += (
-                    "; every group's current row of each open window kept in the state "
-                    "store (window_standings), each touched partition ranked from it"
-                )
-            lines.append(PlanLine(f"top_n = {ranking.n}", how))
-        return lines
+        return lines + [line for step in batch_steps(spec) for line in step.describe()]
 
     def request_stop(self) -> None:
         """Refuse new batches and wait until the one being written, if any, is done."""
@@ -224,10 +205,8 @@ class WindowBatchSink:
             what = f"writing batch {batch_id}"
             if self.run_lock is not None:  # this run still holds the pipeline: no write else
                 self.run_lock.ensure(what)
-            if self.standings is not None:  # the whole top N of each partition touched
-                rows = self.standings.update(rows, start.watermark if start else None)
-            elif self.ranking is not None:  # the batch holds every window it closes whole
-                rows = rank(rows, self.ranking)
+            for step in self.steps:
+                rows = step(rows, start.watermark if start else None)
             # Dead letters first: their count goes into the ledger row.
             # (in the state store with [dead_letter] kind = "state_store": ON CONFLICT on
             # each record's position makes a try again a no-op for what went in)
@@ -254,11 +233,6 @@ class WindowBatchSink:
                 done - computed,
                 written.version,
             )
-
-
-def _ranking(spec: PipelineSpec) -> Ranking | None:
-    """``[transform.window.top_n]``'s ranking, if the spec has one."""
-    return Ranking.of(spec.window) if spec.has_window and spec.window.top_n else None
 
 
 def last_progress(query: Any) -> dict[str, Any] | None:

@@ -1,5 +1,5 @@
 """``[[transform.dedup]]``'s keys: the built-in ``dedup`` operator's spec model
-(``flow_jobs.plan.dedup`` registers it, with its compile step)."""
+(``flow_jobs.dedup.plugin`` registers it, with its compile step)."""
 
 from __future__ import annotations
 

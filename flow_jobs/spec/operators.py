@@ -3,7 +3,7 @@ spec models.
 
 An operator runs on one source's view, after the source (late rows out, its watermark
 taken) and before ``[transform].sql``, the window or the join. Its kind is a module
-(the built-in ``dedup``: ``flow_jobs.plan.dedup``; a plug-in's, ``flow_jobs.plugins``)
+(the built-in ``dedup``: ``flow_jobs.dedup``; a plug-in's, ``flow_jobs.plugins``)
 that registers its spec model (a subclass of ``OperatorSpec``) with its compile step
 (``flow_jobs.operators.registry.register_operator``). The core reads each
 ``[[transform.operators]]`` table with the model its ``kind`` names in

@@ -9,7 +9,7 @@ or dead-lettered: ``late_data``), and the idle one raised by heartbeats after
 ``source_idleness_ms`` (``flow_jobs.runtime.idleness``): a versions topic that has not
 changed for a while does not hold the stream back for ever. Their rows meet in one
 ``transformWithState`` over hash buckets of the keys, each carried as a JSON string
-(as the dedup operator's, ``flow_jobs.plan.dedup``), keys compared as SQL equality
+(as the dedup operator's: ``flow_jobs.plan.carried_rows``), keys compared as SQL equality
 compares them (a NULL key joins nothing; the version's keys cast to the stream's types).
 
 Output: the stream's columns prefixed ``stream_`` and the version's ``version_`` (or
@@ -30,8 +30,8 @@ from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 from flow_jobs.errors import PlanError
 from flow_jobs.io.checkpoint_files import idle_file
 from flow_jobs.io.dead_letters import DeadLetterTable
+from flow_jobs.plan.carried_rows import JSON_OPTIONS, key_json
 from flow_jobs.plan.compiled_source import CompiledSource
-from flow_jobs.plan.dedup import JSON_OPTIONS, key_json
 from flow_jobs.plan.deferred import deferred
 from flow_jobs.plan.event_time import EventTime
 from flow_jobs.plan.ordering import tie_break

@@ -11,7 +11,7 @@ micro-batch (its end is the same for all), so the batch holds the whole window a
 ranked as it is (``rank``).
 
 ``emit = "current"``: a batch holds only the groups it changed. The ledger keeps
-every group's current row of each open window (``flow_jobs.ledger.standings``, a table
+every group's current row of each open window (``flow_jobs.top_n.standings``, a table
 beside the batch rows, per checkpoint generation, each row a ``StandingRow`` in the format of
 ``flow_jobs.state_codec``); each batch's rows update it, and every partition
 they touch is ranked again from it. The batch then writes that partition's whole top N,

@@ -1,6 +1,6 @@
 """``[transform.window.top_n]`` with ``emit = "current"``: every group's current row of
 each open window, kept in the ledger's ``window_standings`` table; the ranking itself is
-``flow_jobs.io.top_n``."""
+``flow_jobs.top_n.ranking``."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Any
 import pyarrow as pa
 
 from flow_jobs import state_codec
-from flow_jobs.io.top_n import Ranking, StandingRow, comparable_value, rank
 from flow_jobs.ledger.store import LedgerStore
+from flow_jobs.top_n.ranking import Ranking, StandingRow, comparable_value, rank
 
 
 class Standings:

@@ -2,7 +2,7 @@
 
 The rule (docs/spec-reference.md, "Deduplication"): per key (the values of ``keys``,
 NULL and NaN each a value of their own, as in SQL ``GROUP BY``: the operator compares
-the keys' JSON, ``flow_jobs.plan.dedup``), records are taken in
+the keys' JSON, ``flow_jobs.dedup.compile``), records are taken in
 the order of events (event time, then Kafka position: ``flow_jobs.plan.ordering``);
 the first passes, and a later one is a duplicate when its event time is at most
 ``within_ms`` after the last record of its key that passed; otherwise it passes.
@@ -137,7 +137,7 @@ class DedupProcessor(BucketProcessor):
     watermark reaches it, then releases it passing or as a duplicate.
 
     A record comes in as its event time (µs), tie-break, keys and row, each key set and
-    each row one JSON string (``flow_jobs.plan.dedup``: Spark's ``to_json``, which gives
+    each row one JSON string (``flow_jobs.dedup.compile``: Spark's ``to_json``, which gives
     back every value exactly, NaN, binary and microseconds included): pandas then sees
     only integers and strings, and a NULL DOUBLE never becomes a NaN."""
 

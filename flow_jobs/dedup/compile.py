@@ -1,8 +1,9 @@
 """``[[transform.dedup]]``: a source's duplicates taken out before the window or the join;
-the built-in ``dedup`` operator (``flow_jobs.operators.registry``), registered below.
+the built-in ``dedup`` operator (``flow_jobs.operators.registry``; registered by
+``flow_jobs.dedup.plugin``).
 
 The source's view (late rows already out, its own watermark taken) goes through
-``flow_jobs.operators.dedup``'s operator on ``transformWithState``, grouped by a hash
+``flow_jobs.dedup.processor``'s operator on ``transformWithState``, grouped by a hash
 bucket of the keys; it releases each record once the watermark reaches it, marked when
 it is a duplicate. The duplicates are counted per source (the observation
 ``flow_dedup_<source>``: the ledger, the run summary, ``flow_duplicates_total``), then
@@ -17,18 +18,13 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
-    DataType,
-    DoubleType,
-    FloatType,
     StringType,
     StructField,
     StructType,
     TimestampType,
 )
 
-from flow_jobs.errors import PlanError
-from flow_jobs.io.dead_letters import DeadLetterTap
-from flow_jobs.operators.dedup import (
+from flow_jobs.dedup.processor import (
     BUCKET,
     BUCKETS,
     DUPLICATE_OF,
@@ -40,20 +36,16 @@ from flow_jobs.operators.dedup import (
     TIME,
     DedupProcessor,
 )
-from flow_jobs.operators.registry import OperatorInput, register_operator
+from flow_jobs.errors import PlanError
+from flow_jobs.io.dead_letters import DeadLetterTap
+from flow_jobs.operators.registry import OperatorInput
+from flow_jobs.plan.carried_rows import JSON_OPTIONS, grouped, key_json
 from flow_jobs.plan.deferred import deferred
 from flow_jobs.plan.diversions import divert, record_fields
 from flow_jobs.plan.ordering import tie_break
 from flow_jobs.plan_lines import PlanLine
+from flow_jobs.runtime.reports import DUPLICATES_PREFIX
 from flow_jobs.spec.dedup import DedupSpec
-
-#: to_json / from_json of the carried rows: every value back exactly (microseconds,
-#: NULL fields kept as NULL).
-JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX", "ignoreNullFields": "false"}
-
-#: Each deduplicated source's observation: ``duplicates``, its records dropped or
-#: dead-lettered as duplicates in the batch (``flow_jobs.runtime.reports``).
-OBSERVED_PREFIX = "flow_dedup_"
 
 
 @dataclass(frozen=True)
@@ -102,8 +94,8 @@ def deduplicate(
                 f"(columns: {', '.join(c for c in view.columns if not c.startswith('__'))})",
             )
     lane, position = tie_break(view, topics)
-    keys = [_grouped(F.col(k), view.schema[k].dataType) for k in dedup.keys]
-    # Each row as one JSON string through the operator (flow_jobs.operators.dedup); the
+    keys = [grouped(F.col(k), view.schema[k].dataType) for k in dedup.keys]
+    # Each row as one JSON string through the operator (flow_jobs.dedup.processor); the
     # watermarked time of a join side comes back as the operator's event-time column.
     carried = [c for c in view.columns if c != watermarked]
     prepared = view.select(
@@ -139,7 +131,7 @@ def deduplicate(
     )
     duplicate = F.col(DUPLICATE_OF).isNotNull()
     released = released.observe(
-        f"{OBSERVED_PREFIX}{source}", F.count_if(duplicate).alias("duplicates")
+        f"{DUPLICATES_PREFIX}{source}", F.count_if(duplicate).alias("duplicates")
     )
     if dedup.on_duplicate == "dlq":
         released = divert(released, [(duplicate, F.col(DUPLICATE_OF))], tap, record_fields(view))
@@ -169,30 +161,3 @@ def compile_dedup(dedup: DedupSpec, given: OperatorInput) -> CompiledDedup:
         tap,
         given.watermarked,
     )
-
-
-register_operator("dedup", DedupSpec, compile_dedup)
-
-
-def key_json(
-    view: DataFrame, names: Sequence[str], types: Sequence[DataType] | None = None
-) -> Column:
-    """A record's keys as one JSON string, equal where SQL ``GROUP BY`` groups: NaN is
-    one value ("NaN"), NULL another, -0.0 is 0.0. With ``types`` (two sides' keys
-    compared), each key is cast to its type and named by its place, not its name."""
-    if types is None:
-        keys = [_grouped(F.col(k), view.schema[k].dataType) for k in names]
-    else:
-        keys = [
-            _grouped(F.col(k).cast(t), t).alias(f"k{i}")
-            for i, (k, t) in enumerate(zip(names, types, strict=True))
-        ]
-    return F.to_json(F.struct(*keys), JSON_OPTIONS)
-
-
-def _grouped(column: Column, data_type: object) -> Column:
-    """A key as SQL ``GROUP BY`` compares it: -0.0 is 0.0 (Spark's hash tells them
-    apart, its grouping does not; NaN hashes as one value)."""
-    if isinstance(data_type, FloatType | DoubleType):
-        return F.when(column == 0, F.lit(0).cast(data_type)).otherwise(column)
-    return column

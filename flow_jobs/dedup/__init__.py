@@ -1,0 +1,12 @@
+"""``[[transform.dedup]]``: a source's duplicates taken out before the window or the join,
+on Spark's state API; the built-in ``dedup`` operator
+(``flow_jobs.operators.registry``).
+
+* ``compile``: the plan (``compile_dedup``, ``deduplicate``);
+* ``processor``: the ``StatefulProcessor`` the executors run, and its state
+  (``DedupState``, in ``flow_jobs.state_codec``'s versioned format);
+* ``plugin``: what ``flow_jobs.plugins.BUILTIN`` imports, registering the operator.
+
+This module imports nothing: the executors that import ``processor`` need neither the
+plan nor the spec's models. Its spec model is ``flow_jobs.spec.dedup.DedupSpec``.
+"""
