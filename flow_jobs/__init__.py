@@ -30,13 +30,13 @@ from flow_jobs.lazy import lazy_getattr
 if TYPE_CHECKING:
     from flow_jobs.runtime.progress import RunSummary
     from flow_jobs.sinks.delta import DeltaTarget
+    from flow_jobs.spec.joins import JoinSpec as Join
     from flow_jobs.spec.loader import SpecError, load_spec, parse_spec
     from flow_jobs.spec.models import Aggregation
     from flow_jobs.spec.models import KafkaSource as Source
     from flow_jobs.spec.models import LookupSpec as Lookup
     from flow_jobs.spec.models import PipelineSpec as Pipeline
     from flow_jobs.spec.models import TransformSpec as Transform
-    from flow_jobs.spec.transform import JoinSpec as Join
     from flow_jobs.windows import Window
 
 __version__ = "0.1.0"
@@ -45,7 +45,7 @@ __version__ = "0.1.0"
 _FACADE = {
     "Aggregation": ("flow_jobs.spec.models", "Aggregation"),
     "DeltaTarget": ("flow_jobs.sinks.delta", "DeltaTarget"),
-    "Join": ("flow_jobs.spec.transform", "JoinSpec"),
+    "Join": ("flow_jobs.spec.joins", "JoinSpec"),
     "Lookup": ("flow_jobs.spec.models", "LookupSpec"),
     "Pipeline": ("flow_jobs.spec.models", "PipelineSpec"),
     "Source": ("flow_jobs.spec.models", "KafkaSource"),

@@ -1,7 +1,7 @@
 """``make lint`` holds the engine to its layers (``.importlinter``): the tree as it is
 keeps them, and one import that climbs a layer, even inside a function, breaks them; so
 does one that brings driver-side code into the Kafka reader, which Spark's Python
-processes import."""
+processes import. No module of the engine is over 400 lines."""
 
 from __future__ import annotations
 
@@ -67,3 +67,13 @@ def test_the_architecture_map_lists_the_layers_of_the_contract() -> None:
 
 def _pycache(folder: str, names: list[str]) -> list[str]:
     return [n for n in names if n == "__pycache__"]
+
+
+def test_no_engine_module_is_over_400_lines() -> None:
+    """A module that outgrows 400 lines holds more than one thing: split it."""
+    long = {
+        str(path.relative_to(ROOT)): n
+        for path in sorted((ROOT / "flow_jobs").rglob("*.py"))
+        if (n := len(path.read_text().splitlines())) > 400
+    }
+    assert long == {}

@@ -10,7 +10,7 @@ from pathlib import Path
 from flow_jobs.plan.pipelines import PIPELINES
 from flow_jobs.runtime.batch_steps import BATCH_STEPS
 from flow_jobs.runtime.inspect import READINGS
-from flow_jobs.spec.transform import JoinSpec, TemporalJoinSpec
+from flow_jobs.spec.joins import JoinSpec, TemporalJoinSpec
 from flow_jobs.spec.windows import WindowSpec
 
 ROOT = Path(__file__).resolve().parents[1]

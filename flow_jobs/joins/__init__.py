@@ -8,5 +8,5 @@ chains one (``chain = ["join", "window"]``).
 * ``plugin``: what ``flow_jobs.plugins.BUILTIN`` imports, registering both under
   ``"join"`` (``JoinSpec.STAGE``).
 
-Its spec model is ``flow_jobs.spec.transform.JoinSpec``.
+Its spec model is ``flow_jobs.spec.joins.JoinSpec``.
 """

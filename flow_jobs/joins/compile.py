@@ -35,8 +35,8 @@ from flow_jobs.plan.pipelines import CompiledPipeline, PipelineInput, windowed
 from flow_jobs.plan.sources import compile_source
 from flow_jobs.plan.windows import compile_window
 from flow_jobs.plan_lines import PlanLine
+from flow_jobs.spec.joins import JoinSpec
 from flow_jobs.spec.models import KAFKA_COLUMN, PipelineSpec
-from flow_jobs.spec.transform import JoinSpec
 
 ROW_ID = "join_row_id"
 _SIDE_TIME = {"left": "__flow_left_time", "right": "__flow_right_time"}

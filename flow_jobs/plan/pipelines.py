@@ -6,7 +6,7 @@ A pipeline stage provides, in one ``register_pipeline`` call, ``compile(Pipeline
 -> CompiledPipeline``: the sources read (``flow_jobs.plan.sources.compile_source``),
 their operators applied (``flow_jobs.operators.registry``), the stage and what follows
 it (a window after a join) built, and ``validate --plan``'s lines of each part. Its spec
-model is a ``flow_jobs.spec.transform.Stage``; its inspect reading is registered with
+model is a ``flow_jobs.spec.stages.Stage``; its inspect reading is registered with
 ``flow_jobs.runtime.inspect.register_reading`` under the same name.
 """
 

@@ -48,6 +48,7 @@ from flow_jobs.spec.base import (
 )
 from flow_jobs.spec.columns import check_columns, check_event_time_types
 from flow_jobs.spec.dedup import DedupSpec
+from flow_jobs.spec.joins import JoinHow, OutputColumns
 from flow_jobs.spec.operators import (
     OperatorSpec,
     SourceOperator,
@@ -66,13 +67,7 @@ from flow_jobs.spec.running import (
 )
 from flow_jobs.spec.sources import KafkaSource, StartingOffsets, StartingTimestamp
 from flow_jobs.spec.targets import DeadLetterSpec, TargetSpec, deleting_kinds, validate_target
-from flow_jobs.spec.transform import (
-    JoinHow,
-    LookupKind,
-    LookupSpec,
-    OutputColumns,
-    TransformSpec,
-)
+from flow_jobs.spec.transform import LookupKind, LookupSpec, TransformSpec
 from flow_jobs.spec.windows import WindowSpec
 
 __all__ = [

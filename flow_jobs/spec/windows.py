@@ -127,7 +127,7 @@ class WindowSpec(SpecModel):
 
     #: Each kind of the family, with its size keys (all required for that kind, and
     #: valid for no other).
-    #: its stage name (``flow_jobs.spec.transform.Stage``)
+    #: its stage name (``flow_jobs.spec.stages.Stage``)
     STAGE: ClassVar[str] = "window"
     HOLDS: ClassVar[Literal["windows", "rows"]] = "windows"
     SIZE_KEYS: ClassVar[dict[str, tuple[str, ...]]] = {}
@@ -393,25 +393,6 @@ def _family_of(data: dict[str, Any]) -> type[WindowSpec]:
 def _kind_error(data: dict[str, Any], message: str) -> ValidationError:
     error = InitErrorDetails(type=key_error("kind", message), loc=(), input=data)
     return ValidationError.from_exception_data("WindowSpec", [error])
-
-
-class StateApiWindow(WindowSpec):
-    """A kind Spark has no operator for: always on the state API, a group's state its
-    events, sized per row rather than per window."""
-
-    @property
-    def runs_natively(self) -> bool:
-        return False
-
-    def native_window(self, event_time: Column) -> None:
-        return None
-
-    @property
-    def native_text(self) -> None:
-        return None
-
-    def active_windows(self) -> int:
-        return 1  # per-group state, sized per row
 
 
 def milliseconds(value: int | None) -> str:

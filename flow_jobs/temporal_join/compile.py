@@ -39,8 +39,8 @@ from flow_jobs.plan.pipelines import CompiledPipeline, PipelineInput
 from flow_jobs.plan.sources import TOMBSTONE as TOMBSTONE_VIEW
 from flow_jobs.plan.sources import SourceWatermark, compile_source, source_event_time
 from flow_jobs.plan_lines import PlanLine
+from flow_jobs.spec.joins import TemporalJoinSpec
 from flow_jobs.spec.models import KAFKA_COLUMN, PipelineSpec
-from flow_jobs.spec.transform import TemporalJoinSpec
 from flow_jobs.temporal_join.processor import (
     BUCKET,
     BUCKETS,

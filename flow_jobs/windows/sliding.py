@@ -18,7 +18,7 @@ from pydantic import Field
 
 from flow_jobs.kernels.frame import EventFrame, legacy_frame
 from flow_jobs.kernels.ranges import Ranges
-from flow_jobs.spec.windows import StateApiWindow, register_window_family
+from flow_jobs.spec.windows import register_window_family
 from flow_jobs.state_codec import Fields, legacy, listed
 from flow_jobs.windows.family import (
     CloseRule,
@@ -26,6 +26,7 @@ from flow_jobs.windows.family import (
     RuleClock,
     StateFamily,
 )
+from flow_jobs.windows.state_api import StateApiWindow
 
 
 @dataclass
