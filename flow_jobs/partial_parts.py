@@ -76,7 +76,7 @@ class PartialPart(ABC):
     #: Its name: the partial struct's field ``<name><slot>``, and the plan's word for it.
     name: ClassVar[str]
     #: It orders equal event times by Kafka position: behind a ``[transform].sql``, the
-    #: window folds it only where the SQL keeps ``_kafka`` (``flow_jobs.plan.combine``).
+    #: window folds it only where the SQL keeps ``_kafka`` (``flow_jobs.combine.decide``).
     orders_by_position: ClassVar[bool] = False
 
     # -- in the reader ----------------------------------------------------------------

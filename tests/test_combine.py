@@ -35,6 +35,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
+from flow_jobs.combine.decide import MARKER
 from flow_jobs.io.delta import read_delta
 from flow_jobs.kafka.combine import PARTIAL, CombinePlan, partial_type
 from flow_jobs.kafka.folding import Folder, RangeRows
@@ -42,7 +43,6 @@ from flow_jobs.kafka.json_decode import JsonDecoder
 from flow_jobs.kafka.prestage import Stage
 from flow_jobs.kafka.read import decoded_schema, with_corrupt_field
 from flow_jobs.kafka.schema import ARROW_SCHEMA
-from flow_jobs.plan.combine import MARKER
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs_dev.broker import EmbeddedBroker
 from flow_jobs_dev.producer import Record

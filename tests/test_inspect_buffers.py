@@ -26,8 +26,8 @@ from pyspark.sql import SparkSession
 
 from flow_jobs.aggregations import NOT_DECODED
 from flow_jobs.cli import main
+from flow_jobs.combine.decide import MARKER
 from flow_jobs.ledger.store import LedgerStore
-from flow_jobs.plan.combine import MARKER
 from flow_jobs.runtime.inspect import StateReport, inspect_state
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.spec import load_spec
@@ -39,7 +39,7 @@ from tests.reference import reference_windows
 from tests.support import BASE_MS, assert_same_windows, make_spec, send
 
 DEMO_SPEC = Path(__file__).parent.parent / "pipelines" / "clicks_per_minute.toml"
-#: Every aggregator the reader pre-aggregates (``flow_jobs.plan.combine.foldable``), over
+#: Every aggregator the reader pre-aggregates (``flow_jobs.combine.decide.foldable``), over
 #: DOUBLE, BIGINT and STRING; ``count(amount)`` and the count in ``avg(amount)``, and the
 #: two sums of ``amount``, are one buffer each in a merging window's state.
 AGGREGATIONS = [

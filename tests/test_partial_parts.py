@@ -35,9 +35,9 @@ from pyspark.sql.types import (
 )
 
 import tests.plugins.variance  # noqa: F401  registers variance and sumsq
+from flow_jobs.combine.decide import foldable
 from flow_jobs.kafka.combine import PARTIAL, CombinePlan, partial_type
 from flow_jobs.kafka.folding import Folder
-from flow_jobs.plan.combine import foldable
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs_dev.broker import EmbeddedBroker
 from flow_jobs_dev.producer import Record

@@ -4,7 +4,7 @@ Random expressions of the grammar (column references, literals, casts, compariso
 ``<=>``, ``IS [NOT] NULL``, ``IN`` with NULL, ``AND`` / ``OR`` / ``NOT``, ``+ - *`` and
 unary minus), written as SQL over columns of every type the grammar reads, run by Spark
 over random rows (NULLs, NaN, ±inf, -0.0, 1e17, the integer extremes that wrap), and the
-same SQL read from Spark's optimized plan (``flow_jobs.plan.prestage.analyze``) and
+same SQL read from Spark's optimized plan (``flow_jobs.combine.sql.analyze``) and
 evaluated by Arrow on the same rows: every value the reader computes equals Spark's, and
 so does every value of the Spark columns the query is rebuilt from (``to_column``). An
 expression Spark's plan puts outside the grammar (a cast from STRING, a decimal) is not
@@ -33,8 +33,8 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from flow_jobs.combine.sql import NotInGrammar, analyze, to_column
 from flow_jobs.kafka.prestage import Evaluator, Stage
-from flow_jobs.plan.prestage import NotInGrammar, analyze, to_column
 from flow_jobs.runtime.session import pipeline_session
 from flow_jobs.spec.models import SparkSpec
 

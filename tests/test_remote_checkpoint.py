@@ -25,6 +25,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from flow_jobs.cli import main
+from flow_jobs.combine.decide import MARKER
 from flow_jobs.errors import PlanError
 from flow_jobs.io.checkpoint_claim import CHECKPOINT_MARKER
 from flow_jobs.io.checkpoint_files import (
@@ -39,7 +40,6 @@ from flow_jobs.io.checkpoint_gateway import (
 )
 from flow_jobs.io.delta import read_delta
 from flow_jobs.ledger.store import LedgerStore
-from flow_jobs.plan.combine import MARKER
 from flow_jobs.runtime.checkpoint import describe_batch_in_flight, has_committed_batch
 from flow_jobs.runtime.idleness import run_start
 from flow_jobs.runtime.inspect import inspect_state

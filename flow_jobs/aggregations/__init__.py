@@ -8,7 +8,7 @@ the shuffle and keeps its buffers in the state store), its vectorised state-API 
 (a ``flow_jobs.kernels.ranges.WindowAggregator`` over many windows at once), the parts
 of the Kafka reader's partial aggregates it merges when a window pre-aggregates
 (``partial_parts``: each a ``flow_jobs.partial_parts.PartialPart`` folding
-itself in the reader and merging in Spark; ``flow_jobs.plan.combine`` decides), its
+itself in the reader and merging in Spark; ``flow_jobs.combine.decide`` decides), its
 state's size per group (``flow_jobs.plan.sizing``), the spec keys it takes, and how
 ``inspect`` reads an open native window's value from Spark's buffers, plain or merging
 partials (``state_functions``, ``open_value``). ``inspect`` computes state-API windows

@@ -67,7 +67,7 @@ class NativeWindow:
     bounds: tuple[Column, Column]
     group_by: tuple[str, ...]
     pipeline: str
-    #: set: the input holds partial aggregates from the reader (``flow_jobs.plan.combine``)
+    #: set: the input holds partial aggregates from the reader (``flow_jobs.combine.decide``)
     merge: Merge | None = None
 
 
@@ -194,7 +194,7 @@ class OneFunctionAggregator(Aggregator):
         """The Spark aggregate of the input."""
 
     def merged(self, a: AggregationInput, w: NativeWindow, merge: Merge) -> Column:
-        """The Spark aggregate of rows and partials alike (``flow_jobs.plan.combine``),
+        """The Spark aggregate of rows and partials alike (``flow_jobs.combine.decide``),
         from its parts' merges (``Merge.merged``)."""
         raise NotImplementedError(f"{self.name} has no partials")
 

@@ -1,5 +1,5 @@
 """How a native window's aggregates merge the Kafka reader's partial aggregates
-(``flow_jobs.plan.combine`` decides when a window pre-aggregates): each aggregate merges
+(``flow_jobs.combine.decide`` decides when a window pre-aggregates): each aggregate merges
 the parts it declares (``Aggregator.partial_parts``), each part a partial's field, or the
 row as a partial of one, so rows and partials aggregate alike
 (``flow_jobs.partial_parts.PartialPart``: ``of_partial``, ``of_row``,

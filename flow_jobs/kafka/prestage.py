@@ -3,7 +3,7 @@ the Kafka reader on the decoded Arrow rows, so the window folds behind it
 (``flow_jobs.kafka.combine``).
 
 The expressions come from Spark's own optimized plan of the SQL
-(``flow_jobs.plan.prestage`` reads it): this module only evaluates them, in the small
+(``flow_jobs.combine.sql`` reads it): this module only evaluates them, in the small
 grammar whose Arrow result equals Spark's, written down here because Arrow's own
 semantics differ from Spark's in places:
 

@@ -101,7 +101,7 @@ def compile_source(
     ``late_data`` ("drop" | "dlq"), late rows too (``flow_jobs.plan.late_rows``); with
     ``watermark``, the source's own event-time watermark (``SourceWatermark``); with
     ``combine``, partial aggregates from the reader among the rows, in the hidden column
-    ``__flow_partial`` (``flow_jobs.plan.combine``); with ``tombstone_keys`` (a JSON
+    ``__flow_partial`` (``flow_jobs.combine.decide``); with ``tombstone_keys`` (a JSON
     changelog), a record with a NULL value is a tombstone, not a bad record: its row
     holds these key columns from its Kafka key (a JSON object), its event time from its
     Kafka timestamp, and TRUE in the hidden column ``TOMBSTONE``."""

@@ -13,16 +13,21 @@ from pyspark.sql.types import StructType
 from pyspark.sql.utils import AnalysisException
 
 from flow_jobs.aggregations.partials import Merge
+from flow_jobs.combine.decide import (
+    ReaderFolding,
+    checkpoint_merges,
+    foldable,
+    shape_folds,
+)
+from flow_jobs.combine.sql import NotInGrammar, PreStage, analyze
 from flow_jobs.errors import PlanError
 from flow_jobs.io.checkpoint_files import LOCATION_KEY, checkpoint_files, idle_file
 from flow_jobs.io.dead_letters import DeadLetterTable
 from flow_jobs.operators.registry import Compiled, OperatorInput, compile_operator
-from flow_jobs.plan.combine import ReaderFolding, checkpoint_merges, foldable, shape_folds
 from flow_jobs.plan.diversions import divert_after_sql
 from flow_jobs.plan.event_time import EventTime
 from flow_jobs.plan.lookups import register_lookups
 from flow_jobs.plan.pipelines import CompiledPipeline, PipelineInput, register_pipeline, windowed
-from flow_jobs.plan.prestage import NotInGrammar, PreStage, analyze
 from flow_jobs.plan.source_schemas import payload_schema
 from flow_jobs.plan.sources import (
     SourceWatermark,
@@ -198,7 +203,7 @@ def _pre_stage(spark: SparkSession, spec: PipelineSpec, folding: ReaderFolding) 
     if not sql:
         return spark.table(spec.sources[0].name)
     if folding.plan is not None and folding.prestage is not None:
-        # The SQL as the reader evaluates it, letting partials through (plan.prestage).
+        # The SQL as the reader evaluates it, letting partials through (flow_jobs.combine.sql).
         w = spec.window
         kafka = [KAFKA_COLUMN] if folding.prestage.reference(KAFKA_COLUMN) == KAFKA_COLUMN else []
         columns = [*w.group_by, w.event_time_column, *(a.column for a in w.aggregations)]

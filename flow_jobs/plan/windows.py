@@ -162,7 +162,7 @@ def compile_window(
     """The windowed aggregation, with the output columns in ``PipelineSpec.output_columns``' order.
     ``topics``: the pipeline's source topics (ties of equal event time follow their
     Kafka position, ``flow_jobs.plan.ordering``); ``merge``: the input holds partial
-    aggregates from the reader (``flow_jobs.plan.combine``)."""
+    aggregates from the reader (``flow_jobs.combine.decide``)."""
     check_group_by(frame, window)
     mode = "update" if window.emit == "current" else "append"
     timed = with_event_time(

@@ -87,7 +87,7 @@ def duplicates_by_source(progress: Progress) -> dict[str, int]:
 def input_rows(progress: Progress) -> int:
     """The batch's Kafka records (and heartbeat rows): Spark's ``numInputRows``, which
     counts a partial aggregate from the reader once, plus the records partials hold
-    beyond one each (``folded_rows``, ``flow_jobs.plan.combine``)."""
+    beyond one each (``folded_rows``, ``flow_jobs.combine.decide``)."""
     folded = sum(int(m.get("folded_rows") or 0) for m in source_metrics(progress).values())
     return int(progress.get("numInputRows", 0)) + folded
 

@@ -15,6 +15,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming import StreamingQuery
 
+from flow_jobs.combine.decide import mark_checkpoint
 from flow_jobs.io.batch import Supersede
 from flow_jobs.io.checkpoint_files import checkpoint_files
 from flow_jobs.io.checkpoint_gateway import publish_driver_gateway, withdraw_driver_gateway
@@ -24,7 +25,6 @@ from flow_jobs.ledger.location import state_store_schema
 from flow_jobs.ledger.run_lock import RunLock
 from flow_jobs.ledger.store import LedgerStore
 from flow_jobs.locations import local_path
-from flow_jobs.plan.combine import mark_checkpoint
 from flow_jobs.plan.compile import CompiledPipeline, compile_pipeline
 from flow_jobs.plan_lines import PlanLine
 from flow_jobs.runtime.batch_steps import batch_steps

@@ -27,7 +27,7 @@ resumed under:
 * the temporal join's ``retention_ms``: when a current version leaves the state, not
   how the state is laid out;
 * ``pre_aggregate``: the checkpoint keeps the aggregation it started with
-  (``flow_jobs.plan.combine``), and either way the windows are the same;
+  (``flow_jobs.combine.decide``), and either way the windows are the same;
 * ``[[transform.lookups]]``: static tables are refreshable by design;
 * an operator's ``SAFE_KEYS`` (``flow_jobs.spec.operators``), e.g. ``[[transform.dedup]]``'s
   ``on_duplicate``: a duplicate is dropped or dead-lettered after the operator decided

@@ -64,7 +64,7 @@ def register_window_family(model: Model) -> Model:
 @dataclass(frozen=True)
 class PaneFolding:
     """How the Kafka reader may fold a window's rows into partials before Spark
-    (``flow_jobs.plan.combine``): per pane of ``pane_ms`` (every window a whole number of
+    (``flow_jobs.combine.decide``): per pane of ``pane_ms`` (every window a whole number of
     panes aligned to the epoch), or, with ``gap_ms``, per run of rows at most the gap
     apart (what a session merges)."""
 
@@ -118,7 +118,7 @@ class WindowSpec(SpecModel):
     #: make every following on-time row late.
     max_event_time_skew_ms: Annotated[int, Field(gt=0)] = 300_000
     #: Windows with a ``pane_folding`` over one JSON source: the Kafka reader folds
-    #: records into partial aggregates before Spark (flow_jobs.plan.combine). A
+    #: records into partial aggregates before Spark (flow_jobs.combine.decide). A
     #: throughput knob.
     pre_aggregate: bool = True
     aggregations: list[Aggregation] = Field(min_length=1)

@@ -6,7 +6,7 @@ every step: ``[s, s + k·step_ms)`` for k = 1 … max_duration_ms / step_ms. A r
 is in every window of its cumulation that ends after it: the ends from the first step
 boundary after ``t`` to ``s + max_duration_ms``. Every window is a whole number of
 ``step_ms`` panes, so the Kafka reader folds rows into those panes as it does for
-hopping windows (``flow_jobs.plan.combine``).
+hopping windows (``flow_jobs.combine.decide``).
 
 Spark has no cumulating window function, but its aggregation runs them: each row is
 exploded into the (start, end) of its windows, and the aggregation groups on that

@@ -6,7 +6,7 @@ The rules: docs/spec-reference.md, "Windows" and "Reopening windows".
 ``kind = "tumbling"`` (``duration_ms``) and ``"hopping"`` (``duration_ms``, ``hop_ms``)
 are Spark's ``window()`` grouping with a watermark (a JVM hash aggregation whose partial
 aggregates are shuffled and kept in the state store), which the Kafka reader can feed
-with partial aggregates (``flow_jobs.plan.combine``).
+with partial aggregates (``flow_jobs.combine.decide``).
 
 Spark's native window aggregation emits a window once, when the watermark passes its
 end (output mode append), or on every change while it is open (update); neither emits
@@ -263,7 +263,7 @@ class Fixed(StateFamily):
 class PaneWindow(WindowSpec):
     """Windows with fixed bounds, each a whole number of panes of one length, aligned to
     the epoch (tumbling, hopping, cumulating): the Kafka reader can fold rows into the
-    panes (``flow_jobs.plan.combine``), and Spark's aggregation keys its state by the
+    panes (``flow_jobs.combine.decide``), and Spark's aggregation keys its state by the
     window (``flow_jobs.runtime.caps`` counts a window's groups there)."""
 
     SHARED_BOUNDS: ClassVar[bool] = True

@@ -13,7 +13,7 @@ Where the partial aggregates come from:
   own: ``WindowSpec.NATIVE_STATE_BOUNDS``). Which buffers, in which order, is what
   the pipeline's compiled plan says (``flow_jobs.runtime.inspect.buffers``): inspect
   compiles it on its checkpoint as a run would, so a window that merges the Kafka
-  reader's partials (``flow_jobs.plan.combine``) is read in that layout, a plain one in
+  reader's partials (``flow_jobs.combine.decide``) is read in that layout, a plain one in
   its own. Each aggregator reads its value from its buffers (``Aggregator.open_value``:
   ``avg`` sum / count, ``first`` / ``last`` the least / greatest ``struct(event time,
   lane, position, value)``, an approximate ``count_distinct`` its DataSketches HLL

@@ -2,7 +2,7 @@
 
 ``inspect`` compiles the pipeline as its run does, on the same checkpoint, so with the
 same aggregation: plain, or merging the Kafka reader's partials where the checkpoint is
-marked for it (``flow_jobs.plan.combine``). In Spark's analyzed plan of the window's
+marked for it (``flow_jobs.combine.decide``). In Spark's analyzed plan of the window's
 aggregation, each of the spec's aggregations is one expression (its hidden column,
 ``AggregationInput.hidden``) over one or more Spark aggregate functions. Spark keeps one
 buffer per semantically distinct function, in the order the functions first appear (its

@@ -5,7 +5,7 @@ and each part how it folds in the reader and merges in Spark
 
 A window pre-aggregates when everything it reads comes from one JSON (or registry-format)
 source that Arrow decodes, straight or through a ``[transform].sql`` that is a simple
-projection and filter (``flow_jobs.plan.prestage``: the reader evaluates it), without
+projection and filter (``flow_jobs.combine.sql``: the reader evaluates it), without
 lookups: a window on the native engine in event time whose family says how rows fold
 (``WindowSpec.pane_folding``: per pane, or per session), the event time an
 epoch-milliseconds field of the payload
@@ -48,11 +48,11 @@ from pyspark.sql.types import (
 )
 
 from flow_jobs.aggregations import AGGREGATORS
+from flow_jobs.combine.sql import SPARK_TYPES, PreStage
 from flow_jobs.io.checkpoint_files import CheckpointFiles, logged_batches
 from flow_jobs.kafka.combine import CombinePlan
 from flow_jobs.kafka.json_decode import arrow_schema
 from flow_jobs.partial_parts import PartialPart, in_struct_order, plug_in_modules
-from flow_jobs.plan.prestage import SPARK_TYPES, PreStage
 from flow_jobs.plan_lines import PlanLine
 from flow_jobs.records import EVENT_TS
 from flow_jobs.spec.models import KAFKA_COLUMN, PipelineSpec
@@ -95,7 +95,7 @@ def foldable(
 ) -> CombinePlan | str:
     """The reader's plan for ``spec`` if its window can pre-aggregate, else why not
     (``payload``: the first source's payload schema; ``prestage``: its ``[transform].sql``
-    as ``flow_jobs.plan.prestage`` reads it, or why it cannot be evaluated in the reader)."""
+    as ``flow_jobs.combine.sql`` reads it, or why it cannot be evaluated in the reader)."""
     reason = shape_folds(spec, payload)
     if reason is not None:
         return reason
@@ -191,7 +191,8 @@ def mark_checkpoint(checkpoint: CheckpointFiles) -> None:
     """Mark a checkpoint whose query merges partials (before the query starts on it)."""
     if not checkpoint.exists(MARKER):
         checkpoint.write_text(
-            MARKER, "partial aggregates from the Kafka reader (flow_jobs.plan.combine)\n"
+            MARKER,
+            "partial aggregates from the Kafka reader (flow_jobs.combine.decide)\n",
         )
 
 
