@@ -1,5 +1,4 @@
-"""What the core asks of each stage of ``[transform]`` (a window, a join, a temporal join),
-without naming its kind."""
+"""``Stage``: the interface of ``[transform]``'s stages, for the core."""
 
 from __future__ import annotations
 
