@@ -203,7 +203,10 @@ def test_a_continuous_run_reads_on_across_broker_restarts_and_logs_each_outage(
             else:
                 broker._process.kill()
                 broker._process.wait()
-            until(lambda i=i: sum(runner.progress.outages().values()) == i + 1, 30, "outage")
+            try:
+                until(lambda i=i: sum(runner.progress.outages().values()) == i + 1, 30, "outage")
+            except AssertionError as e:  # say whether the run still ran, and why not
+                raise AssertionError(f"{e} (the run's failure: {run.failure!r})") from None
             broker = EmbeddedBroker(port=port)
             broker.start()
             serve(phase)
