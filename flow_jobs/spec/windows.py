@@ -125,11 +125,11 @@ class WindowSpec(SpecModel):
     #: only the top N rows of each window (and partition)
     top_n: TopNSpec | None = None
 
-    #: Each kind of the family, with its size keys (all required for that kind, and
-    #: valid for no other).
-    #: its stage name (``flow_jobs.spec.stages.Stage``)
+    #: Its stage of ``[transform]`` (``flow_jobs.spec.stages.Stage``).
     STAGE: ClassVar[str] = "window"
     HOLDS: ClassVar[Literal["windows", "rows"]] = "windows"
+    #: Each kind of the family, with its size keys (all required for that kind, and
+    #: valid for no other).
     SIZE_KEYS: ClassVar[dict[str, tuple[str, ...]]] = {}
     #: Why the family's windows cannot reopen (late_data = "reopen"); None: they can.
     REOPEN_REFUSED: ClassVar[str | None] = ""
