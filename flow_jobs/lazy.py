@@ -27,3 +27,22 @@ def lazy_getattr(
         return value
 
     return __getattr__
+
+
+def on_call(path: str) -> Callable[..., Any]:
+    """The function at ``path`` (``"module:name"``, ``name`` may be dotted), imported
+    when first called: a built-in feature registers its compile step or reading with
+    this, so loading the registries does not import Spark plans, inspect or pandas."""
+    module, _, attribute = path.partition(":")
+    resolved: list[Callable[..., Any]] = []
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if not resolved:
+            value: Any = importlib.import_module(module)
+            for part in attribute.split("."):
+                value = getattr(value, part)
+            resolved.append(value)
+        return resolved[0](*args, **kwargs)
+
+    call.__module__, call.__qualname__ = module, attribute
+    return call

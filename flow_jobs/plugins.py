@@ -34,7 +34,7 @@ T = TypeVar("T")
 BUILTIN = (
     "flow_jobs.aggregations.registry",
     "flow_jobs.windows",
-    "flow_jobs.plan.windowed",
+    "flow_jobs.plan.window_stage",
     "flow_jobs.joins.plugin",
     "flow_jobs.temporal_join.plugin",
     "flow_jobs.top_n.plugin",

@@ -5,6 +5,8 @@ none itself."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 from flow_jobs.plan.pipelines import PIPELINES
@@ -69,3 +71,27 @@ def test_the_check_finds_a_stage_named_in_the_core() -> None:
     ):
         assert NAMING.search(line), line
     assert not NAMING.search("first = spec.transform.stages()[0]")
+
+
+def test_loading_the_registries_imports_no_compile_step_nor_inspect() -> None:
+    """Every ``validate`` and every Dagster load loads the registries: the built-ins
+    register their compile steps and readings to be imported on first use."""
+    code = (
+        "import sys; from flow_jobs.plugins import load_builtins; load_builtins(); "
+        "print(' '.join(sorted(sys.modules)))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    loaded = set(done.stdout.split())
+    heavy = {
+        "pandas",
+        "flow_jobs.plan.windowed",
+        "flow_jobs.joins.compile",
+        "flow_jobs.temporal_join.compile",
+        "flow_jobs.top_n.step",
+        "flow_jobs.dedup.compile",
+        "flow_jobs.runtime.inspect",
+    }
+    assert loaded & heavy == set()
+    assert {"flow_jobs.joins.plugin", "flow_jobs.top_n.plugin"} <= loaded

@@ -11,12 +11,12 @@ from flow_jobs.records import EVENT_TS
 from flow_jobs.runtime.inspect.report import (
     BufferedJoinRow,
     Reading,
-    StateInput,
     as_datetime,
     epoch_ms,
     filter_state,
     plain,
 )
+from flow_jobs.runtime.readings import StateInput
 from flow_jobs.runtime.reports import JOIN_OPERATOR
 from flow_jobs.windows.family import span_text
 

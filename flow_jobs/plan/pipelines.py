@@ -7,22 +7,26 @@ A pipeline stage provides, in one ``register_pipeline`` call, ``compile(Pipeline
 their operators applied (``flow_jobs.operators.registry``), the stage and what follows
 it (a window after a join) built, and ``validate --plan``'s lines of each part. Its spec
 model is a ``flow_jobs.spec.stages.Stage``; its inspect reading is registered with
-``flow_jobs.runtime.inspect.register_reading`` under the same name.
+``flow_jobs.runtime.readings.register_reading`` under the same name. A built-in
+registers both with ``flow_jobs.lazy.on_call``: loading the registries imports neither.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from pyspark.sql import DataFrame, SparkSession
-
-from flow_jobs.io.dead_letters import DeadLetterTable
-from flow_jobs.plan.lookups import Lookup
-from flow_jobs.plan.windows import CompiledWindow
-from flow_jobs.plan_lines import Described, PlanLine
 from flow_jobs.plugins import Registry
-from flow_jobs.spec.models import PipelineSpec
+
+if TYPE_CHECKING:  # the registry loads with the others: nothing of Spark's plans here
+    from pyspark.sql import DataFrame, SparkSession
+
+    from flow_jobs.io.dead_letters import DeadLetterTable
+    from flow_jobs.plan.lookups import Lookup
+    from flow_jobs.plan.windows import CompiledWindow
+    from flow_jobs.plan_lines import Described, PlanLine
+    from flow_jobs.spec.models import PipelineSpec
 
 __all__ = [
     "PIPELINES",

@@ -2,7 +2,8 @@
 
 sources -> dead-letter tap -> [operators] -> [SQL pre-stage with lookups] -> window
 
-The core's ``compile_pipeline`` reaches it through ``PIPELINES["window"]``; a window
+The core's ``compile_pipeline`` reaches it through ``PIPELINES["window"]``
+(``flow_jobs.plan.window_stage`` registers it); a window
 after a join is the join's (``flow_jobs.joins``)."""
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from flow_jobs.operators.registry import Compiled, OperatorInput, compile_operat
 from flow_jobs.plan.diversions import divert_after_sql
 from flow_jobs.plan.event_time import EventTime
 from flow_jobs.plan.lookups import register_lookups
-from flow_jobs.plan.pipelines import CompiledPipeline, PipelineInput, register_pipeline, windowed
+from flow_jobs.plan.pipelines import CompiledPipeline, PipelineInput, windowed
 from flow_jobs.plan.source_schemas import payload_schema
 from flow_jobs.plan.sources import (
     SourceWatermark,
@@ -217,6 +218,3 @@ def _pre_stage(spark: SparkSession, spec: PipelineSpec, folding: ReaderFolding) 
     if not frame.isStreaming:
         raise PlanError("transform.sql", "reads none of the source views; nothing would stream")
     return frame
-
-
-register_pipeline("window", compile_windowed)

@@ -11,10 +11,10 @@ from flow_jobs import state_codec
 from flow_jobs.runtime.inspect.report import (
     BufferedJoinRow,
     Reading,
-    StateInput,
     as_datetime,
     epoch_ms,
 )
+from flow_jobs.runtime.readings import StateInput
 from flow_jobs.temporal_join.processor import STATE_VARIABLE as TEMPORAL_STATE
 from flow_jobs.temporal_join.processor import TemporalState
 

@@ -43,16 +43,14 @@ from flow_jobs.runtime.checkpoint import checkpoint_location, read_offset_log
 from flow_jobs.runtime.inspect.buffers import NativeState, native_state
 from flow_jobs.runtime.inspect.report import (
     NO_STATE,
-    READINGS,
     BufferedJoinRow,
     OpenWindow,
     Reading,
-    StateInput,
     StateReport,
     parse_iso,
-    register_reading,
 )
 from flow_jobs.runtime.inspect.windows import native_windows, state_windows
+from flow_jobs.runtime.readings import READINGS, StateInput, register_reading
 from flow_jobs.runtime.reports import JOIN_OPERATOR
 from flow_jobs.spec.models import PipelineSpec
 

@@ -1,19 +1,17 @@
 """What ``flow-jobs inspect`` reports (``StateReport``), how it words what closes a
-window (``Reading``), the conversions its parts share, and the registry of each stage's
-reading of its state (``READINGS``, by ``Stage.STAGE``)."""
+window (``Reading``), and the conversions its parts share."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-from pyspark.sql import Column, DataFrame, DataFrameReader, Row, SparkSession
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from flow_jobs.plugins import Registry
 from flow_jobs.spec.base import epoch_ms as instant_ms
 from flow_jobs.spec.models import PipelineSpec, WindowSpec
 from flow_jobs.windows.family import CloseRule
@@ -70,56 +68,6 @@ class StateReport:
     def to_json(self) -> dict[str, Any]:
         """Plain JSON types: times as ISO 8601 UTC strings."""
         return jsonable(asdict(self))
-
-
-# -- each stage's reading -------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class StateInput:
-    """What inspect hands a stage's reading: it fills ``reading.report`` (its windows,
-    or its buffered rows, with the counts before the limit).
-
-    Attributes
-    ----------
-    spark : SparkSession
-        The session the state is read with.
-    checkpoint : str
-        The query's checkpoint.
-    batch : int
-        The committed micro-batch the state is read at.
-    operators : sequence of Row
-        Spark's ``state-metadata`` rows of the query's stateful operators
-        (``operatorId``, ``operatorName``, ...).
-    reading : Reading
-        The spec, the report so far, the filter and the limit.
-    """
-
-    spark: SparkSession
-    checkpoint: str
-    batch: int
-    operators: Sequence[Row]
-    reading: Reading
-
-    def reader(self, operator_id: int) -> DataFrameReader:
-        """Spark's state data source at ``batch`` for one operator (each reading adds its
-        own options: ``joinSide``, ``stateVarName``)."""
-        return (
-            self.spark.read.format("statestore")
-            .option("batchId", self.batch)
-            .option("operatorId", operator_id)
-        )
-
-
-#: Each stage's reading of its state, by ``Stage.STAGE``.
-READINGS: Registry[Callable[[StateInput], None]] = Registry("inspect reading")
-
-
-def register_reading(
-    stage: str, read: Callable[[StateInput], None]
-) -> Callable[[StateInput], None]:
-    """Register how ``flow-jobs inspect`` reads the state of the stage ``stage``."""
-    return READINGS.register(stage, read)
 
 
 # -- what closes a window ------------------------------------------------------------
