@@ -30,7 +30,7 @@ from assets.naming import (
 )
 from assets.resources import SPEC_RESOURCES, resolve
 from assets.run import PipelineRunConfig, refuse_incompatible_spec, run_pipeline
-from flow_jobs.io.dead_letters import DeadLetterTable
+from flow_jobs.dead_letters import DeadLetterTable
 from flow_jobs.ledger.location import state_store_schema
 from flow_jobs.one_line import pipeline_summary
 from flow_jobs.spec.models import PipelineSpec

@@ -87,7 +87,7 @@ def batch_runs(timings: Timings, job: str) -> Iterator[None]:
 @contextmanager
 def sink_steps(timings: Timings) -> Iterator[None]:
     """The flow-jobs sink's steps, timed where the sink calls them."""
-    from flow_jobs.io.dead_letters import DeadLetterTable
+    from flow_jobs.dead_letters import DeadLetterTable
     from flow_jobs.ledger.batch_ledger import BatchLedger
     from flow_jobs.runtime import sink
     from flow_jobs.sinks.delta import DeltaMergeSink

@@ -465,7 +465,7 @@ def main() -> int:
     if args.only:
         args.cluster = "off"
 
-    from flow_jobs.io.dead_letters import DeadLetterTable
+    from flow_jobs.dead_letters import DeadLetterTable
     from flow_jobs.plan.compile import compile_pipeline
     from flow_jobs.plan.event_time import EventTime
     from flow_jobs.plan.kafka_reader import read_kafka

@@ -1,5 +1,5 @@
 """A Kafka record's columns, as the Kafka reader yields them (``flow_jobs.kafka``) and a
-dead letter keeps them (``flow_jobs.io.dead_letters``)."""
+dead letter keeps them (``flow_jobs.dead_letters``)."""
 
 from __future__ import annotations
 

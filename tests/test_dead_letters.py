@@ -71,7 +71,7 @@ AGGREGATIONS = [
 
 
 #: A filter in the SQL on payload columns a bad record lacks (NULL): it must not reach
-#: below the dead-letter taps (plan.diversions.divert), or such records would vanish.
+#: below the dead-letter taps (flow_jobs.dead_letters.divert), or such records would vanish.
 FILTER_SQL = "SELECT user_id, page, amount, ts FROM clicks WHERE user_id IS NOT NULL AND amount > 0"
 
 
@@ -189,7 +189,7 @@ def test_a_dead_letter_table_from_before_headers_gets_the_column(tmp_path: Path)
     other difference is still refused."""
     import pyarrow as pa
 
-    from flow_jobs.io.dead_letters import DEAD_LETTER_SCHEMA, DeadLetterTable
+    from flow_jobs.dead_letters.table import DEAD_LETTER_SCHEMA, DeadLetterTable
     from flow_jobs.io.delta import DeltaMergeTable, TargetSchemaError
 
     path = str(tmp_path / "dead")
@@ -219,7 +219,7 @@ def test_a_row_reported_twice_is_written_once() -> None:
     rows twice: the driver keeps one row per position, the first it got, in order."""
     import pyarrow as pa
 
-    from flow_jobs.io.dead_letters import TAPPED, _distinct
+    from flow_jobs.dead_letters.table import TAPPED, _distinct
 
     def tapped(*positions: tuple[str, int, int], reason: str = "bad") -> pa.Table:
         return pa.Table.from_pylist(

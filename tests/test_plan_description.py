@@ -17,7 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from flow_jobs.aggregations import AGGREGATORS
 from flow_jobs.combine.decide import MARKER
-from flow_jobs.io.dead_letters import OBSERVATION_PREFIX
+from flow_jobs.dead_letters import OBSERVATION_PREFIX
 from flow_jobs.kafka.combine import CombinePlan
 from flow_jobs.one_line import pipeline_summary
 from flow_jobs.plan.windows import STATE_STORE_PROVIDER

@@ -30,7 +30,7 @@ from assets.resources import (
     PostgresStateStoreResource,
     apply_resources,
 )
-from flow_jobs.io.dead_letters import DeadLetterTable
+from flow_jobs.dead_letters import DeadLetterTable
 from flow_jobs.io.delta import DeltaMergeTable, read_delta
 from flow_jobs.ledger.store import LedgerStore
 from flow_jobs.runtime.runner import PipelineRunner

@@ -641,7 +641,7 @@ def test_foreach_batch_reads_the_batch_s_observation_and_empties_it(
     empty list, and Spark's row count (``numInputRows``, from the scan's metrics) whole.
 
     Depends on it: ``flow_jobs.runtime.observations`` and the dead letters
-    (``flow_jobs.io.dead_letters``, ``flow_jobs.plan.diversions.divert``): bad rows reach
+    (``flow_jobs.dead_letters``, ``flow_jobs.dead_letters.divert``): bad rows reach
     the driver before the batch commits, and never sit in Spark's progress reports."""
     files, checkpoint = Files(tmp_path / "in"), tmp_path / "ckpt"
     bad = F.col("k") == "bad"
@@ -695,7 +695,7 @@ def test_a_filter_above_an_observation_is_not_pushed_below_it(spark: SparkSessio
     """The optimizer combines a filter written after an observation with the ones above
     it, and never moves it below: the observation sees every row of its child.
 
-    Depends on it: the dead-letter taps (``flow_jobs.plan.diversions.divert``): a bad row
+    Depends on it: the dead-letter taps (``flow_jobs.dead_letters.divert``): a bad row
     (malformed, NULL event time) has NULL payload columns, and a ``[transform].sql``
     WHERE on them, pushed below the tap, would drop it without a dead letter
     (``tests/test_dead_letters.py`` runs such a filter end to end)."""

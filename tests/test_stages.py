@@ -28,7 +28,7 @@ CORE = (
     "flow_jobs/runtime/sink.py",
     "flow_jobs/runtime/inspect/__init__.py",
     "flow_jobs/runtime/inspect/report.py",
-    "flow_jobs/io/dead_letters.py",
+    "flow_jobs/dead_letters/table.py",
     "flow_jobs/one_line.py",
     "flow_jobs/cli_inspect.py",
 )

@@ -24,6 +24,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from flow_jobs.dead_letters import DeadLetterTap, divert, record_fields
 from flow_jobs.dedup.processor import (
     BUCKET,
     BUCKETS,
@@ -37,11 +38,9 @@ from flow_jobs.dedup.processor import (
     DedupProcessor,
 )
 from flow_jobs.errors import PlanError
-from flow_jobs.io.dead_letters import DeadLetterTap
 from flow_jobs.operators.registry import OperatorInput
 from flow_jobs.plan.carried_rows import JSON_OPTIONS, grouped, key_json
 from flow_jobs.plan.deferred import deferred
-from flow_jobs.plan.diversions import divert, record_fields
 from flow_jobs.plan.ordering import tie_break
 from flow_jobs.plan_lines import PlanLine
 from flow_jobs.runtime.reports import DUPLICATES_PREFIX

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from flow_jobs.dead_letters import DeadLetterTable
 from flow_jobs.errors import PlanError
-from flow_jobs.io.dead_letters import DeadLetterTable
 from flow_jobs.operators.registry import Compiled, OperatorInput, compile_operator
 from flow_jobs.plan.compiled_source import CompiledSource
 from flow_jobs.plan.event_time import EventTime, event_time_of

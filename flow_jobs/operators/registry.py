@@ -67,7 +67,7 @@ from flow_jobs.spec.operators import OPERATOR_SPECS, OperatorSpec
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-    from flow_jobs.io.dead_letters import DeadLetterTap
+    from flow_jobs.dead_letters import DeadLetterTap
     from flow_jobs.plan_lines import PlanLine
 
 __all__ = ["OPERATORS", "Compiled", "Operator", "OperatorInput", "register_operator"]
@@ -119,7 +119,7 @@ class OperatorInput:
     tap : callable
         ``tap(part)``: a dead-letter tap of the source's records under ``part`` (e.g.
         ``"duplicates"``), for the records the operator takes out with their bytes
-        (``flow_jobs.plan.diversions.divert``).
+        (``flow_jobs.dead_letters.divert``).
     """
 
     view: DataFrame

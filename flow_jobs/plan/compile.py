@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
-from flow_jobs.io.dead_letters import DeadLetterTable
+from flow_jobs.dead_letters import DeadLetterTable
 from flow_jobs.plan.pipelines import PIPELINES, CompiledPipeline, PipelineInput
 from flow_jobs.spec.models import PipelineSpec
 

@@ -45,8 +45,8 @@ from pyspark.sql.types import (
     VariantType,
 )
 
+from flow_jobs.dead_letters import Reason
 from flow_jobs.kafka.schema import CORRUPT_RECORD
-from flow_jobs.plan.diversions import Reason
 from flow_jobs.records import ELLIPSIS, SHOWN_CHARS
 
 NULL_PAYLOAD = "null payload (a tombstone)"

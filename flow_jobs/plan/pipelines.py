@@ -22,7 +22,7 @@ from flow_jobs.plugins import Registry
 if TYPE_CHECKING:  # the registry loads with the others: nothing of Spark's plans here
     from pyspark.sql import DataFrame, SparkSession
 
-    from flow_jobs.io.dead_letters import DeadLetterTable
+    from flow_jobs.dead_letters import DeadLetterTable
     from flow_jobs.plan.lookups import Lookup
     from flow_jobs.plan.windows import CompiledWindow
     from flow_jobs.plan_lines import Described, PlanLine

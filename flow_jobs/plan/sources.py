@@ -17,7 +17,7 @@ carries the window's event-time column) its event time is NULL, outside Spark's
 TIMESTAMP range, or further ahead of the micro-batch's processing time than
 ``max_event_time_skew_ms``.
 An event time computed by ``[transform].sql`` gets the same checks after the SQL
-(``flow_jobs.plan.diversions.divert_after_sql``), from the ``_kafka`` column the SQL keeps.
+(``flow_jobs.plan.time_reasons.divert_after_sql``), from the ``_kafka`` column the SQL keeps.
 
 The reader's options are built in ``flow_jobs.plan.kafka_reader``, the payload schema
 (declared, or a registry's) read in ``flow_jobs.plan.source_schemas``.
@@ -35,8 +35,8 @@ from pyspark.sql.types import DataType, StructType
 from pyspark.sql.utils import AnalysisException
 
 from flow_jobs.aggregations.partials import PARTIAL_VIEW
+from flow_jobs.dead_letters import DeadLetterTap, Reason, divert, record_fields
 from flow_jobs.errors import PlanError
-from flow_jobs.io.dead_letters import DeadLetterTap
 from flow_jobs.kafka.combine import PARTIAL, CombinePlan
 from flow_jobs.kafka.json_decode import arrow_schema
 from flow_jobs.kafka.schema import (
@@ -48,13 +48,6 @@ from flow_jobs.kafka.schema import (
     UNDECODED,
 )
 from flow_jobs.plan.compiled_source import CompiledSource, public_options
-from flow_jobs.plan.diversions import (
-    Reason,
-    divert,
-    out_of_range_reason,
-    record_fields,
-    time_reasons,
-)
 from flow_jobs.plan.event_time import (
     EPOCH_MILLIS_TYPES,
     EventTime,
@@ -65,6 +58,7 @@ from flow_jobs.plan.json_reasons import NULL_PAYLOAD, decode_reasons, missing_fi
 from flow_jobs.plan.kafka_reader import load_kafka, reader_options
 from flow_jobs.plan.late_rows import LATE, late_condition, late_reason
 from flow_jobs.plan.source_schemas import payload_schema, registry_payload, registry_reader
+from flow_jobs.plan.time_reasons import out_of_range_reason, time_reasons
 from flow_jobs.records import EVENT_TS, RECORD_SCHEMA
 from flow_jobs.spec.models import KAFKA_COLUMN, KafkaSource
 

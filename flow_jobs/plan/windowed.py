@@ -21,11 +21,10 @@ from flow_jobs.combine.decide import (
     shape_folds,
 )
 from flow_jobs.combine.sql import NotInGrammar, PreStage, analyze
+from flow_jobs.dead_letters import DeadLetterTable
 from flow_jobs.errors import PlanError
 from flow_jobs.io.checkpoint_files import LOCATION_KEY, checkpoint_files, idle_file
-from flow_jobs.io.dead_letters import DeadLetterTable
 from flow_jobs.operators.registry import Compiled, OperatorInput, compile_operator
-from flow_jobs.plan.diversions import divert_after_sql
 from flow_jobs.plan.event_time import EventTime
 from flow_jobs.plan.lookups import register_lookups
 from flow_jobs.plan.pipelines import CompiledPipeline, PipelineInput, windowed
@@ -37,6 +36,7 @@ from flow_jobs.plan.sources import (
     source_carries,
     source_event_time,
 )
+from flow_jobs.plan.time_reasons import divert_after_sql
 from flow_jobs.plan.windows import compile_window
 from flow_jobs.plan_lines import Described
 from flow_jobs.spec.models import KAFKA_COLUMN, PipelineSpec

@@ -3,7 +3,7 @@ batch is still in ``foreachBatch``.
 
 Spark computes an observation with accumulators of the batch's own execution and puts
 it in the progress report after the batch has committed: too late for rows that must
-be written before the commit (the dead letters, ``flow_jobs.io.dead_letters``). So the
+be written before the commit (the dead letters, ``flow_jobs.dead_letters``). So the
 sink reads them, once the batch's action has run, from the query's current execution
 (the one ``foreachBatch``'s frame runs: ``StreamExecution.lastExecution``), then empties
 their accumulators, so the progress report (which Spark keeps in memory and logs) does

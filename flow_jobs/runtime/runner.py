@@ -16,10 +16,10 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming import StreamingQuery
 
 from flow_jobs.combine.decide import mark_checkpoint
+from flow_jobs.dead_letters import DeadLetterTable
 from flow_jobs.io.batch import Supersede
 from flow_jobs.io.checkpoint_files import checkpoint_files
 from flow_jobs.io.checkpoint_gateway import publish_driver_gateway, withdraw_driver_gateway
-from flow_jobs.io.dead_letters import DeadLetterTable
 from flow_jobs.ledger.batch_ledger import BatchLedger
 from flow_jobs.ledger.location import state_store_schema
 from flow_jobs.ledger.run_lock import RunLock

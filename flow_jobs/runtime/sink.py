@@ -13,8 +13,8 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 
+from flow_jobs.dead_letters import OBSERVATION_PREFIX, DeadLetterTable
 from flow_jobs.io.batch import BatchEntry, ClosedWindows, WriteResult
-from flow_jobs.io.dead_letters import OBSERVATION_PREFIX, DeadLetterTable
 from flow_jobs.io.waits import wait_out
 from flow_jobs.ledger.batch_ledger import BatchLedger
 from flow_jobs.ledger.run_lock import RunLock

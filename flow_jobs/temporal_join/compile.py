@@ -27,9 +27,9 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
+from flow_jobs.dead_letters import DeadLetterTable
 from flow_jobs.errors import PlanError
 from flow_jobs.io.checkpoint_files import idle_file
-from flow_jobs.io.dead_letters import DeadLetterTable
 from flow_jobs.plan.carried_rows import JSON_OPTIONS, key_json
 from flow_jobs.plan.compiled_source import CompiledSource
 from flow_jobs.plan.deferred import deferred

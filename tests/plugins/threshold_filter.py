@@ -27,9 +27,9 @@ from pydantic import model_validator
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from flow_jobs.dead_letters import divert, record_fields
 from flow_jobs.errors import PlanError
 from flow_jobs.operators.registry import OperatorInput, register_operator
-from flow_jobs.plan.diversions import divert, record_fields
 from flow_jobs.plan_lines import PlanLine
 from flow_jobs.spec.base import _identifier
 from flow_jobs.spec.operators import OperatorSpec

@@ -31,7 +31,7 @@ from flow_jobs.aggregations import (
     NotDecoded,
     StateBuffer,
 )
-from flow_jobs.io.dead_letters import DeadLetterTable
+from flow_jobs.dead_letters import DeadLetterTable
 from flow_jobs.locations import local_path
 from flow_jobs.plan.compile import compile_pipeline
 from flow_jobs.runtime.inspect.report import plain

@@ -32,45 +32,16 @@ record's position).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import pyarrow as pa
 
+from flow_jobs.dead_letters.tap import LATE_SUFFIX, OBSERVATION_PREFIX, TAPPED, DeadLetterTap
 from flow_jobs.io.delta import DeltaMergeTable
 from flow_jobs.plan_lines import PlanLine
-from flow_jobs.records import HEADERS_TYPE, RECORD_SCHEMA
 from flow_jobs.spec.models import PipelineSpec
-
-#: Spark DDL of Kafka headers, as a tapped row carries them.
-HEADERS_DDL = "ARRAY<STRUCT<key: STRING, value: BINARY>>"
-
-#: The fields of each row a tap collects, in order: why, and the Kafka record (its
-#: timestamp as epoch microseconds, so no time zone comes between the JVM and Arrow).
-TAPPED_FIELDS = (
-    "reason",
-    "topic",
-    "partition",
-    "offset",
-    "key",
-    "value",
-    "timestamp_us",
-    "headers",
-)
-
-#: What the driver files for each bad row: where it comes from, why, and its Kafka
-#: record (the reader's types; its timestamp named kafka_timestamp).
-TAPPED = pa.schema(
-    [
-        ("pipeline", pa.string()),
-        ("source", pa.string()),
-        ("reason", pa.string()),
-        *(RECORD_SCHEMA.field(n) for n in ("topic", "partition", "offset", "key", "value")),
-        RECORD_SCHEMA.field("timestamp").with_name("kafka_timestamp"),
-        RECORD_SCHEMA.field("headers"),
-    ]
-)
 
 #: The table: each tapped row, with the batch that wrote it and when; ``headers`` (the
 #: record's Kafka headers) was added later, so it comes last.
@@ -83,64 +54,6 @@ DEAD_LETTER_SCHEMA = pa.schema(
     ]
 )
 NATURAL_KEY = ("source", "topic", "partition", "offset")
-
-#: Names of the taps' observations (``DataFrame.observe``) start with this.
-OBSERVATION_PREFIX = "flow_dead_letters:"
-_LATE = ":late"
-
-
-@dataclass(frozen=True)
-class DeadLetterTap:
-    """Where the plan diverts one source's bad rows: the observation that collects them,
-    by name, and what the driver needs to file them."""
-
-    pipeline: str
-    source: str
-    #: After ``[transform].sql`` a row may come from any source: (topic, source) pairs
-    #: name its source by its topic.
-    topic_sources: tuple[tuple[str, str], ...] = ()
-    late: bool = False  # late rows: kept apart, for a dead_letter_topic
-    #: a second tap of the source further on (its duplicates: ``flow_jobs.dedup``)
-    part: str = ""
-
-    @property
-    def observation(self) -> str:
-        part = f":{self.part}" if self.part else ""
-        return f"{OBSERVATION_PREFIX}{self.source}{part}{_LATE if self.late else ''}"
-
-    def late_rows(self) -> DeadLetterTap:
-        return replace(self, late=True)
-
-    def rows(self, collected: Sequence[Any]) -> pa.Table:
-        """The rows the observation collected (``TAPPED_FIELDS`` each), as filed."""
-        n = len(collected)
-        columns = list(zip(*collected, strict=True)) if n else [()] * len(TAPPED_FIELDS)
-        found = dict(zip(TAPPED_FIELDS, columns, strict=True))
-        topics = list(found["topic"])
-        by_topic = dict(self.topic_sources)
-        return pa.table(
-            {
-                "pipeline": pa.array([self.pipeline] * n, pa.string()),
-                "source": pa.array([by_topic.get(t, self.source) for t in topics], pa.string()),
-                "reason": pa.array(found["reason"], pa.string()),
-                "topic": pa.array(topics, pa.string()),
-                "partition": pa.array(found["partition"], pa.int32()),
-                "offset": pa.array(found["offset"], pa.int64()),
-                "key": pa.array(found["key"], pa.binary()),
-                "value": pa.array(found["value"], pa.binary()),
-                "kafka_timestamp": pa.array(found["timestamp_us"], pa.int64()).cast(
-                    pa.timestamp("us", tz="UTC")
-                ),
-                "headers": pa.array([_headers(h) for h in found["headers"]], HEADERS_TYPE),
-            },
-            schema=TAPPED,
-        )
-
-
-def _headers(headers: Sequence[Any] | None) -> list[dict[str, Any]] | None:
-    if headers is None:
-        return None
-    return [{"key": h[0], "value": None if h[1] is None else bytes(h[1])} for h in headers]
 
 
 class LetterStore(Protocol):
@@ -246,8 +159,8 @@ class DeadLetterTable:
         for name, collected in observed.items():
             if not collected:
                 continue
-            late = name.endswith(_LATE)
-            tap = self._taps.get(name.removesuffix(_LATE))
+            late = name.endswith(LATE_SUFFIX)
+            tap = self._taps.get(name.removesuffix(LATE_SUFFIX))
             if tap is None:
                 raise RuntimeError(f"dead letters of an unknown tap {name!r}: not filed")
             tapped[late].append((tap.late_rows() if late else tap).rows(collected))
