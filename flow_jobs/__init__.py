@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any
 from flow_jobs.lazy import lazy_getattr
 
 if TYPE_CHECKING:
+    from flow_jobs.joins.spec import JoinSpec as Join
     from flow_jobs.runtime.progress import RunSummary
     from flow_jobs.sinks.delta import DeltaTarget
-    from flow_jobs.spec.joins import JoinSpec as Join
     from flow_jobs.spec.loader import SpecError, load_spec, parse_spec
     from flow_jobs.spec.models import Aggregation
     from flow_jobs.spec.models import KafkaSource as Source
@@ -45,7 +45,7 @@ __version__ = "0.1.0"
 _FACADE = {
     "Aggregation": ("flow_jobs.spec.models", "Aggregation"),
     "DeltaTarget": ("flow_jobs.sinks.delta", "DeltaTarget"),
-    "Join": ("flow_jobs.spec.joins", "JoinSpec"),
+    "Join": ("flow_jobs.joins.spec", "JoinSpec"),
     "Lookup": ("flow_jobs.spec.models", "LookupSpec"),
     "Pipeline": ("flow_jobs.spec.models", "PipelineSpec"),
     "Source": ("flow_jobs.spec.models", "KafkaSource"),

@@ -1,6 +1,6 @@
 """The core reaches each stage of ``[transform]`` (a window, the stream-stream join, the
 temporal join) and each batch step (top-N) through their registries, by name, and names
-none itself."""
+none itself; the spec reads the joins' and the dedup's keys with their packages' models."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from flow_jobs.joins.spec import JoinSpec
 from flow_jobs.plan.pipelines import PIPELINES
 from flow_jobs.runtime.batch_steps import BATCH_STEPS
 from flow_jobs.runtime.inspect import READINGS
-from flow_jobs.spec.joins import JoinSpec, TemporalJoinSpec
 from flow_jobs.spec.windows import WindowSpec
+from flow_jobs.temporal_join.spec import TemporalJoinSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,6 +57,27 @@ def test_the_core_names_no_join_stage_nor_top_n() -> None:
         if NAMING.search(line)
     ]
     assert named == []
+
+
+#: What only a join's, a temporal join's or a dedup's model knows: their keys.
+STAGE_KEYS = re.compile(
+    r"\b(JoinSpec|TemporalJoinSpec|DedupSpec|left_keys|right_keys|stream_keys|version_keys"
+    r"|within_ms)\b"
+)
+
+
+def test_the_spec_knows_no_join_nor_dedup_model() -> None:
+    """The spec reads ``[transform.join]``, ``[transform.temporal_join]`` and
+    ``[[transform.dedup]]`` with the models their packages register (``STAGE_SPECS``,
+    ``OPERATOR_SPECS``); no module of ``flow_jobs/spec/`` knows their keys."""
+    named = [
+        f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+        for path in sorted((ROOT / "flow_jobs" / "spec").glob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if STAGE_KEYS.search(line)
+    ]
+    assert named == []
+    assert STAGE_KEYS.search("keys = join.left_keys if side")
 
 
 def test_the_check_finds_a_stage_named_in_the_core() -> None:

@@ -66,7 +66,7 @@ _KEY_TYPES = (StringType, LongType, IntegerType, ShortType, ByteType, BooleanTyp
 def shape_folds(spec: PipelineSpec, payload: StructType | None) -> str | None:
     """Why the window cannot pre-aggregate whatever its SQL does, or None if it may."""
     w, t = spec.transform.window, spec.transform
-    if w is None or t.join is not None:
+    if w is None or t.stages()[0] is not w:
         return "only a window over a source folds (not a join)"
     if t.lookups:
         return "[transform].sql joins a lookup"

@@ -7,6 +7,8 @@ on Spark's state API; the built-in ``dedup`` operator
   (``DedupState``, in ``flow_jobs.state_codec``'s versioned format);
 * ``plugin``: what ``flow_jobs.plugins.BUILTIN`` imports, registering the operator.
 
+* ``spec``: its spec model (``DedupSpec``), registered as the ``dedup`` operator kind.
+
 This module imports nothing: the executors that import ``processor`` need neither the
-plan nor the spec's models. Its spec model is ``flow_jobs.spec.dedup.DedupSpec``.
+plan nor the spec's models.
 """

@@ -37,6 +37,7 @@ from flow_jobs.dedup.processor import (
     TIME,
     DedupProcessor,
 )
+from flow_jobs.dedup.spec import DedupSpec
 from flow_jobs.errors import PlanError
 from flow_jobs.operators.registry import OperatorInput
 from flow_jobs.plan.carried_rows import JSON_OPTIONS, grouped, key_json
@@ -44,7 +45,6 @@ from flow_jobs.plan.deferred import deferred
 from flow_jobs.plan.ordering import tie_break
 from flow_jobs.plan_lines import PlanLine
 from flow_jobs.runtime.reports import DUPLICATES_PREFIX
-from flow_jobs.spec.dedup import DedupSpec
 
 
 @dataclass(frozen=True)

@@ -8,5 +8,6 @@ chains one (``chain = ["join", "window"]``).
 * ``plugin``: what ``flow_jobs.plugins.BUILTIN`` imports, registering both under
   ``"join"`` (``JoinSpec.STAGE``).
 
-Its spec model is ``flow_jobs.spec.joins.JoinSpec``.
+Its spec model is ``flow_jobs.joins.spec.JoinSpec`` (``spec``), registered for
+``[transform.join]``.
 """

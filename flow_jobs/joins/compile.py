@@ -28,6 +28,7 @@ from pyspark.sql import functions as F
 
 from flow_jobs.dead_letters import DeadLetterTable
 from flow_jobs.errors import PlanError
+from flow_jobs.joins.spec import JoinSpec
 from flow_jobs.operators.registry import Compiled, OperatorInput, compile_operator
 from flow_jobs.plan.compiled_source import CompiledSource
 from flow_jobs.plan.event_time import EventTime, event_time_of
@@ -35,7 +36,6 @@ from flow_jobs.plan.pipelines import CompiledPipeline, PipelineInput, windowed
 from flow_jobs.plan.sources import compile_source
 from flow_jobs.plan.windows import compile_window
 from flow_jobs.plan_lines import PlanLine
-from flow_jobs.spec.joins import JoinSpec
 from flow_jobs.spec.models import KAFKA_COLUMN, PipelineSpec
 
 ROW_ID = "join_row_id"

@@ -22,6 +22,10 @@ PIPELINE_NAME = re.compile(r"^[a-z0-9_-]+$")
 SQL_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
+#: Output column lists (a join's sides): names kept as they are, or a table of column ->
+#: new name.
+OutputColumns = list[str] | dict[str, str]
+
 #: The column every source injects (the Kafka timestamp, or the arrival time in
 #: processing-time mode) is ``flow_jobs.records.EVENT_TS``.
 #: The struct of Kafka metadata a JSON source view carries (key, topic, partition,

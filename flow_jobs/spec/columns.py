@@ -81,32 +81,11 @@ def check_columns(spec: PipelineSpec) -> None:
                 )
     if t.sql or t.lookups:
         return
-    join, window, temporal = t.join, t.window, t.temporal_join
-    if temporal is not None:
-        for side in ("stream", "version"):
-            source = temporal.side_source(side)
-            refuse(f"transform.temporal_join.{side}_keys", source, [*temporal.side_keys(side)])
-            refuse(
-                f"transform.temporal_join.{side}_event_time_column",
-                source,
-                [temporal.side_event_time(side)],
-            )
-    if join is not None:
-        for side in ("left", "right"):
-            source = join.left_source if side == "left" else join.right_source
-            keys = join.left_keys if side == "left" else join.right_keys
-            refuse(f"transform.join.{side}_keys", source, [*keys])
-            if join.time_mode == "event":
-                column = join.side_event_time(side)
-                refuse(f"transform.join.{side}_event_time_column", source, [column])
-    elif window is not None and len(spec.sources) == 1:
-        source = spec.sources[0].name
-        if window.time_mode == "event":
-            refuse("transform.window.event_time_column", source, [window.event_time_column])
-        refuse("transform.window.group_by", source, [*window.group_by])
-        for a in window.aggregations:
-            refuse(f"transform.window.aggregations.{a.as_}.column", source, [a.column])
-        _numeric_inputs(spec, types.get(source, {}))
+    first = t.stages()[0]
+    for key, source, names in first.columns_read(spec.sources):
+        refuse(key, source, names)
+    if first is t.window and len(spec.sources) == 1:
+        _numeric_inputs(spec, types.get(spec.sources[0].name, {}))
 
 
 #: Spark's numeric types, as their ``simpleString`` starts.
@@ -136,31 +115,15 @@ def check_event_time_types(spec: PipelineSpec) -> None:
     types = declared_types(spec)
     t = spec.transform
     index = {s.name: i for i, s in enumerate(spec.sources)}
-    uses: list[tuple[str, str, str]] = []  # (spec key, source, column)
-    if t.join is not None:
-        if t.join.time_mode == "event":
-            for side in ("left", "right"):
-                override = f"{side}_event_time_column"
-                key = override if getattr(t.join, override) else "event_time_column"
-                source = t.join.left_source if side == "left" else t.join.right_source
-                uses.append((f"transform.join.{key}", source, t.join.side_event_time(side)))
-    elif t.temporal_join is not None:
-        temporal = t.temporal_join
-        for side in ("stream", "version"):
-            override = f"{side}_event_time_column"
-            key = override if getattr(temporal, override) else "event_time_column"
-            column = temporal.side_event_time(side)
-            uses.append((f"transform.temporal_join.{key}", temporal.side_source(side), column))
-    elif t.window is not None and t.window.time_mode == "event":
-        column = t.window.event_time_column
-        uses += [("transform.window.event_time_column", s.name, column) for s in spec.sources]
+    first = t.stages()[0]
+    uses = first.event_time_columns(spec.sources)  # (spec key, source, column)
     for key, source, column in uses:
         declared = types.get(source, {}).get(column)
         if declared is None or declared in (*TIMESTAMPS, *EPOCH_MILLIS):
             continue
         where = f"sources[{index[source]}].schema"
         fix = f"declare it TIMESTAMP (ISO-8601 text) or BIGINT (epoch milliseconds) in {where}"
-        if t.window is not None and t.join is None:
+        if first is t.window:
             fix += (
                 f", or compute a TIMESTAMP under another name in [transform].sql (e.g. "
                 f"SELECT *, to_timestamp({column}) AS event_time FROM {source}) and name "

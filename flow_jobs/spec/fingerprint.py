@@ -33,8 +33,8 @@ resumed under:
   ``on_duplicate``: a duplicate is dropped or dead-lettered after the operator decided
   it, the same state either way. Its other keys are fingerprinted, as
   ``transform.operators.<source>[<n>].<key>`` (its ``n``-th operator, its kind among
-  them), the dedup's as ``transform.dedup.<source>.keys`` and ``.within_ms`` (as
-  before the operators' registry).
+  them), or as its model's ``fingerprint()`` names them (the dedup's: as before the
+  operators' registry).
 
 A key added to the spec after checkpoints exist, whose default keeps what those
 checkpoints ran (``ADDED_KEYS``), is fingerprinted only when set to something else:
@@ -46,11 +46,11 @@ compares the buffers' types, not their names (``tests/test_spark_contracts.py``)
 swapping ``sum(amount) as total`` and ``max(amount) as hi`` would resume, and every open
 window would fold new rows into the other aggregate's buffer. So the aliases in declared
 order are a field of their own (``transform.window.aggregations.order``). Other orders
-are in their keys' values already (``group_by``, the join's ``left_keys`` /
-``right_keys``: lists), or do not reach the state: the order of ``[[sources]]`` does not
-place a source in Spark's plan (``[transform].sql`` or the join's ``left_source`` /
-``right_source`` do, both fingerprinted), so Spark's offset log, which maps offsets to
-sources by their position in the plan, is read the same way after a reorder.
+are in their keys' values already (``group_by``, a join's key columns: lists), or do
+not reach the state: the order of ``[[sources]]`` does not place a source in Spark's
+plan (``[transform].sql`` or the join's ``left_source`` / ``right_source`` do, both
+fingerprinted), so Spark's offset log, which maps offsets to sources by their position
+in the plan, is read the same way after a reorder.
 
 A fingerprint stored before the order fields existed (``ORDER_KEYS``) is the current
 fields' without them (``earlier_fingerprint``): the state store accepts it and stores the

@@ -47,8 +47,6 @@ from flow_jobs.spec.base import (
     revealed,
 )
 from flow_jobs.spec.columns import check_columns, check_event_time_types
-from flow_jobs.spec.dedup import DedupSpec
-from flow_jobs.spec.joins import JoinHow, OutputColumns
 from flow_jobs.spec.operators import (
     OperatorSpec,
     SourceOperator,
@@ -83,15 +81,12 @@ __all__ = [
     "CheckpointSpec",
     "ChecksSpec",
     "DeadLetterSpec",
-    "DedupSpec",
     "ImportPath",
-    "JoinHow",
     "KafkaSource",
     "LookupKind",
     "LookupSpec",
     "OperatorSpec",
     "OrchestrationSpec",
-    "OutputColumns",
     "PipelineSpec",
     "RuntimeSpec",
     "SparkSpec",

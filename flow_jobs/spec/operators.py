@@ -145,9 +145,9 @@ def check_operators(spec: PipelineSpec) -> None:
                     f"{op.key}.source",
                     f"{op.source!r} is {model.ONCE_PER_SOURCE} by {other} already",
                 )
-        if t.temporal_join is not None:
+        first = t.stages()[0]
+        if not first.TAKES_OPERATORS:
             table = op.key.partition("[")[0]
-            raise key_error(op.key, f"[[{table}]] before a temporal join is not supported yet")
-        timed = (t.window, t.join)
-        if model.EVENT_TIME and any(o is not None and o.time_mode != "event" for o in timed):
+            raise key_error(op.key, f"[[{table}]] before {first.NOUN} is not supported yet")
+        if model.EVENT_TIME and any(stage.time_mode != "event" for stage in t.stages()):
             raise key_error(op.key, f'{model.EVENT_TIME}: it needs time_mode = "event"')

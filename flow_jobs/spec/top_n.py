@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field
 
 from flow_jobs.spec.aggregation import Aggregation
 from flow_jobs.spec.base import SpecModel, key_error
+
+if TYPE_CHECKING:
+    from flow_jobs.spec.windows import WindowSpec
 
 
 class TopNSpec(SpecModel):
@@ -60,3 +63,16 @@ class TopNSpec(SpecModel):
                     f"top_n.partition_by[{i}]",
                     f"{column!r} is not a group_by column ({', '.join(group_by) or 'none'})",
                 )
+
+    def check_window(self, window: WindowSpec, shared: list[str]) -> None:
+        """It ranks the groups of one window: a kind whose windows share their bounds
+        across groups (``shared``: those kinds), not reopened."""
+        if not window.SHARED_BOUNDS:
+            raise key_error(
+                "top_n",
+                f'top_n ranks the groups of one window; kind = "{window.kind}" gives each '
+                f"group windows of its own bounds: use one of {', '.join(shared)}",
+            )
+        if window.reopens:
+            raise key_error("top_n", 'top_n with late_data = "reopen" is not supported')
+        self.check(window.aggregations, window.group_by)

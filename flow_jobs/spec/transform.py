@@ -1,6 +1,6 @@
 """``[transform]``: the SQL, the lookups, the per-source operators (the deduplication
 among them) and the stages (``stages()``: the window, ``flow_jobs.spec.windows``; the
-joins, ``flow_jobs.spec.joins``)."""
+joins, whose models their packages register in ``STAGE_SPECS``)."""
 
 from __future__ import annotations
 
@@ -19,10 +19,8 @@ from pydantic import (
 )
 
 from flow_jobs.spec.base import SpecModel, _identifier, key_error
-from flow_jobs.spec.dedup import DedupSpec
-from flow_jobs.spec.joins import JoinSpec, TemporalJoinSpec
-from flow_jobs.spec.operators import OperatorSpec
-from flow_jobs.spec.stages import Stage
+from flow_jobs.spec.operators import OPERATOR_SPECS, OperatorSpec
+from flow_jobs.spec.stages import STAGE_SPECS, Stage
 from flow_jobs.spec.windows import WindowSpec
 
 LookupKind = Literal["delta", "postgres", "csv", "parquet"]
@@ -62,6 +60,13 @@ class LookupSpec(SpecModel):
         return self
 
 
+def _dedup(v: Any, info: ValidationInfo) -> Any:
+    """One ``[[transform.dedup]]`` table: the ``dedup`` operator kind, written apart."""
+    if not isinstance(v, dict):
+        return v
+    return OPERATOR_SPECS.get("dedup").model_validate(v, context=info.context)
+
+
 def _operator_kind(v: Any, info: ValidationInfo) -> Any:
     """One ``[[transform.operators]]`` table: the model of its kind, registered now
     (``OPERATOR_SPECS``: the built-ins, the plug-ins)."""
@@ -74,15 +79,19 @@ class TransformSpec(SpecModel):
 
     sql: str | None = None
     lookups: list[LookupSpec] = Field(default_factory=list)
-    dedup: list[DedupSpec] = Field(default_factory=list)
+    #: ``[[transform.dedup]]``: the ``dedup`` operator's model (``OPERATOR_SPECS``)
+    dedup: list[Annotated[SerializeAsAny[OperatorSpec], BeforeValidator(_dedup)]] = Field(
+        default_factory=list
+    )
     #: each the model of its kind (``OperatorSpec.model_validate``); dumped as that model
     operators: list[Annotated[SerializeAsAny[OperatorSpec], BeforeValidator(_operator_kind)]] = (
         Field(default_factory=list)
     )
     #: the model of its kind (``WindowSpec.model_validate``); dumped as that model
     window: SerializeAsAny[WindowSpec] | None = None
-    join: JoinSpec | None = None
-    temporal_join: TemporalJoinSpec | None = None
+    #: each the model its package registered under the table's name (``STAGE_SPECS``)
+    join: SerializeAsAny[Any] | None = None
+    temporal_join: SerializeAsAny[Any] | None = None
     chain: list[Literal["join", "window"]] | None = None
 
     def stages(self) -> list[Stage]:
@@ -97,21 +106,18 @@ class TransformSpec(SpecModel):
         # the kinds registered now (``WINDOW_FAMILIES``: the built-ins, the plug-ins)
         return WindowSpec.model_validate(v, context=info.context) if isinstance(v, dict) else v
 
+    @field_validator("join", "temporal_join", mode="before")
+    @classmethod
+    def _stage_model(cls, v: Any, info: ValidationInfo) -> Any:
+        if not isinstance(v, dict):
+            return v
+        assert info.field_name is not None
+        return STAGE_SPECS.get(info.field_name).model_validate(v, context=info.context)
+
     @field_serializer("operators", mode="wrap")
     def _operators_with_kind(self, v: list[OperatorSpec], handler: Any) -> Any:
         # ``kind`` names the model to read a table back with, default or not
         return [{"kind": o.kind, **d} for o, d in zip(v, handler(v), strict=True)]
-
-    @model_validator(mode="before")
-    @classmethod
-    def _join_kind(cls, data: Any) -> Any:
-        join = data.get("join") if isinstance(data, dict) else None
-        if (
-            isinstance(join, dict)
-            and join.get("kind", "stream_stream_join") != "stream_stream_join"
-        ):
-            raise key_error("join", f'join.kind = {join["kind"]!r}: use "stream_stream_join"')
-        return data
 
     @model_validator(mode="after")
     def _operator(self) -> TransformSpec:

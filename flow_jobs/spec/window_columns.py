@@ -1,4 +1,5 @@
-"""The output columns of ``[transform.window]``: each name a valid identifier, once."""
+"""The columns of ``[transform.window]``: its output columns, each a valid identifier once,
+and the columns it reads of a source."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ from typing import TYPE_CHECKING
 from flow_jobs.spec.base import _identifier, key_error
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from flow_jobs.spec.sources import KafkaSource
     from flow_jobs.spec.windows import WindowSpec
 
 
@@ -50,3 +54,31 @@ def check_output_columns(window: WindowSpec) -> None:
             if name in seen:
                 raise key_error("aggregations", f"{key} = {name!r} equals a window column name")
             seen[name] = key
+
+
+def window_columns_read(
+    window: WindowSpec, sources: Sequence[KafkaSource]
+) -> list[tuple[str, str, list[str | None]]]:
+    """Over one source (more need the SQL, which makes the columns): its event time,
+    group and aggregation columns."""
+    if len(sources) != 1:
+        return []
+    source = sources[0].name
+    key = "transform.window"
+    uses: list[tuple[str, str, list[str | None]]] = []
+    if window.time_mode == "event":
+        uses.append((f"{key}.event_time_column", source, [window.event_time_column]))
+    uses.append((f"{key}.group_by", source, [*window.group_by]))
+    for a in window.aggregations:
+        uses.append((f"{key}.aggregations.{a.as_}.column", source, [a.column]))
+    return uses
+
+
+def window_event_times(
+    window: WindowSpec, sources: Sequence[KafkaSource]
+) -> list[tuple[str, str, str]]:
+    """Its event time in each source, on event time."""
+    if window.time_mode != "event":
+        return []
+    column = window.event_time_column
+    return [("transform.window.event_time_column", s.name, column) for s in sources]

@@ -32,8 +32,13 @@ from flow_jobs.spec.base import (
     key_error,
     not_supported,
 )
+from flow_jobs.spec.stages import ColumnUse
 from flow_jobs.spec.top_n import TopNSpec
-from flow_jobs.spec.window_columns import check_output_columns
+from flow_jobs.spec.window_columns import (
+    check_output_columns,
+    window_columns_read,
+    window_event_times,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -127,7 +132,9 @@ class WindowSpec(SpecModel):
 
     #: Its stage of ``[transform]`` (``flow_jobs.spec.stages.Stage``).
     STAGE: ClassVar[str] = "window"
+    NOUN: ClassVar[str] = "a window"
     HOLDS: ClassVar[Literal["windows", "rows"]] = "windows"
+    TAKES_OPERATORS: ClassVar[bool] = True
     #: Each kind of the family, with its size keys (all required for that kind, and
     #: valid for no other).
     SIZE_KEYS: ClassVar[dict[str, tuple[str, ...]]] = {}
@@ -214,6 +221,12 @@ class WindowSpec(SpecModel):
                 "a SQL pre-stage must combine them (e.g. a UNION ALL of the source views)"
             )
 
+    def columns_read(self, sources: Sequence[KafkaSource]) -> list[ColumnUse]:
+        return window_columns_read(self, sources)
+
+    def event_time_columns(self, sources: Sequence[KafkaSource]) -> list[tuple[str, str, str]]:
+        return window_event_times(self, sources)
+
     @abstractmethod
     def active_windows(self) -> int:
         """How many windows of a group can be open at once (``flow_jobs.plan.sizing``)."""
@@ -266,23 +279,10 @@ class WindowSpec(SpecModel):
         if self.on_state_cap != "fail":
             raise not_supported("on_state_cap", self.on_state_cap, ("fail",))
         check_output_columns(self)
-        self._top_n_rules()
-        return self
-
-    def _top_n_rules(self) -> None:
-        top = self.top_n
-        if top is None:
-            return
-        if not self.SHARED_BOUNDS:
+        if self.top_n is not None:
             shared = [k for k, model in WINDOW_FAMILIES.items() if model.SHARED_BOUNDS]
-            raise key_error(
-                "top_n",
-                f'top_n ranks the groups of one window; kind = "{self.kind}" gives each group '
-                f"windows of its own bounds: use one of {', '.join(shared)}",
-            )
-        if self.reopens:
-            raise key_error("top_n", 'top_n with late_data = "reopen" is not supported')
-        top.check(self.aggregations, self.group_by)
+            self.top_n.check_window(self, shared)
+        return self
 
     def _family_rules(self) -> None:
         """A family's rules between its size keys (e.g. ``hop_ms <= duration_ms``)."""

@@ -10,5 +10,6 @@ versioned side valid at its event time, on Spark's state API.
 
 This module imports nothing: the executors that import ``processor`` need neither the
 plan nor the spec's models. Its spec model is
-``flow_jobs.spec.joins.TemporalJoinSpec``.
+``flow_jobs.temporal_join.spec.TemporalJoinSpec`` (``spec``),
+registered for ``[transform.temporal_join]``.
 """

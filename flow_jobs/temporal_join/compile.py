@@ -39,7 +39,6 @@ from flow_jobs.plan.pipelines import CompiledPipeline, PipelineInput
 from flow_jobs.plan.sources import TOMBSTONE as TOMBSTONE_VIEW
 from flow_jobs.plan.sources import SourceWatermark, compile_source, source_event_time
 from flow_jobs.plan_lines import PlanLine
-from flow_jobs.spec.joins import TemporalJoinSpec
 from flow_jobs.spec.models import KAFKA_COLUMN, PipelineSpec
 from flow_jobs.temporal_join.processor import (
     BUCKET,
@@ -56,6 +55,7 @@ from flow_jobs.temporal_join.processor import (
     VERSION_ROW,
     TemporalJoinProcessor,
 )
+from flow_jobs.temporal_join.spec import TemporalJoinSpec
 
 ROW_ID = "join_row_id"
 SIDES = ("stream", "version")

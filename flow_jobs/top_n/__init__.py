@@ -8,5 +8,6 @@
 * ``plugin``: what ``flow_jobs.plugins.BUILTIN`` imports, registering the step as
   ``"top_n"`` (``flow_jobs.runtime.batch_steps``).
 
-Its spec model is ``flow_jobs.spec.top_n.TopNSpec``, a key of the window's.
+Its spec model is ``flow_jobs.spec.top_n.TopNSpec``: a key of ``[transform.window]``,
+checked with the window's rules, so it lives with the window's model.
 """

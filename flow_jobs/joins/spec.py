@@ -1,30 +1,29 @@
-"""``[transform.join]`` and ``[transform.temporal_join]``: the join stages' spec models
-(``flow_jobs.spec.stages.Stage``; their compile steps: ``flow_jobs.joins``,
-``flow_jobs.temporal_join``)."""
+"""``[transform.join]``'s keys: the stream-stream join's spec model, a stage of
+``[transform]`` (``flow_jobs.spec.stages.Stage``; ``flow_jobs.joins.plugin`` registers
+it)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
 from flow_jobs.records import EVENT_TS
 from flow_jobs.spec.base import (
+    OutputColumns,
     SpecModel,
     _identifier,
     dead_letter_topic_rule,
     key_error,
     not_supported,
 )
+from flow_jobs.spec.stages import ColumnUse
 
 if TYPE_CHECKING:
     from flow_jobs.spec.sources import KafkaSource
 
 JoinHow = Literal["inner", "left", "right", "full"]
-
-#: Output column lists: names kept as they are, or a table of column -> new name.
-OutputColumns = list[str] | dict[str, str]
 
 
 class JoinSpec(SpecModel):
@@ -32,7 +31,9 @@ class JoinSpec(SpecModel):
     outer joins and asymmetric bounds."""
 
     STAGE: ClassVar[str] = "join"
+    NOUN: ClassVar[str] = "a join"
     HOLDS: ClassVar[Literal["windows", "rows"]] = "rows"
+    TAKES_OPERATORS: ClassVar[bool] = True
 
     kind: Literal["stream_stream_join"]
     left_source: str
@@ -59,6 +60,14 @@ class JoinSpec(SpecModel):
     #: Output columns that identify a joined row; default: join_row_id, a hash of both
     #: sides' Kafka positions.
     row_id: list[str] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _kind(cls, data: Any) -> Any:
+        kind = data.get("kind", "stream_stream_join") if isinstance(data, dict) else None
+        if kind not in (None, "stream_stream_join"):
+            raise key_error("kind", f'kind = {kind!r} is not a join kind: use "stream_stream_join"')
+        return data
 
     @model_validator(mode="after")
     def _rules(self) -> JoinSpec:
@@ -156,6 +165,32 @@ class JoinSpec(SpecModel):
     def key_columns(self) -> list[str]:
         return list(dict.fromkeys([*self.left_keys, *self.right_keys]))
 
+    def side_source(self, side: str) -> str:
+        return self.left_source if side == "left" else self.right_source
+
+    def columns_read(self, sources: Sequence[KafkaSource]) -> list[ColumnUse]:
+        uses: list[ColumnUse] = []
+        for side in ("left", "right"):
+            source = self.side_source(side)
+            keys: list[str | None] = [*(self.left_keys if side == "left" else self.right_keys)]
+            uses.append((f"transform.join.{side}_keys", source, keys))
+            if self.time_mode == "event":
+                column = self.side_event_time(side)
+                uses.append((f"transform.join.{side}_event_time_column", source, [column]))
+        return uses
+
+    def event_time_columns(self, sources: Sequence[KafkaSource]) -> list[tuple[str, str, str]]:
+        if self.time_mode != "event":
+            return []
+        uses = []
+        for side in ("left", "right"):
+            override = f"{side}_event_time_column"
+            key = override if getattr(self, override) else "event_time_column"
+            uses.append(
+                (f"transform.join.{key}", self.side_source(side), self.side_event_time(side))
+            )
+        return uses
+
     def check_sources(self, sources: Sequence[KafkaSource], sql: str | None) -> None:
         """Both sides are declared sources."""
         names = [src.name for src in sources]
@@ -166,114 +201,3 @@ class JoinSpec(SpecModel):
                     f"join.{side} = {getattr(self, side)!r} is not a declared source "
                     f"(sources: {', '.join(names)})",
                 )
-
-
-class TemporalJoinSpec(SpecModel):
-    """``[transform.temporal_join]``: each record of a stream joined with the version of
-    a versioned side (a changelog topic) valid at the record's event time
-    (docs/spec-reference.md, "[transform.temporal_join]")."""
-
-    STAGE: ClassVar[str] = "temporal_join"
-    HOLDS: ClassVar[Literal["windows", "rows"]] = "rows"
-    #: late rows go to the dead-letter table only
-    dead_letter_topic: ClassVar[None] = None
-
-    stream_source: str
-    #: the changelog: a JSON source whose records are versions of its keys; a record
-    #: with a NULL value (a tombstone) ends its key's version, its keys read from the
-    #: Kafka key (a JSON object), its time from the Kafka timestamp
-    versions_source: str
-    stream_keys: list[str]
-    version_keys: list[str]
-    how: Literal["inner", "left"] = "inner"
-    event_time_column: str = EVENT_TS
-    stream_event_time_column: str | None = None
-    version_event_time_column: str | None = None
-    lateness_ms: Annotated[int, Field(ge=0)] = 0
-    late_data: Literal["drop", "dlq"] = "drop"
-    max_event_time_skew_ms: Annotated[int, Field(gt=0)] = 300_000
-    #: a source with no new record for this long stops holding the watermark back
-    #: (docs/spec-reference.md, "Watermarks over several sources")
-    source_idleness_ms: Annotated[int, Field(gt=0)] = 60_000
-    #: a key's version older than the watermark minus this leaves the state (unset: it
-    #: stays until a later version or a tombstone ends it)
-    retention_ms: Annotated[int, Field(gt=0)] | None = None
-    output_stream_columns: OutputColumns | None = None
-    output_version_columns: OutputColumns | None = None
-
-    @model_validator(mode="after")
-    def _rules(self) -> TemporalJoinSpec:
-        if self.stream_source == self.versions_source:
-            raise key_error(
-                "versions_source", f"versions_source = {self.versions_source!r} is also "
-                "stream_source"
-            )  # fmt: skip
-        for side in ("stream_keys", "version_keys"):
-            keys = getattr(self, side)
-            if not keys:
-                raise key_error(side, f"{side} is empty: name the key columns")
-            for i, k in enumerate(keys):
-                _identifier(f"{side}[{i}]", k)
-        if len(self.stream_keys) != len(self.version_keys):
-            raise key_error(
-                "version_keys",
-                f"stream_keys has {len(self.stream_keys)} columns and version_keys "
-                f"{len(self.version_keys)}: they pair up one to one",
-            )
-        for key in ("event_time_column", "stream_event_time_column", "version_event_time_column"):
-            if getattr(self, key) is not None:
-                _identifier(key, getattr(self, key))
-        for side in ("output_stream_columns", "output_version_columns"):
-            columns = getattr(self, side)
-            if columns is not None and not columns:
-                raise key_error(side, f"{side} is empty: list the columns to keep")
-        return self
-
-    @property
-    def watermark_delay_ms(self) -> int:
-        """How far each source's watermark runs behind its highest event time."""
-        return self.lateness_ms
-
-    def summary(self, over: Sequence[str] | None) -> str:
-        return (
-            f"{self.how} temporal join of {self.stream_source} with the versions of "
-            f"{self.versions_source} on {', '.join(self.stream_keys)}"
-        )
-
-    def key_columns(self) -> list[str]:
-        return list(dict.fromkeys([*self.stream_keys, *self.version_keys]))
-
-    def side_source(self, side: str) -> str:
-        return self.stream_source if side == "stream" else self.versions_source
-
-    def side_keys(self, side: str) -> list[str]:
-        return self.stream_keys if side == "stream" else self.version_keys
-
-    def side_event_time(self, side: str) -> str:
-        override = getattr(self, f"{side}_event_time_column")
-        return override or self.event_time_column
-
-    def check_sources(self, sources: Sequence[KafkaSource], sql: str | None) -> None:
-        """Both sides are declared sources; the versions are JSON (a tombstone's keys
-        are read from its Kafka key as JSON)."""
-        by_name = {s.name: s for s in sources}
-        for side in ("stream_source", "versions_source"):
-            if getattr(self, side) not in by_name:
-                raise key_error(
-                    f"transform.temporal_join.{side}",
-                    f"{getattr(self, side)!r} is not a declared source "
-                    f"(sources: {', '.join(by_name)})",
-                )
-        if len(sources) != 2:
-            raise key_error(
-                "sources",
-                f"{len(sources)} sources are declared; a temporal join reads two, its "
-                "stream_source and its versions_source",
-            )
-        versions = by_name[self.versions_source]
-        if versions.format != "json" or versions.schema_ddl is None:
-            raise key_error(
-                "transform.temporal_join.versions_source",
-                f"{versions.name!r} is format = {versions.format!r}: the versions are read as "
-                "JSON with a declared schema (a tombstone's keys from its Kafka key)",
-            )
