@@ -6,6 +6,8 @@ STAMP := $(VENV)/.installed-stamp
 # Quix Streams, for tests/test_quix_compare.py only: its pins conflict with the project's.
 QUIX_VENV := .venv-quix
 QUIX_STAMP := $(QUIX_VENV)/.stamp
+# Spark's classes, parsed and verified once for every JVM of the suite (tests/jvm_classes.py)
+CLASS_ARCHIVE := $(VENV)/spark-classes.jsa
 # pip-tools, for `make lock` only: not one of the project's dependencies.
 LOCK_VENV := .venv-lock
 LOCK_STAMP := $(LOCK_VENV)/.stamp
@@ -61,8 +63,13 @@ lock: $(LOCK_STAMP)
 		-o requirements.lock pyproject.toml
 
 ## test: the whole suite (real Kafka-protocol broker, Spark, Delta), two test files at a time (WORKERS=2)
-test: $(STAMP) $(QUIX_STAMP)
+test: $(STAMP) $(QUIX_STAMP) $(CLASS_ARCHIVE)
 	$(PY) -m pytest -n $(or $(WORKERS),2) --dist loadfile --no-loadscope-reorder
+
+# The suite's JVMs map Spark's classes from this archive instead of loading them each
+# (tests/jvm_classes.py); rebuilt with the packages.
+$(CLASS_ARCHIVE): $(STAMP) tests/jvm_classes.py
+	$(PY) -m tests.jvm_classes $@
 
 ## ci: what CI runs (.ci/run): lint, then the whole suite
 ci: lint test

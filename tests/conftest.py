@@ -23,6 +23,7 @@ from pyspark.sql import SparkSession
 from flow_jobs.runtime.session import build_spark_session
 from flow_jobs_dev.broker import EmbeddedBroker
 from flow_jobs_dev.service import free_port
+from tests.jvm_classes import JVM_OPTIONS, SHARED_CLASSES
 
 # pytest-xdist runs its workers with COLUMNS=80 for their own reports; the CLI sizes
 # its piped tables by $COLUMNS (flow_jobs.tables), so the suite sees what a user's pipe
@@ -36,9 +37,17 @@ if "PYTEST_XDIST_WORKER" in os.environ:
 # Dagster runs and cluster drivers it starts as processes) compiles with C1 only and
 # collects with one thread: its work is many small queries, which C2's compiler threads
 # and G1's helpers only add CPU to on two cores (BENCHMARKS.md, "The suite's own JVMs").
-# Neither changes what a query computes. SPARK_SUBMIT_OPTS reaches the JVM that
-# spark-submit starts without a "Picked up ..." line on stderr, which the CLI tests read.
-os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+# Each maps Spark's classes from the archive `make test` builds (tests/jvm_classes.py),
+# where there is one. None of these changes what a query computes. SPARK_SUBMIT_OPTS
+# reaches the JVM that spark-submit starts without a "Picked up ..." line on stderr,
+# which the CLI tests read.
+CLASS_ARCHIVE = Path(sys.prefix) / "spark-classes.jsa"
+os.environ.setdefault(
+    "SPARK_SUBMIT_OPTS",
+    f"{JVM_OPTIONS} {SHARED_CLASSES.format(archive=CLASS_ARCHIVE)}"
+    if CLASS_ARCHIVE.exists()
+    else JVM_OPTIONS,
+)
 
 # A suite started in the background (as CI may start it) has SIGINT ignored, and every
 # process it starts would inherit that: its tests would not see what a user's terminal
