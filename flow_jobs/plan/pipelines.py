@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # the registry loads with the others: nothing of Spark's plan
     from pyspark.sql import DataFrame, SparkSession
 
     from flow_jobs.dead_letters import DeadLetterTable
+    from flow_jobs.io.checkpoint_files import CheckpointFiles
     from flow_jobs.plan.lookups import Lookup
     from flow_jobs.plan.windows import CompiledWindow
     from flow_jobs.plan_lines import Described, PlanLine
@@ -49,8 +50,11 @@ class CompiledPipeline:
     lookups: tuple[Lookup, ...] = ()
     #: where the run publishes idle sources for their readers (None: no idleness)
     idle_file: str | None = None
-    #: the window merges partials from the reader: the run marks its checkpoint
+    #: the window merges partials from the reader (its state holds partials' buffers)
     pre_aggregates: bool = False
+    #: what the run does to the checkpoint before the query starts on it (e.g. mark
+    #: that its state merges partials: ``flow_jobs.combine.decide.mark_checkpoint``)
+    before_start: tuple[Callable[[CheckpointFiles], None], ...] = ()
 
     def describe(self) -> list[PlanLine]:
         """``validate --plan``'s lines of the compiled parts (the runner adds the dead
@@ -103,6 +107,7 @@ def windowed(
     lookups: Sequence[Lookup] = (),
     idle: str | None = None,
     pre_aggregates: bool = False,
+    before_start: Sequence[Callable[[CheckpointFiles], None]] = (),
 ) -> CompiledPipeline:
     """A pipeline ending in a window (over sources or a join): keyed by window and
     group; ``parts``: what compiled, in order (the window last)."""
@@ -118,4 +123,5 @@ def windowed(
         tuple(lookups),
         idle,
         pre_aggregates,
+        tuple(before_start),
     )

@@ -18,6 +18,7 @@ from flow_jobs.combine.decide import (
     ReaderFolding,
     checkpoint_merges,
     foldable,
+    mark_checkpoint,
     shape_folds,
 )
 from flow_jobs.combine.sql import NotInGrammar, PreStage, analyze
@@ -103,7 +104,8 @@ def compile_windowed(given: PipelineInput) -> CompiledPipeline:
     )
     idle = watermark.idle_file if watermark else None
     parts += [folding, *lookups, compiled]
-    return windowed(spec, compiled, parts, lookups, idle, combine is not None)
+    marks = (mark_checkpoint,) if combine is not None else ()
+    return windowed(spec, compiled, parts, lookups, idle, combine is not None, marks)
 
 
 def _folding(spark: SparkSession, spec: PipelineSpec, checkpoint: str | None) -> ReaderFolding:

@@ -15,7 +15,6 @@ from pyspark.sql import SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming import StreamingQuery
 
-from flow_jobs.combine.decide import mark_checkpoint
 from flow_jobs.dead_letters import DeadLetterTable
 from flow_jobs.io.batch import Supersede
 from flow_jobs.io.checkpoint_files import checkpoint_files
@@ -223,8 +222,8 @@ class PipelineRunner:
                 serve(port)
             except OSError as e:  # metrics are an aid: never the reason a run fails
                 log.warning("%s: metrics not served on port %s: %s", self.spec.name, port, e)
-        if self.compiled.pre_aggregates:  # its state will hold partial-merging buffers
-            mark_checkpoint(checkpoint_files(self.checkpoint, self.spark))
+        for prepare in self.compiled.before_start:
+            prepare(checkpoint_files(self.checkpoint, self.spark))
         # A remote checkpoint's offset log reaches the Kafka reader's planning process
         # through this driver's JVM (flow_jobs.io.checkpoint_gateway).
         publish_driver_gateway(self.spark, self.checkpoint)
