@@ -42,6 +42,7 @@ from flow_jobs.errors import PlanError
 from flow_jobs.operators.registry import OperatorInput
 from flow_jobs.plan.carried_rows import JSON_OPTIONS, grouped, key_json
 from flow_jobs.plan.deferred import deferred
+from flow_jobs.plan.frame_columns import require_column
 from flow_jobs.plan.ordering import tie_break
 from flow_jobs.plan_lines import PlanLine
 from flow_jobs.runtime.reports import DUPLICATES_PREFIX
@@ -86,12 +87,7 @@ def deduplicate(
     ``watermarked``: the view's own watermarked TIMESTAMP column (a join side's), which
     stays Spark's event time after the operator; without it the operator adds one."""
     for i, name in enumerate(dedup.keys):
-        if name not in view.columns:
-            raise PlanError(
-                f"{key}.keys[{i}]",
-                f"{name!r} is not a column of source {source!r} "
-                f"(columns: {', '.join(c for c in view.columns if not c.startswith('__'))})",
-            )
+        require_column(view, f"{key}.keys[{i}]", name, f"source {source!r}")
     lane, position = tie_break(view, topics)
     keys = [grouped(F.col(k), view.schema[k].dataType) for k in dedup.keys]
     # Each row as one JSON string through the operator (flow_jobs.dedup.processor); the

@@ -32,6 +32,7 @@ from flow_jobs.joins.spec import JoinSpec
 from flow_jobs.operators.registry import Compiled, OperatorInput, compile_operator
 from flow_jobs.plan.compiled_source import CompiledSource
 from flow_jobs.plan.event_time import EventTime, event_time_of
+from flow_jobs.plan.frame_columns import require_column, user_columns
 from flow_jobs.plan.pipelines import CompiledPipeline, PipelineInput, windowed
 from flow_jobs.plan.sources import compile_source
 from flow_jobs.plan.windows import compile_window
@@ -125,12 +126,7 @@ def _side(
     )
     view = source.frame
     column = settings.column
-    if column not in view.columns:
-        raise PlanError(
-            settings.key,
-            f"{column!r} is not a column of {side}_source {name!r} "
-            f"(columns: {', '.join(c for c in view.columns if c != KAFKA_COLUMN)})",
-        )
+    require_column(view, settings.key, column, f"{side}_source {name!r}")
     time = event_time_of(F.col(column), view.schema[column].dataType, settings.key, column)
     timed = view.withColumn(_SIDE_TIME[side], time).withWatermark(
         _SIDE_TIME[side], f"{join.lateness_ms} milliseconds"
@@ -158,17 +154,12 @@ def _selection(join: JoinSpec, side: str, view: DataFrame) -> list[tuple[str, st
     key = f"transform.join.output_{side}_columns"
     configured = getattr(join, f"output_{side}_columns")
     if configured is None:
-        return [
-            (c, f"{side}_{c}")
-            for c in view.columns
-            if c != KAFKA_COLUMN and not c.startswith("__flow")
-        ]
+        return [(c, f"{side}_{c}") for c in user_columns(view.columns)]
     pairs = (
         list(configured.items()) if isinstance(configured, dict) else [(c, c) for c in configured]
     )
     for column, _ in pairs:
-        if column not in view.columns or column.startswith("__flow"):
-            raise PlanError(key, f"{column!r} is not a column of the {side} source")
+        require_column(view, key, column, f"the {side} source")
     return pairs
 
 
@@ -191,11 +182,7 @@ def compile_join(
     right, right_source, right_ops = _side(spark, spec, "right", dead_letters, checkpoint)
     for side, view, keys in (("left", left, join.left_keys), ("right", right, join.right_keys)):
         for i, k in enumerate(keys):
-            if k not in view.columns:
-                raise PlanError(
-                    f"transform.join.{side}_keys[{i}]",
-                    f"{k!r} is not a column of the {side} source",
-                )
+            require_column(view, f"transform.join.{side}_keys[{i}]", k, f"the {side} source")
 
     lower, upper = join.bounds
     l_time, r_time = F.col(f"l.{_SIDE_TIME['left']}"), F.col(f"r.{_SIDE_TIME['right']}")

@@ -17,6 +17,7 @@ from pyspark.sql.types import (
 )
 
 from flow_jobs.errors import PlanError
+from flow_jobs.plan.frame_columns import require_column
 from flow_jobs.spec.models import WindowSpec
 
 #: The watermarked event-time column a window groups on.
@@ -96,12 +97,7 @@ def with_event_time(
         return frame.withColumn(EVENT_TIME, F.col(watermarked_time))
     key = "transform.window.event_time_column"
     name = window.event_time_column
-    if name not in frame.columns:
-        raise PlanError(
-            key,
-            f"{name!r} is not a column of the window's input (columns: "
-            f"{', '.join(frame.columns)}); select it in [transform].sql",
-        )
+    require_column(frame, key, name, "the window's input", "; select it in [transform].sql")
     event_time = event_time_of(F.col(name), frame.schema[name].dataType, key, name)
     # Rows without an event time are dead-lettered at the source, and an event time
     # computed by [transform].sql is checked after it (plan.sources.divert_after_sql).

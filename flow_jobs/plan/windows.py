@@ -23,9 +23,9 @@ from pyspark.sql import functions as F
 
 from flow_jobs.aggregations import AGGREGATORS, NativeWindow, aggregation_input, native_aggregate
 from flow_jobs.aggregations.partials import Merge
-from flow_jobs.errors import PlanError
 from flow_jobs.kafka.combine import START
 from flow_jobs.plan.event_time import EVENT_TIME, replace_event_time, with_event_time
+from flow_jobs.plan.frame_columns import require_column
 from flow_jobs.plan.ordering import tie_break
 from flow_jobs.plan.state_windows import compile_state_window
 from flow_jobs.plan_lines import PlanLine
@@ -141,12 +141,7 @@ def state_window_key(state: DataFrame) -> str:
 
 def check_group_by(frame: DataFrame, window: WindowSpec) -> None:
     for i, column in enumerate(window.group_by):
-        if column not in frame.columns:
-            raise PlanError(
-                f"transform.window.group_by[{i}]",
-                f"{column!r} is not a column of the window's input "
-                f"(columns: {', '.join(frame.columns)})",
-            )
+        require_column(frame, f"transform.window.group_by[{i}]", column, "the window's input")
 
 
 def compile_window(

@@ -33,11 +33,12 @@ from flow_jobs.io.checkpoint_files import idle_file
 from flow_jobs.plan.carried_rows import JSON_OPTIONS, key_json
 from flow_jobs.plan.compiled_source import CompiledSource
 from flow_jobs.plan.deferred import deferred
-from flow_jobs.plan.event_time import EventTime
+from flow_jobs.plan.event_time import EventTime, event_time_of
+from flow_jobs.plan.frame_columns import require_column
 from flow_jobs.plan.ordering import tie_break
 from flow_jobs.plan.pipelines import CompiledPipeline, PipelineInput
 from flow_jobs.plan.sources import TOMBSTONE as TOMBSTONE_VIEW
-from flow_jobs.plan.sources import SourceWatermark, compile_source, source_event_time
+from flow_jobs.plan.sources import SourceWatermark, compile_source
 from flow_jobs.plan_lines import PlanLine
 from flow_jobs.spec.models import KAFKA_COLUMN, PipelineSpec
 from flow_jobs.temporal_join.processor import (
@@ -123,18 +124,12 @@ def _side(
         tombstone_keys=join.version_keys if side == "version" else None,
     )
     view = source.frame
-    columns = ", ".join(c for c in view.columns if c != KAFKA_COLUMN and not c.startswith("__"))
     for i, k in enumerate(join.side_keys(side)):
-        if k not in view.columns:
-            raise PlanError(
-                f"transform.temporal_join.{side}_keys[{i}]",
-                f"{k!r} is not a column of {side} source {name!r} (columns: {columns})",
-            )
-    time = source_event_time(view, settings)
-    if time is None:
-        raise PlanError(
-            key, f"{settings.column!r} is not a column of source {name!r} (columns: {columns})"
-        )
+        key_i = f"transform.temporal_join.{side}_keys[{i}]"
+        require_column(view, key_i, k, f"{side} source {name!r}")
+    column = settings.column
+    require_column(view, key, column, f"source {name!r}")
+    time = event_time_of(F.col(column), view.schema[column].dataType, key, column)
     return view, time, source
 
 
@@ -152,8 +147,7 @@ def _selection(join: TemporalJoinSpec, side: str, columns: Sequence[str]) -> lis
         list(configured.items()) if isinstance(configured, dict) else [(c, c) for c in configured]
     )
     for column, _ in pairs:
-        if column not in columns:
-            raise PlanError(key, f"{column!r} is not a column of the {side} source")
+        require_column(columns, key, column, f"the {side} source")
     return pairs
 
 
