@@ -24,6 +24,7 @@ from flow_jobs.cli_store import (
     store_for,
 )
 from flow_jobs.errors import PlanError, TargetError
+from flow_jobs.instants import iso
 from flow_jobs.io.checkpoint_claim import IncompatibleSpec
 from flow_jobs.ledger.run_lock import PipelineBusy
 from flow_jobs.ledger.store import refuse_incompatible
@@ -141,7 +142,7 @@ def _reset(args: argparse.Namespace) -> int:
         f"checkpoint at {checkpoint}; the previous one is kept beside it)"
     )
     if replay_from is not None:
-        at = replay_from.isoformat().replace("+00:00", "Z")
+        at = iso(replay_from)
         print(
             f"it reads every source from {at} (Kafka record "
             "timestamps) and rewrites the windows starting at or after it; earlier windows "

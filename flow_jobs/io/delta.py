@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -24,6 +24,7 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 from deltalake.schema import Field
 
 from flow_jobs.errors import TargetSchemaError, TargetUnavailable
+from flow_jobs.instants import iso
 from flow_jobs.io.batch import Supersede
 from flow_jobs.locations import is_uri
 
@@ -288,8 +289,7 @@ def _timestamp_range(column: pa.ChunkedArray) -> tuple[str | None, str | None]:
 
 
 def _literal(instant: datetime) -> str:
-    # isoformat pads the year to four digits (strftime's %Y does not below 1000)
-    return instant.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    return iso(instant, timespec="microseconds")
 
 
 def _files(metrics: dict) -> dict[str, int]:

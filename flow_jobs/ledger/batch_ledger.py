@@ -15,16 +15,16 @@ checkpoint starts every source there.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 
 import psycopg
 import pyarrow as pa
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from flow_jobs.instants import epoch_ms, iso
 from flow_jobs.io.batch import BatchEntry, BatchWriter, WriteResult
 from flow_jobs.ledger.store import LedgerStore
-from flow_jobs.spec.base import epoch_ms
 
 #: What a batch whose ledger row exists writes: nothing.
 ALREADY_WRITTEN = WriteResult(skipped=True, inserted=0, updated=0, version=None)
@@ -141,7 +141,7 @@ class BatchLedger:
                     latest,
                     lateness_ms.get(source, 0),
                 )
-                marks[source] = None if mark is None else _iso(mark)
+                marks[source] = None if mark is None else iso(mark, timespec="milliseconds")
             conn.execute(
                 self.store.q(
                     "UPDATE {s}.batches SET input_rows = %s, late_rows = %s, "
@@ -156,7 +156,12 @@ class BatchLedger:
                     Jsonb(duplicates) if duplicates else None,
                     batch_ms,
                     write_ms,
-                    Jsonb({k: v if v is None else _iso(v) for k, v in max_event_times.items()}),
+                    Jsonb(
+                        {
+                            k: v if v is None else iso(v, timespec="milliseconds")
+                            for k, v in max_event_times.items()
+                        }
+                    ),
                     Jsonb(marks),
                     pipeline,
                     query_id,
@@ -177,7 +182,3 @@ def source_watermark_ms(
 
 def _epoch_ms(iso: str) -> int:
     return epoch_ms(datetime.fromisoformat(iso.replace("Z", "+00:00")))
-
-
-def _iso(ms: float) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds")

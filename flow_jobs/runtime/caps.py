@@ -21,12 +21,13 @@ What "groups per window" is depends on where the state is:
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from flow_jobs.instants import iso
 from flow_jobs.plan.windows import state_window_key
 from flow_jobs.runtime.reports import (
     JOIN_OPERATOR,
@@ -46,11 +47,7 @@ class WindowStateCapHit(RuntimeError):
 
 
 def _iso(value: datetime | None) -> str:
-    if value is None:
-        return "?"
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    return "?" if value is None else iso(value)
 
 
 class GroupCap:

@@ -33,12 +33,13 @@ import os
 import time
 from collections.abc import Callable, Iterable
 
+from flow_jobs.instants import epoch_ms
 from flow_jobs.io.checkpoint_files import checkpoint_files, logged_batches
 from flow_jobs.kafka.heartbeats import IDLE_FOR_THE_RUN_MS
 from flow_jobs.kafka.offsets import source_time_offsets, source_watermarks
 from flow_jobs.runtime.checkpoint import read_offset_log
 from flow_jobs.runtime.reports import Progress, source_metrics
-from flow_jobs.spec.models import KafkaSource, PipelineSpec, epoch_ms
+from flow_jobs.spec.models import KafkaSource, PipelineSpec
 
 log = logging.getLogger(__name__)
 

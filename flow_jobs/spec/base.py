@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import re
 from collections.abc import Callable, Mapping
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime
 from typing import Annotated, Any
 
 from pydantic import (
@@ -135,9 +135,6 @@ class SpecModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
 def aware_instant(value: object, key: str) -> datetime:
     """An instant from an ISO-8601 string or a (TOML) datetime, in UTC; a time without
     a zone is refused: read on another machine it would mean another instant."""
@@ -158,8 +155,3 @@ def aware_instant(value: object, key: str) -> datetime:
             f"{value.isoformat()}Z (UTC) or {value.isoformat()}+01:00"
         )
     return value.astimezone(UTC)
-
-
-def epoch_ms(instant: datetime) -> int:
-    """An aware instant as epoch milliseconds (exactly, not through a float)."""
-    return (instant - _EPOCH) // timedelta(milliseconds=1)

@@ -27,6 +27,7 @@ from pydantic import (
     model_validator,
 )
 
+from flow_jobs.instants import epoch_ms
 from flow_jobs.records import EVENT_TS
 from flow_jobs.spec.aggregation import Aggregation
 from flow_jobs.spec.base import (
@@ -39,7 +40,6 @@ from flow_jobs.spec.base import (
     SpecModel,
     aware_instant,
     dead_letter_topic_rule,
-    epoch_ms,
     import_plugins,
     key_error,
     not_supported,

@@ -17,6 +17,7 @@ from pydantic import (
     model_validator,
 )
 
+from flow_jobs.instants import epoch_ms
 from flow_jobs.records import EVENT_TS
 from flow_jobs.secrets import redact
 from flow_jobs.spec.base import (
@@ -24,7 +25,6 @@ from flow_jobs.spec.base import (
     SpecModel,
     _identifier,
     aware_instant,
-    epoch_ms,
     key_error,
 )
 from flow_jobs.spec.ddl import DdlError, parse_schema

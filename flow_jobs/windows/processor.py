@@ -27,6 +27,7 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
 from flow_jobs import state_codec
+from flow_jobs.instants import iso
 from flow_jobs.kernels import timers
 from flow_jobs.kernels.frame import ColumnKind, EventFrame, frame_from_pandas
 from flow_jobs.kernels.ranges import Context, WindowAggregator
@@ -226,7 +227,7 @@ class WindowProcessor(StatefulProcessor):
         closing = "]" if self.family.holds_end else ")"
 
         def describe(i: int) -> str:
-            bounds = f"[{_iso(w.starts[i])}, {_iso(w.ends[i])}{closing}"
+            bounds = f"[{iso(w.starts[i])}, {iso(w.ends[i])}{closing}"
             return f"{bounds} for group {group}" if group else bounds
 
         return describe
@@ -252,9 +253,3 @@ class WindowProcessor(StatefulProcessor):
         if w.revisions is not None:
             data[self.plan.output_columns[-1]] = w.revisions
         return pd.DataFrame(data, columns=list(self.plan.output_columns))
-
-
-def _iso(ms: Any) -> str:
-    import pandas as pd  # not at import: Spark's state workers start often
-
-    return pd.Timestamp(int(ms), unit="ms", tz="UTC").isoformat().replace("+00:00", "Z")

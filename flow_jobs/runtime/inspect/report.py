@@ -12,7 +12,7 @@ import numpy as np
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from flow_jobs.spec.base import epoch_ms as instant_ms
+from flow_jobs.instants import epoch_ms, iso
 from flow_jobs.spec.models import PipelineSpec, WindowSpec
 from flow_jobs.windows.family import CloseRule
 
@@ -161,11 +161,6 @@ def as_datetime(ms: int | None) -> datetime | None:
     return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
-def epoch_ms(value: datetime) -> int:
-    """``spec.base.epoch_ms`` of a time from Spark, which hands out naive local times."""
-    return instant_ms(value if value.tzinfo is not None else value.astimezone(UTC))
-
-
 def parse_iso(value: str | None) -> datetime | None:
     return None if value is None else datetime.fromisoformat(value.replace("Z", "+00:00"))
 
@@ -193,7 +188,7 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [jsonable(v) for v in value]
     if isinstance(value, datetime):
-        return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        return iso(value, timespec="milliseconds")
     if isinstance(value, bytes | bytearray):
         return value.hex()
     if isinstance(value, np.generic):

@@ -4,12 +4,12 @@ application transaction (app id = the query, version = the batch id)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from flow_jobs.instants import iso
 from flow_jobs.io.batch import BatchEntry, ClosedWindows, WriteResult
 from flow_jobs.io.delta import DeltaMergeTable, query_delta, quoted, read_delta
 from flow_jobs.sinks.base import Crowded, NoTargetYet, Sink, SinkOutput, TargetUnreadable
@@ -145,15 +145,11 @@ class DeltaMergeSink(Sink):
 def open_window(closed: ClosedWindows, alias: str) -> str:
     """``closed``'s condition as a Delta SQL predicate on a row (``alias``): its window
     may be written."""
-    condition = f"{alias}.`{closed.end_column}` > '{_iso(closed.until)}'"
+    condition = f"{alias}.`{closed.end_column}` > '{iso(closed.until)}'"
     if closed.replay_from is not None and closed.start_column is not None:
-        replayed = f"{alias}.`{closed.start_column}` >= '{_iso(closed.replay_from)}'"
+        replayed = f"{alias}.`{closed.start_column}` >= '{iso(closed.replay_from)}'"
         condition = f"({condition} OR {replayed})"
     return condition
-
-
-def _iso(instant: datetime) -> str:
-    return instant.astimezone(UTC).isoformat()
 
 
 def _row_key(row: dict[str, Any], columns: Sequence[str]) -> tuple[Any, ...]:
