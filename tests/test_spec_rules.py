@@ -627,6 +627,21 @@ RULES = [
         "closed window waits for new data",
     ),
     (
+        "a join that is not a table (its package's model reads [transform.join])",
+        edit("[transform.window]", '[transform]\njoin = "events"\n\n[transform.window]'),
+        "transform.join",
+        "[transform.join] is a table of keys, not 'events'",
+    ),
+    (
+        "a join of a kind there is none of",
+        edit(
+            "[transform.window]",
+            '[transform.join]\nkind = "window_join"\n\n[transform.window]',
+        ),
+        "transform.join.kind",
+        "kind = 'window_join' is not a join kind",
+    ),
+    (
         "TOML syntax",
         edit("duration_ms = 60000", "duration_ms = = 60000"),
         "TOML syntax error",

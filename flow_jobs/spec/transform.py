@@ -109,10 +109,13 @@ class TransformSpec(SpecModel):
     @field_validator("join", "temporal_join", mode="before")
     @classmethod
     def _stage_model(cls, v: Any, info: ValidationInfo) -> Any:
-        if not isinstance(v, dict):
-            return v
         assert info.field_name is not None
-        return STAGE_SPECS.get(info.field_name).model_validate(v, context=info.context)
+        model = STAGE_SPECS.get(info.field_name)
+        if v is None or isinstance(v, model):
+            return v
+        if not isinstance(v, dict):
+            raise ValueError(f"[transform.{info.field_name}] is a table of keys, not {v!r}")
+        return model.model_validate(v, context=info.context)
 
     @field_serializer("operators", mode="wrap")
     def _operators_with_kind(self, v: list[OperatorSpec], handler: Any) -> Any:
