@@ -3,7 +3,7 @@ reason) into an observation the driver reads after the batch (``DeadLetterTap``)
 the row's Kafka record as the dead letter keeps it.
 
 A stage brings its own reasons, conditions on its rows: the sources' decoding
-(``flow_jobs.plan.json_reasons``), event time (``flow_jobs.plan.event_time``),
+(``flow_jobs.plan.json_reasons``), event time (``flow_jobs.plan.time_reasons``),
 duplicates (``flow_jobs.dedup``)."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from flow_jobs.spec.models import KAFKA_COLUMN
 
 _REASON = "__flow_dead_letter_reason"
 #: A Kafka record's fields, as a frame's rows carry them (``record_fields``).
-RECORD_FIELDS = ("topic", "partition", "offset", "key", "value", "timestamp", "headers")
+RECORD_FIELDS = tuple(RECORD_SCHEMA.names)
 
 Reason = tuple[Column, str | Column | None]  # (condition, the dead letter's reason)
 
