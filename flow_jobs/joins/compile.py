@@ -89,10 +89,8 @@ def _ms(value: int) -> Column:
 
 
 def _event_time(j: JoinSpec, side: str) -> EventTime:
-    override = f"{side}_event_time_column"
-    key = override if getattr(j, override) else "event_time_column"
     return EventTime(
-        j.side_event_time(side), j.time_mode, j.max_event_time_skew_ms, f"transform.join.{key}"
+        j.side_event_time(side), j.time_mode, j.max_event_time_skew_ms, j.event_time_key(side)
     )
 
 

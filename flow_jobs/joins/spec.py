@@ -168,6 +168,11 @@ class JoinSpec(SpecModel):
     def side_source(self, side: str) -> str:
         return self.left_source if side == "left" else self.right_source
 
+    def event_time_key(self, side: str) -> str:
+        """The spec key naming a side's event time: its override where set."""
+        override = f"{side}_event_time_column"
+        return f"transform.join.{override if getattr(self, override) else 'event_time_column'}"
+
     def columns_read(self, sources: Sequence[KafkaSource]) -> list[ColumnUse]:
         uses: list[ColumnUse] = []
         for side in ("left", "right"):
@@ -182,14 +187,10 @@ class JoinSpec(SpecModel):
     def event_time_columns(self, sources: Sequence[KafkaSource]) -> list[tuple[str, str, str]]:
         if self.time_mode != "event":
             return []
-        uses = []
-        for side in ("left", "right"):
-            override = f"{side}_event_time_column"
-            key = override if getattr(self, override) else "event_time_column"
-            uses.append(
-                (f"transform.join.{key}", self.side_source(side), self.side_event_time(side))
-            )
-        return uses
+        return [
+            (self.event_time_key(side), self.side_source(side), self.side_event_time(side))
+            for side in ("left", "right")
+        ]
 
     def check_sources(self, sources: Sequence[KafkaSource], sql: str | None) -> None:
         """Both sides are declared sources."""

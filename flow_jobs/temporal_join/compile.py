@@ -107,8 +107,7 @@ def _side(
     assert join is not None
     name = join.side_source(side)
     index = next(i for i, s in enumerate(spec.sources) if s.name == name)
-    override = f"{side}_event_time_column"
-    key = f"transform.temporal_join.{override if getattr(join, override) else 'event_time_column'}"
+    key = join.event_time_key(side)
     settings = EventTime(join.side_event_time(side), "event", join.max_event_time_skew_ms, key)
     watermark = SourceWatermark(join.lateness_ms, idle_file(checkpoint) if checkpoint else None)
     source = compile_source(

@@ -107,6 +107,12 @@ class TemporalJoinSpec(SpecModel):
         override = getattr(self, f"{side}_event_time_column")
         return override or self.event_time_column
 
+    def event_time_key(self, side: str) -> str:
+        """The spec key naming a side's event time: its override where set."""
+        override = f"{side}_event_time_column"
+        key = override if getattr(self, override) else "event_time_column"
+        return f"transform.temporal_join.{key}"
+
     def columns_read(self, sources: Sequence[KafkaSource]) -> list[ColumnUse]:
         uses: list[ColumnUse] = []
         for side in ("stream", "version"):
@@ -116,13 +122,10 @@ class TemporalJoinSpec(SpecModel):
         return uses
 
     def event_time_columns(self, sources: Sequence[KafkaSource]) -> list[tuple[str, str, str]]:
-        uses = []
-        for side in ("stream", "version"):
-            override = f"{side}_event_time_column"
-            key = override if getattr(self, override) else "event_time_column"
-            column = self.side_event_time(side)
-            uses.append((f"transform.temporal_join.{key}", self.side_source(side), column))
-        return uses
+        return [
+            (self.event_time_key(side), self.side_source(side), self.side_event_time(side))
+            for side in ("stream", "version")
+        ]
 
     def check_sources(self, sources: Sequence[KafkaSource], sql: str | None) -> None:
         """Both sides are declared sources; the versions are JSON (a tombstone's keys
