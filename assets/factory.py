@@ -24,7 +24,7 @@ from assets.inspect import inspect_job
 from assets.naming import TOPIC_PREFIX
 from assets.schedules import monitoring_schedule, pipeline_schedule
 from assets.sensors import pipeline_sensor
-from flow_jobs.spec import load_spec
+from flow_jobs.spec import SPEC_SUFFIXES, load_spec
 
 CHECKS_JOB = "flow_jobs_checks"
 
@@ -46,11 +46,11 @@ def pipeline_definitions(spec_path: Path) -> Definitions:
 
 
 def spec_files(folder: Path) -> list[Path]:
-    return sorted(Path(folder).glob("*.toml"))
+    return sorted(p for p in Path(folder).iterdir() if p.suffix in SPEC_SUFFIXES)
 
 
 def folder_definitions(folder: Path) -> Definitions:
-    """Every ``*.toml`` spec in ``folder``."""
+    """Every spec in ``folder`` (``*.toml``, ``*.sql``)."""
     return Definitions.merge(Definitions(), *(pipeline_definitions(p) for p in spec_files(folder)))
 
 

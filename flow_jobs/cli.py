@@ -35,7 +35,7 @@ from flow_jobs.runtime.display import configure_logging, make_display
 from flow_jobs.runtime.pack import DEFAULT_ARCHIVE, pack
 from flow_jobs.runtime.preflight import SourceUnavailable, check_sources
 from flow_jobs.secrets import redact
-from flow_jobs.spec import SpecError, load_spec
+from flow_jobs.spec import SPEC_SUFFIXES, SpecError, load_spec, toml_twin
 from flow_jobs.spec.models import aware_instant
 
 Handler = Callable[[argparse.Namespace], int]
@@ -68,9 +68,30 @@ def _validate(args: argparse.Namespace) -> int:
     if args.plan:
         from flow_jobs.runtime.runner import PipelineRunner
 
+        if _written_in_sql(args.spec):
+            print("as TOML (the same spec, plan and fingerprint; flow-jobs sql-to-toml):")
+            print(redact(toml_twin(args.spec)).rstrip())
+
         print("plan (each part of the pipeline -> what runs it):")
         for line in PipelineRunner(spec).describe():
             print(f"  {line.part:<40} {line.how}")
+    return EXIT_OK
+
+
+def _written_in_sql(path: str) -> bool:
+    """A ``.sql`` pipeline, or a TOML one whose ``[transform].sql`` is the window."""
+    if path.endswith(".sql"):
+        return True
+    import tomllib
+
+    with open(path, "rb") as f:
+        transform = tomllib.load(f).get("transform")
+    window = transform.get("window") if isinstance(transform, dict) else None
+    return isinstance(window, dict) and "kind" not in window and bool(transform.get("sql"))
+
+
+def _sql_to_toml(args: argparse.Namespace) -> int:
+    print(toml_twin(args.spec).rstrip())
     return EXIT_OK
 
 
@@ -200,7 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     def spec_command(name: str, about: str, flag: str, flag_help: str, handler: Handler) -> None:
         """A command over one spec file, with one on/off option."""
         command = commands.add_parser(name, help=about)
-        command.add_argument("spec", help="path to a pipelines/*.toml file")
+        command.add_argument("spec", help="path to a pipelines/*.toml or *.sql file")
         command.add_argument(flag, action="store_true", help=flag_help)
         command.set_defaults(handler=handler)
 
@@ -218,6 +239,13 @@ def build_parser() -> argparse.ArgumentParser:
         "process everything available, emit what the watermark closes, exit 0",
         _run,
     )
+
+    sql_to_toml = commands.add_parser(
+        "sql-to-toml",
+        help="print the TOML spec a SQL pipeline (or a windowed [transform].sql) equals",
+    )
+    sql_to_toml.add_argument("spec", help="path to a *.sql pipeline or a *.toml spec")
+    sql_to_toml.set_defaults(handler=_sql_to_toml)
 
     add_inspect_command(commands)
 
@@ -264,7 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _spec_file(args: argparse.Namespace) -> str | None:
     """The spec file a command was given, as given."""
     pipeline = getattr(args, "pipeline", None)
-    if pipeline and pipeline.endswith(".toml"):
+    if pipeline and pipeline.endswith(SPEC_SUFFIXES):
         return str(pipeline)
     spec = getattr(args, "spec", None)
     return str(spec) if spec else None

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from flow_jobs.settings import Settings
-from flow_jobs.spec import SpecError, load_spec
+from flow_jobs.spec import SPEC_SUFFIXES, SpecError, load_spec
 from flow_jobs.spec.models import PipelineSpec
 
 
@@ -23,7 +23,7 @@ class UnknownPipeline(LookupError):
 
 def resolve_spec(pipeline: str, spec_file: str | None) -> PipelineSpec:
     """A spec file as given, else the spec named ``pipeline`` in the pipelines folder."""
-    if pipeline.endswith(".toml"):
+    if pipeline.endswith(SPEC_SUFFIXES):
         return load_spec(pipeline)
     if spec_file:
         spec = load_spec(spec_file)
@@ -32,7 +32,7 @@ def resolve_spec(pipeline: str, spec_file: str | None) -> PipelineSpec:
         return spec
     folder = Settings.from_env().pipelines_dir or Path("pipelines")
     names = []
-    for path in sorted(folder.glob("*.toml")):
+    for path in sorted(p for p in folder.iterdir() if p.suffix in SPEC_SUFFIXES):
         try:
             spec = load_spec(path)
         except SpecError:

@@ -25,7 +25,7 @@ from flow_jobs.secrets import redact
 from flow_jobs.settings import Settings
 from flow_jobs.sinks import describe_commit, sink_for
 from flow_jobs.sinks.base import NoTargetYet
-from flow_jobs.spec import load_spec
+from flow_jobs.spec import SPEC_SUFFIXES, load_spec
 from flow_jobs.spec.models import PipelineSpec
 
 
@@ -73,7 +73,7 @@ def add_show_commands(commands: Any, verbosity: Any) -> None:
 
 def store_for(args: argparse.Namespace) -> tuple[LedgerStore, PipelineSpec | None, str]:
     """The state store a NAME (or a spec file) lives in, the spec if given, the name."""
-    spec = load_spec(args.pipeline) if args.pipeline.endswith(".toml") else None
+    spec = load_spec(args.pipeline) if args.pipeline.endswith(SPEC_SUFFIXES) else None
     if spec is None and args.spec:
         spec = load_spec(args.spec)
     name = spec.name if spec is not None else args.pipeline

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from flow_jobs.cli import build_parser, main
+from flow_jobs.spec import load_spec
 
 ROOT = Path(__file__).parent.parent
 README = ROOT / "README.md"
@@ -181,3 +182,20 @@ def test_the_readme_pipeline_is_an_excerpt_of_a_shipped_one(
     spec = tmp_path / "excerpt.toml"
     spec.write_text(excerpt)
     assert main(["validate", str(spec)]) == 0, capsys.readouterr().err
+
+
+def test_the_readme_sql_is_its_toml_pipeline(tmp_path: Path) -> None:
+    """The README's SQL block validates as a ``.sql`` pipeline file and is the TOML
+    excerpt above it: the same sources, window (kind, size, time, lateness, keys,
+    aggregations) and target."""
+    text = README.read_text()
+    section = text[text.index("## A pipeline") :]
+    toml = tmp_path / "excerpt.toml"
+    toml.write_text(section.split("```toml\n")[1].split("```")[0])
+    sql = tmp_path / "excerpt.sql"
+    sql.write_text(section.split("```sql\n")[1].split("```")[0])
+    from_toml, from_sql = load_spec(toml), load_spec(sql)
+    assert from_sql.sources == from_toml.sources
+    assert from_sql.window == from_toml.window
+    assert from_sql.target == from_toml.target
+    assert from_sql.transform.sql == "SELECT * FROM clicks WHERE user_id IS NOT NULL"

@@ -1,4 +1,4 @@
-"""Pipeline specs: models, TOML loading, validation.
+"""Pipeline specs: models, loading (TOML, or SQL through ``flow_jobs.sql``), validation.
 
 The names below are imported on first use (PEP 562): the window families
 (``flow_jobs.windows``) import ``flow_jobs.spec.windows``, and the spec's models read
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from flow_jobs.lazy import lazy_getattr
 
 if TYPE_CHECKING:
-    from flow_jobs.spec.loader import SpecError, load_spec, parse_spec
+    from flow_jobs.spec.loader import SPEC_SUFFIXES, SpecError, load_spec, parse_spec, toml_twin
     from flow_jobs.spec.models import (
         EVENT_TS,
         Aggregation,
@@ -26,6 +26,8 @@ _NAMES = {
     "SpecError": ("flow_jobs.spec.loader", "SpecError"),
     "load_spec": ("flow_jobs.spec.loader", "load_spec"),
     "parse_spec": ("flow_jobs.spec.loader", "parse_spec"),
+    "toml_twin": ("flow_jobs.spec.loader", "toml_twin"),
+    "SPEC_SUFFIXES": ("flow_jobs.spec.loader", "SPEC_SUFFIXES"),
     "EVENT_TS": ("flow_jobs.spec.models", "EVENT_TS"),
     "Aggregation": ("flow_jobs.spec.models", "Aggregation"),
     "KafkaSource": ("flow_jobs.spec.models", "KafkaSource"),
@@ -36,6 +38,7 @@ _NAMES = {
 
 __all__ = [
     "EVENT_TS",
+    "SPEC_SUFFIXES",
     "Aggregation",
     "KafkaSource",
     "PipelineSpec",
@@ -44,6 +47,7 @@ __all__ = [
     "WindowSpec",
     "load_spec",
     "parse_spec",
+    "toml_twin",
 ]
 
 

@@ -1,4 +1,7 @@
-"""TOML loader: ``tomllib`` + ``${ENV}`` interpolation + ``PipelineSpec.model_validate``."""
+"""The spec loader: a ``.toml`` file (``tomllib``) or a ``.sql`` one (``flow_jobs.sql``)
+read into one TOML-shaped document, ``${ENV}`` interpolated, then
+``PipelineSpec.model_validate``. A ``[transform].sql`` that is a whole windowed query is
+lifted into the window keys it equals first, so both spellings are one spec."""
 
 from __future__ import annotations
 
@@ -11,8 +14,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from flow_jobs.plugins import PluginError, load_plugins
 from flow_jobs.secrets import redact
+from flow_jobs.spec.aggregation import AGGREGATOR_RULES
 from flow_jobs.spec.models import PipelineSpec
+from flow_jobs.sql import SqlError, lift_transform, read_pipeline
+
+#: The file suffixes a pipeline spec may have.
+SPEC_SUFFIXES = (".toml", ".sql")
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 #: Keys whose values are never echoed back in an error message.
@@ -93,18 +102,47 @@ def interpolate_env(value: Any, env: Mapping[str, str], key: str = "") -> Any:
     return _ENV_REF.sub(substitute, value)
 
 
-def parse_spec(
-    text: str,
-    origin: str = "<spec>",
-    env: Mapping[str, str] | None = None,
-    spec_dir: Path | None = None,
-) -> PipelineSpec:
-    """The spec in ``text``; a file it names (an ``.avsc``) is read relative to
-    ``spec_dir`` (default: the working directory)."""
+def _aggregators(document: dict[str, Any]) -> Any:
+    """The names ``agg`` takes, the spec's own plug-ins' among them (one that cannot be
+    imported is reported by validation, on its key)."""
+    try:
+        plugins = document.get("plugins")
+        load_plugins(plugins if isinstance(plugins, list) else [])
+    except PluginError:
+        pass
+    return AGGREGATOR_RULES
+
+
+def read_document(text: str, origin: str = "<spec>", sql: bool = False) -> dict[str, Any]:
+    """The TOML-shaped document ``text`` is (a ``.sql`` pipeline file if ``sql``), with
+    a windowed ``[transform].sql`` lifted into its window keys; ``${ENV}`` references
+    are left as written."""
+    if sql:
+        name = Path(origin).stem if origin != "<spec>" else "pipeline"
+        try:
+            return read_pipeline(text, name, _aggregators({}))
+        except SqlError as e:
+            raise SpecError(origin, [str(e.locate(text))]) from None
     try:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise SpecError(origin, [f"TOML syntax error: {e}"]) from None
+    transform = document.get("transform")
+    if isinstance(transform, dict):
+        try:
+            document["transform"] = lift_transform(transform, _aggregators(document))
+        except SqlError as e:
+            raise SpecError(origin, [f"transform.sql: {e}"]) from None
+    return document
+
+
+def validate_document(
+    document: dict[str, Any],
+    origin: str = "<spec>",
+    env: Mapping[str, str] | None = None,
+    spec_dir: Path | None = None,
+) -> PipelineSpec:
+    """``document`` with ``${ENV}`` interpolated, as a spec."""
     try:
         document = interpolate_env(document, os.environ if env is None else env)
     except SpecError as e:
@@ -115,10 +153,51 @@ def parse_spec(
         raise SpecError(origin, format_validation_error(e)) from None
 
 
-def load_spec(path: str | Path, env: Mapping[str, str] | None = None) -> PipelineSpec:
+def parse_spec(
+    text: str,
+    origin: str = "<spec>",
+    env: Mapping[str, str] | None = None,
+    spec_dir: Path | None = None,
+    sql: bool = False,
+) -> PipelineSpec:
+    """The spec in ``text`` (a ``.sql`` pipeline file if ``sql``); a file it names (an
+    ``.avsc``) is read relative to ``spec_dir`` (default: the working directory)."""
+    return validate_document(read_document(text, origin, sql), origin, env, spec_dir)
+
+
+def _read(path: str | Path) -> tuple[Path, str]:
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        return p, p.read_text(encoding="utf-8")
     except OSError as e:
         raise SpecError(str(p), [f"cannot read the file: {e.strerror}"]) from None
-    return parse_spec(text, origin=str(p), env=env, spec_dir=p.parent)
+
+
+def load_spec(path: str | Path, env: Mapping[str, str] | None = None) -> PipelineSpec:
+    """The spec in the ``.toml`` or ``.sql`` file ``path``."""
+    p, text = _read(path)
+    return parse_spec(text, origin=str(p), env=env, spec_dir=p.parent, sql=p.suffix == ".sql")
+
+
+def toml_twin(path: str | Path, env: Mapping[str, str] | None = None) -> str:
+    """The TOML file equal to the spec in ``path`` (a ``.sql`` one, or a TOML one whose
+    ``[transform].sql`` is a windowed query): the same spec, plan and fingerprint.
+    ``${ENV}`` references stay as written; every other value takes its key's type."""
+    import tomli_w
+
+    p, text = _read(path)
+    document = read_document(text, str(p), sql=p.suffix == ".sql")
+    spec = validate_document(document, str(p), env, p.parent)
+    return tomli_w.dumps(_typed(document, spec.model_dump(by_alias=True)))
+
+
+def _typed(raw: Any, validated: Any) -> Any:
+    """``raw`` (strings from SQL's WITH and SET) with each value the type its key has in
+    ``validated`` (``'5000'`` -> 5000); a ``${ENV}`` reference is kept as written."""
+    if isinstance(raw, dict) and isinstance(validated, dict):
+        return {k: _typed(v, validated.get(k)) for k, v in raw.items()}
+    if isinstance(raw, list) and isinstance(validated, list) and len(raw) == len(validated):
+        return [_typed(r, v) for r, v in zip(raw, validated, strict=True)]
+    if isinstance(raw, str) and "${" not in raw and isinstance(validated, bool | int | float):
+        return validated
+    return raw
