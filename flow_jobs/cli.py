@@ -79,15 +79,17 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _written_in_sql(path: str) -> bool:
-    """A ``.sql`` pipeline, or a TOML one whose ``[transform].sql`` is the window."""
+    """A ``.sql`` pipeline, or a TOML one whose ``[transform].sql`` is the window or
+    the join (lifted into other keys than it was written with)."""
     if path.endswith(".sql"):
         return True
     import tomllib
 
-    with open(path, "rb") as f:
-        transform = tomllib.load(f).get("transform")
-    window = transform.get("window") if isinstance(transform, dict) else None
-    return isinstance(window, dict) and "kind" not in window and bool(transform.get("sql"))
+    from flow_jobs.spec.loader import read_document
+
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    return read_document(text, path) != tomllib.loads(text)
 
 
 def _sql_to_toml(args: argparse.Namespace) -> int:

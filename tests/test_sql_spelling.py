@@ -124,6 +124,7 @@ def _same(a: PipelineSpec, b: PipelineSpec) -> None:
     where=st.sampled_from([None, "user_id IS NOT NULL", "amount > 0 AND (qty < 5 OR qty IS NULL)"]),
     spark=st.booleans(),
     lateness=st.integers(0, 10_000),
+    top=st.one_of(st.none(), st.tuples(st.integers(1, 5), st.booleans(), st.booleans())),
 )
 def test_a_generated_query_is_the_spec_of_its_twin(
     kind: str,
@@ -134,8 +135,10 @@ def test_a_generated_query_is_the_spec_of_its_twin(
     where: str | None,
     spark: bool,
     lateness: int,
+    top: tuple[int, bool, bool] | None,
 ) -> None:
     spark = spark and kind != "cumulate"  # Spark has no cumulating window
+    top = top if kind != "session" and not spark else None  # Flink's window top-N
     aggs = [AGGREGATES[i] for i in picks]
     names = [f"a{i}" for i in range(len(aggs))]
     selected = ", ".join(
@@ -155,6 +158,24 @@ def test_a_generated_query_is_the_spec_of_its_twin(
             f"FROM TABLE({_flink_from(kind, a, b, keys)}){filtered} "
             f"GROUP BY window_start, window_end, {', '.join(keys)}"
         )
+    ranked_by = next(
+        (n for (_, _, t), n in zip(aggs, names, strict=True) if t["agg"] != "collect"), None
+    )
+    if top is not None and ranked_by is not None:
+        n, descending, partitioned = top
+        partition = ", ".join(
+            ["window_start", "window_end", *keys[:1]]
+            if partitioned
+            else ["window_start", "window_end"]
+        )
+        columns = ", ".join(["window_start", "window_end", *keys, *names])
+        select = (
+            f"SELECT {columns} FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY {partition} "
+            f"ORDER BY {ranked_by} {'DESC' if descending else 'ASC'}) AS rownum FROM ({select})) "
+            f"WHERE rownum <= {n}"
+        )
+    else:
+        top = None
     # an exact distinct count asks for its bound: SET in a file, a table in TOML
     bounded = {n: 1000 for (_, _, t), n in zip(aggs, names, strict=True) if t.get("mode")}
     window = {
@@ -167,6 +188,12 @@ def test_a_generated_query_is_the_spec_of_its_twin(
             for (_, _, t), n in zip(aggs, names, strict=True)
         ],
     }
+    if top is not None:
+        window["top_n"] = {
+            "n": top[0],
+            "order_by": [f"{ranked_by} {'DESC' if top[1] else 'ASC'}"],
+            **({"partition_by": keys[:1]} if top[2] else {}),
+        }
     expected = PipelineSpec.model_validate(
         _document(window, f"SELECT * FROM clicks WHERE {where}" if where else None)
     )
@@ -258,7 +285,10 @@ GROUPED = "GROUP BY window_start, window_end, user_id"
             f"JOIN payments AS o ON o.user_id = user_id {GROUPED}",
             "a join and a window in one query",
         ),
-        ("SELECT user_id, COUNT(*) AS n FROM clicks GROUP BY user_id", "must group by a window"),
+        (
+            "SELECT user_id, COUNT(*) AS n FROM clicks GROUP BY user_id",
+            "groups by a window (window(...)",
+        ),
         (
             f"{BOUNDS}, COUNT(DISTINCT page) AS pages {FLINK} {GROUPED}",
             "COUNT(DISTINCT page) AS pages keeps every distinct value in state: bound it with "
@@ -282,7 +312,7 @@ GROUP BY window_start, window_end;"""
     with pytest.raises(
         SpecError,
         match=r"p.sql: line 1, column 14: CREATE TABLE clicks: the "
-        r"window's time column ts needs a WATERMARK FOR ts AS ts - INTERVAL",
+        r"query's time column ts needs a WATERMARK FOR ts AS ts - INTERVAL",
     ):
         parse_spec(no_watermark, "p.sql", sql=True)
     two = no_watermark.replace(
@@ -355,3 +385,146 @@ def test_dagster_takes_a_sql_pipeline(tmp_path: Path) -> None:
     defs = folder_definitions(tmp_path)
     keys = {k.to_user_string() for a in defs.assets or () for k in a.keys}
     assert any("clicks_per_minute_sql" in k or "clicks-per-minute-sql" in k for k in keys), keys
+
+
+TWO_SOURCES = """SET 'pipeline.name' = 'p';
+CREATE TABLE orders (order_id STRING, currency STRING, amount DOUBLE, ts BIGINT,
+  WATERMARK FOR ts AS ts - INTERVAL '5' SECOND) WITH ('topic' = 'o', 'bootstrap_servers' = 'b:1');
+CREATE TABLE other (order_id STRING, currency STRING, paid DOUBLE, rate DOUBLE, ts BIGINT,
+  WATERMARK FOR ts AS ts - INTERVAL '{delay}' SECOND)
+  WITH ('topic' = 'p', 'bootstrap_servers' = 'b:1');
+CREATE TABLE out WITH ('kind' = 'delta', 'path' = '/tmp/t');
+{query};"""
+BETWEEN = "p.ts BETWEEN o.ts - INTERVAL '1' MINUTE AND o.ts + INTERVAL '30' MINUTE"
+
+
+@pytest.mark.parametrize(
+    ("query", "words"),
+    [
+        (
+            "INSERT INTO out SELECT o.order_id, p.paid FROM orders AS o JOIN other AS p "
+            f"ON o.order_id = p.order_id AND o.amount > p.paid AND {BETWEEN}",
+            "o.amount > p.paid: a join condition without a twin; ON takes key equalities",
+        ),
+        (
+            "INSERT INTO out SELECT o.order_id, p.paid FROM orders AS o JOIN other AS p "
+            "ON o.order_id = p.order_id",
+            "an interval join needs one time bound",
+        ),
+        (
+            "INSERT INTO out SELECT o.order_id, p.paid FROM orders AS o JOIN other AS p "
+            "ON o.order_id = p.order_id AND p.ts > o.ts AND p.ts < o.ts + INTERVAL '1' MINUTE",
+            "a join condition without a twin",
+        ),
+        (
+            "INSERT INTO out SELECT p.paid, o.order_id FROM orders AS o JOIN other AS p "
+            f"ON o.order_id = p.order_id AND {BETWEEN}",
+            "select the left side's columns first",
+        ),
+        (
+            "INSERT INTO out SELECT order_id FROM orders AS o JOIN other AS p "
+            f"ON o.order_id = p.order_id AND {BETWEEN}",
+            "order_id: name each column of a join by its table",
+        ),
+        (
+            "INSERT INTO out SELECT * FROM orders AS o JOIN other AS p "
+            f"ON o.order_id = p.order_id AND {BETWEEN}",
+            "*: name the output columns",
+        ),
+        (
+            "INSERT INTO out SELECT o.order_id, p.paid FROM orders AS o JOIN other AS p "
+            f"ON o.order_id = p.order_id AND {BETWEEN} WHERE o.amount > 1",
+            "a join's query has a SELECT list, FROM, one JOIN and ON",
+        ),
+        (
+            "INSERT INTO out SELECT o.order_id, r.rate FROM orders AS o FULL JOIN other "
+            "FOR SYSTEM_TIME AS OF o.ts AS r ON o.currency = r.currency",
+            "a temporal join is inner or LEFT",
+        ),
+        (
+            "INSERT INTO out SELECT o.order_id, r.rate FROM orders AS o JOIN other "
+            "FOR SYSTEM_TIME AS OF r.ts AS r ON o.currency = r.currency",
+            "AS OF r.ts: the stream's time column",
+        ),
+    ],
+)
+def test_a_join_without_a_twin_is_refused_naming_the_clause(query: str, words: str) -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_spec(TWO_SOURCES.format(delay=5, query=query), "p.sql", sql=True)
+    assert str(caught.value).startswith("p.sql: line 8, column ")
+    assert words in str(caught.value)
+
+
+def test_two_watermark_delays_for_one_join_are_refused() -> None:
+    query = (
+        "INSERT INTO out SELECT o.order_id, p.paid FROM orders AS o JOIN other AS p "
+        f"ON o.order_id = p.order_id AND {BETWEEN}"
+    )
+    with pytest.raises(SpecError, match="wait 5000 and 9000 ms: flow-jobs has one lateness_ms"):
+        parse_spec(TWO_SOURCES.format(delay=9, query=query), "p.sql", sql=True)
+
+
+DEDUP = (
+    "CREATE VIEW once AS SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY user_id "
+    "ORDER BY {order}) AS rn FROM clicks) WHERE rn {bound};\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("order", "bound", "sets", "words"),
+    [
+        ("ts ASC", "= 1", "", "Flink's deduplication keeps every key for ever"),
+        ("ts DESC", "= 1", "", "keeping the last row would retract rows"),
+        ("ts ASC", "<= 2", "", "a deduplication keeps = 1"),
+        ("amount ASC", "= 1", "SET 'transform.dedup.once.within_ms' = '1000';", "ORDER BY amount"),
+    ],
+)
+def test_a_dedup_without_a_twin_is_refused(order: str, bound: str, sets: str, words: str) -> None:
+    select = (
+        f"{BOUNDS}, COUNT(*) AS n FROM TABLE(TUMBLE(TABLE once, DESCRIPTOR(ts), INTERVAL "
+        f"'1' MINUTE)) {GROUPED}"
+    )
+    text = _pipeline_file(select, 0, sets).replace(
+        "CREATE TABLE out", DEDUP.format(order=order, bound=bound) + "CREATE TABLE out"
+    )
+    with pytest.raises(SpecError) as caught:
+        parse_spec(text, "p.sql", sql=True)
+    assert words in str(caught.value)
+    assert str(caught.value).startswith("p.sql: line ")
+
+
+WINDOWED = f"SELECT window_start, window_end, user_id, COUNT(*) AS n {FLINK} {GROUPED}"
+
+
+@pytest.mark.parametrize(
+    ("select", "words"),
+    [
+        (
+            f"SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, "
+            f"window_end ORDER BY n DESC) AS rownum FROM ({WINDOWED})) WHERE rownum <= 3",
+            "SELECT *: the rows written carry no rownum",
+        ),
+        (
+            f"SELECT window_start, window_end, user_id, n FROM (SELECT *, ROW_NUMBER() OVER "
+            f"(PARTITION BY user_id ORDER BY n DESC) AS rownum FROM ({WINDOWED})) "
+            "WHERE rownum <= 3",
+            "a window top-N ranks the rows of each window",
+        ),
+        (
+            f"SELECT window_start, window_end, user_id, n FROM (SELECT *, ROW_NUMBER() OVER "
+            f"(PARTITION BY window_start, window_end ORDER BY n DESC) AS rownum FROM "
+            f"({WINDOWED})) WHERE rownum > 3",
+            "keeps the first rows: WHERE rownum <= N",
+        ),
+        (
+            f"SELECT window_start, window_end, user_id, n FROM (SELECT *, RANK() OVER "
+            f"(PARTITION BY window_start, window_end ORDER BY n DESC) AS r FROM ({WINDOWED})) "
+            "WHERE r <= 3",
+            "a query over a windowed query is a window top-N",
+        ),
+    ],
+)
+def test_a_top_n_without_a_twin_is_refused(select: str, words: str) -> None:
+    message = _refused(select)
+    assert message.startswith("p.sql: line ")
+    assert words in message

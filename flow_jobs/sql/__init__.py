@@ -6,8 +6,8 @@ SQL pipeline and its TOML twin are one spec, one plan and one fingerprint.
 
 * ``read_pipeline(text, name, aggregators)``: a ``.sql`` pipeline file's document.
 * ``lift_transform(transform, aggregators)``: a ``[transform]`` table whose ``sql`` is
-  a whole windowed query, as the window keys it equals (other SQL is left as it is: a
-  pre-stage).
+  a whole windowed query or join, as the stage keys it equals (other SQL is left as it
+  is: a pre-stage).
 * ``SqlError``: a clause refused, with its place (``locate``).
 """
 
@@ -17,10 +17,12 @@ from collections.abc import Collection
 from typing import Any
 
 import sqlglot
+from sqlglot import exp
 from sqlglot.errors import ParseError
 
 from flow_jobs.sql.dialect import FlowSQL
 from flow_jobs.sql.errors import SqlError
+from flow_jobs.sql.joins import is_join, join_query
 from flow_jobs.sql.pipeline_file import read_pipeline
 from flow_jobs.sql.windowed import is_windowed, ordered, windowed_query
 
@@ -28,9 +30,10 @@ __all__ = ["SqlError", "lift_transform", "read_pipeline"]
 
 
 def lift_transform(transform: dict[str, Any], aggregators: Collection[str]) -> dict[str, Any]:
-    """``transform`` with a windowed ``sql`` turned into the ``window`` keys it equals
-    (and the pre-stage its WHERE is); the table's own ``window`` keys (lateness,
-    emit, ...) stay, and one the query also gives is refused."""
+    """``transform`` with a ``sql`` that is a whole windowed query or join turned into
+    the stage keys it equals (a window's WHERE stays, as the pre-stage); the table's own
+    keys for that stage (lateness, emit, ...) stay, and one the query also gives is
+    refused."""
     sql = transform.get("sql")
     if not isinstance(sql, str):
         return transform
@@ -38,27 +41,36 @@ def lift_transform(transform: dict[str, Any], aggregators: Collection[str]) -> d
         statement = sqlglot.parse_one(sql, read=FlowSQL)
     except ParseError:
         return transform  # not ours to judge: Spark reads the pre-stage
-    if not is_windowed(statement):
-        return transform
     try:
-        query = windowed_query(statement, aggregators, sql)
+        if is_windowed(statement):
+            return _lift_window(transform, statement, aggregators, sql)
+        if is_join(statement):
+            joined = join_query(statement)
+            lifted = {k: v for k, v in transform.items() if k != "sql"}
+            lifted[joined.stage] = _beside(joined.stage, joined.keys, transform.get(joined.stage))
+            return lifted
     except SqlError as e:
         raise e.locate(sql) from None
-    given = dict(transform.get("window") or {})
-    if not isinstance(given, dict):
-        return transform
-    options = given.pop("aggregations", None)
-    both = [k for k in query.window if k in given]
+    return transform
+
+
+def _beside(stage: str, keys: dict[str, Any], given: Any) -> dict[str, Any]:
+    given = dict(given or {}) if isinstance(given, dict | None) else {}
+    both = [k for k in keys if k in given]
     if both:
-        raise SqlError(
-            f"transform.window.{both[0]} is also given by [transform].sql's window; keep one"
-        )
+        raise SqlError(f"transform.{stage}.{both[0]} is also given by [transform].sql; keep one")
+    return {**keys, **given}
+
+
+def _lift_window(
+    transform: dict[str, Any], statement: exp.Expr, aggregators: Collection[str], sql: str
+) -> dict[str, Any]:
+    query = windowed_query(statement, aggregators, sql)
+    given = dict(transform.get("window") or {})
+    options = given.pop("aggregations", None)
+    window = query.with_options(ordered(_beside("window", query.window, given)), options)
     lifted = {k: v for k, v in transform.items() if k != "sql"}
     if query.sql:
         lifted["sql"] = query.sql
-    try:
-        window = query.with_options(ordered({**query.window, **given}), options)
-    except SqlError as e:
-        raise e.locate(sql) from None
     lifted["window"] = window
     return lifted

@@ -11,9 +11,14 @@ validates (docs/spec-reference.md, "A pipeline in SQL").
   ``'value.format'``).
 * The target: the table ``INSERT INTO`` names; ``WITH`` holds its keys (``kind`` or
   Flink's ``connector``). Its columns, when given, must be the query's output.
+* ``CREATE VIEW v AS`` a ``ROW_NUMBER() ... = 1`` deduplication of a source: the query
+  reads the source, deduplicated (``[[transform.dedup]]``; its ``within_ms`` is asked
+  for: ``SET 'transform.dedup.v.within_ms' = '...'``).
 * ``SET 'key' = 'value'``: any other key by its dotted TOML path
   (``SET 'transform.window.emit' = 'current'``); ``pipeline.name`` (Flink's) is ``name``.
   Without one, the name is the file's.
+* One ``INSERT INTO target SELECT ...``: a windowed query (a window top-N around one
+  among them), an interval join or a temporal join.
 """
 
 from __future__ import annotations
@@ -27,41 +32,10 @@ from sqlglot import exp
 from sqlglot.errors import ParseError
 
 from flow_jobs.sql.dialect import FlowSQL
-from flow_jobs.sql.durations import duration_ms
 from flow_jobs.sql.errors import SqlError, clause
-from flow_jobs.sql.windowed import BOUNDS, is_windowed, ordered, windowed_query
-
-#: Flink's Kafka connector keys, as ours.
-_FLINK_KEYS = {
-    "properties.bootstrap.servers": "bootstrap_servers",
-    "scan.startup.mode": "starting_offsets",
-    "value.format": "format",
-}
-_STARTUP_MODES = {"earliest-offset": "earliest", "latest-offset": "latest"}
-
-
-def _value(node: exp.Expr) -> Any:
-    """A ``WITH`` or ``SET`` value as written: a string stays a string (the spec's
-    models read ``'5000'`` as the number where a key is one)."""
-    if isinstance(node, exp.Literal):
-        if node.is_string:
-            return node.name
-        text = node.name
-        return int(text) if re.fullmatch(r"-?\d+", text) else float(text)
-    if isinstance(node, exp.Boolean):
-        return node.this
-    raise SqlError(f"{clause(node)}: give the value as a literal, e.g. '5000'", node)
-
-
-def _properties(create: exp.Create) -> dict[str, Any]:
-    props = create.args.get("properties")
-    out: dict[str, Any] = {}
-    for prop in props.expressions if props else []:
-        if not isinstance(prop, exp.Property):
-            raise SqlError(f"{clause(prop)}: WITH takes 'key' = 'value' pairs", prop)
-        key = prop.name if isinstance(prop.this, exp.Literal) else prop.this.sql()
-        out[key] = _value(prop.args["value"])
-    return out
+from flow_jobs.sql.joins import is_join, join_query
+from flow_jobs.sql.tables import Table, View, source_keys, target_keys, value, view
+from flow_jobs.sql.windowed import is_windowed, ordered, windowed_query
 
 
 def _set_path(document: dict[str, Any], path: str, value: Any, node: exp.Expr) -> None:
@@ -79,80 +53,9 @@ def _set_path(document: dict[str, Any], path: str, value: Any, node: exp.Expr) -
     here[parts[-1]] = value
 
 
-class _Table:
-    def __init__(self, create: exp.Create) -> None:
-        schema = create.this
-        self.node = create
-        self.name = schema.this.name if isinstance(schema, exp.Schema) else schema.name
-        self.with_ = _properties(create)
-        self.columns: list[tuple[str, str]] = []
-        self.watermark: tuple[str, int] | None = None
-        for item in schema.expressions if isinstance(schema, exp.Schema) else []:
-            if isinstance(item, exp.ColumnDef):
-                self.columns.append((item.name, _spark_type(item.args["kind"])))
-            elif isinstance(item, exp.WatermarkColumnConstraint):
-                self.watermark = _watermark(item)
-            else:
-                raise SqlError(f"{clause(item)}: a table holds columns and a WATERMARK", item)
-
-
-def _spark_type(kind: exp.DataType) -> str:
-    """A column's type in Spark's DDL (the spec's ``schema``): Flink's TIMESTAMP(3) and
-    TIMESTAMP_LTZ(3) are Spark's TIMESTAMP, VARCHAR(n) its STRING."""
-    if kind.is_type(*exp.DataType.TEMPORAL_TYPES) and kind.this != exp.DataType.Type.DATE:
-        return "TIMESTAMP"
-    return kind.sql(dialect="spark")
-
-
-def _watermark(item: exp.WatermarkColumnConstraint) -> tuple[str, int]:
-    column, expression = item.this.name, item.expression
-    if isinstance(expression, exp.Column) and expression.name == column:
-        return column, 0
-    if (
-        isinstance(expression, exp.Sub)
-        and isinstance(expression.this, exp.Column)
-        and expression.this.name == column
-    ):
-        return column, duration_ms(expression.expression, zero=True)
-    raise SqlError(
-        f"WATERMARK FOR {column} AS {clause(expression)}: write {column} - INTERVAL 'n' UNIT "
-        "(the most an event may come after a later one)",
-        item,
-    )
-
-
-def _source(table: _Table) -> dict[str, Any]:
-    source: dict[str, Any] = {"name": table.name}
-    for key, value in table.with_.items():
-        if key == "connector":
-            if value != "kafka":
-                raise SqlError(
-                    f"CREATE TABLE {table.name}: 'connector' = {value!r}: a source is a Kafka "
-                    "topic ('connector' = 'kafka', or leave it out)",
-                    table.node,
-                )
-            continue
-        key = _FLINK_KEYS.get(key, key)
-        if key == "starting_offsets":
-            value = _STARTUP_MODES.get(value, value)
-        source[key] = value
-    if table.columns:
-        source["schema"] = ", ".join(f"{name} {kind}" for name, kind in table.columns)
-    return source
-
-
-def _target(table: _Table) -> dict[str, Any]:
-    target = dict(table.with_)
-    if "connector" in target:
-        target["kind"] = target.pop("connector")
-    return target
-
-
-def read_pipeline(text: str, name: str, aggregators: Collection[str]) -> dict[str, Any]:
-    """The TOML-shaped document the ``.sql`` file ``text`` is (``name``: the file's, for
-    a pipeline with no ``SET 'pipeline.name'``)."""
+def _statements(text: str) -> list[exp.Expr]:
     try:
-        statements = [s for s in sqlglot.parse(text, read=FlowSQL) if s is not None]
+        return [s for s in sqlglot.parse(text, read=FlowSQL) if s is not None]
     except ParseError as e:
         first = e.errors[0] if e.errors else {}
         raise SqlError(
@@ -160,27 +63,36 @@ def read_pipeline(text: str, name: str, aggregators: Collection[str]) -> dict[st
             f"{first.get('highlight', '')!r} (line {first.get('line')}, column "
             f"{first.get('col')})"
         ) from None
+
+
+def read_pipeline(text: str, name: str, aggregators: Collection[str]) -> dict[str, Any]:
+    """The TOML-shaped document the ``.sql`` file ``text`` is (``name``: the file's, for
+    a pipeline with no ``SET 'pipeline.name'``)."""
     settings: dict[str, Any] = {}
-    tables: dict[str, _Table] = {}
+    tables: dict[str, Table] = {}
+    views: dict[str, View] = {}
     inserts: list[exp.Insert] = []
-    for statement in statements:
+    for statement in _statements(text):
         if isinstance(statement, exp.Set):
             for item in statement.expressions:
                 pair = item.this
                 if not (isinstance(pair, exp.EQ) and isinstance(pair.this, exp.Literal)):
                     raise SqlError(f"{clause(item)}: write SET 'key' = 'value'", item)
-                _set_path(settings, pair.this.name, _value(pair.expression), item)
-        elif isinstance(statement, exp.Create) and statement.kind == "TABLE":
-            table = _Table(statement)
-            if table.name in tables:
-                raise SqlError(f"CREATE TABLE {table.name}: declared twice", statement)
-            tables[table.name] = table
+                _set_path(settings, pair.this.name, value(pair.expression), item)
+        elif isinstance(statement, exp.Create) and statement.kind in ("TABLE", "VIEW"):
+            made: Table | View = Table(statement) if statement.kind == "TABLE" else view(statement)
+            if made.name in tables or made.name in views:
+                raise SqlError(f"CREATE {statement.kind} {made.name}: declared twice", statement)
+            if isinstance(made, Table):
+                tables[made.name] = made
+            else:
+                views[made.name] = made
         elif isinstance(statement, exp.Insert):
             inserts.append(statement)
         else:
             raise SqlError(
-                f"{clause(statement)}: a pipeline file holds CREATE TABLE, SET and one "
-                "INSERT INTO ... SELECT",
+                f"{clause(statement)}: a pipeline file holds CREATE TABLE, CREATE VIEW, SET "
+                "and one INSERT INTO ... SELECT",
                 statement,
             )
     if len(inserts) != 1:
@@ -189,54 +101,165 @@ def read_pipeline(text: str, name: str, aggregators: Collection[str]) -> dict[st
         )
     insert = inserts[0]
     target_name = insert.this.name if isinstance(insert.this, exp.Table) else insert.this.this.name
-    if target_name not in tables:
+    target = tables.pop(target_name, None)
+    if target is None:
         raise SqlError(f"INSERT INTO {target_name}: declare it with CREATE TABLE", insert.this)
     query = insert.expression
-    if not is_windowed(query):
-        raise SqlError(
-            "INSERT INTO ... SELECT: the query must group by a window (window(...), "
-            "session_window(...) or a TUMBLE / HOP / CUMULATE / SESSION table function)",
-            query,
-        )
-    windowed = windowed_query(query, aggregators, text)
-    source = tables.get(windowed.source)
-    if source is None or windowed.source == target_name:
-        raise SqlError(f"FROM {windowed.source}: declare it with CREATE TABLE", query.args["from_"])
-    unread = [t for t in tables if t not in (target_name, windowed.source)]
+    used = _read_views(query, views)
+    transform, reads, outputs = _transform(query, aggregators, text, settings)
+    stage = next(k for k in ("window", "join", "temporal_join") if k in transform)
+    if stage == "temporal_join":
+        reads.update(_version_time(transform[stage], tables))
+    transform[stage]["lateness_ms"] = _watermarks(reads, tables, query)
+    if stage == "window":
+        transform["window"] = ordered(transform["window"])
+    dedup = _dedup(used, reads, settings)
+    if dedup:
+        transform["dedup"] = dedup
+    _check_target_columns(target, outputs, stage)
+    unread = [t for t in tables if t not in reads]
     if unread:
         raise SqlError(f"CREATE TABLE {unread[0]}: declared but not read", tables[unread[0]].node)
-    if source.watermark is None:
-        raise SqlError(
-            f"CREATE TABLE {source.name}: the window's time column {windowed.time_column} "
-            f"needs a WATERMARK FOR {windowed.time_column} AS {windowed.time_column} - "
-            "INTERVAL 'n' SECOND (n: how late an event may come)",
-            source.node,
-        )
-    column, lateness = source.watermark
-    if column != windowed.time_column:
-        raise SqlError(
-            f"the window's time column is {windowed.time_column}, the watermark's "
-            f"{column}: they are one column",
-            query,
-        )
-    window = ordered({**windowed.window, "lateness_ms": lateness})
-    set_window = settings.get("transform", {}).get("window", {})
-    try:
-        windowed.with_options(window, set_window.pop("aggregations", None))
-    except SqlError as e:
-        raise e.locate(text) from None
-    _check_target_columns(tables[target_name], window)
     document: dict[str, Any] = {"name": settings.pop("name", _pipeline_name(name))}
-    document["sources"] = [_source(source)]
-    transform: dict[str, Any] = {"sql": windowed.sql} if windowed.sql else {}
-    transform["window"] = window
-    for key, value, node in (
+    document["sources"] = [source_keys(tables[s]) for s in tables]
+    for key, keys, node in (
         ("transform", transform, query),
-        ("target", _target(tables[target_name]), insert),
+        ("target", target_keys(target), insert),
     ):
-        document[key] = value
+        document[key] = keys
         _merge(document, key, settings.pop(key, {}), node)
     return {**document, **settings}
+
+
+def _transform(
+    query: exp.Expr, aggregators: Collection[str], text: str, settings: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, str], list[str]]:
+    """``[transform]``'s keys, the time column read of each source, the output columns."""
+    if is_windowed(query):
+        windowed = windowed_query(query, aggregators, text)
+        given = settings.get("transform", {}).get("window", {})
+        try:
+            window = windowed.with_options(windowed.window, given.pop("aggregations", None))
+        except SqlError as e:
+            raise e.locate(text) from None
+        transform = {"sql": windowed.sql} if windowed.sql else {}
+        transform["window"] = window
+        outputs = [
+            window.get("window_start_column", "window_start"),
+            window.get("window_end_column", "window_end"),
+            *window["group_by"],
+            *(a["as"] for a in window["aggregations"]),
+        ]
+        return transform, {windowed.source: windowed.time_column}, outputs
+    if is_join(query):
+        joined = join_query(query)
+        keys = joined.keys
+        outputs = []
+        for side in ("left", "right", "stream", "version"):
+            chosen = keys.get(f"output_{side}_columns", [])
+            outputs += list(chosen.values()) if isinstance(chosen, dict) else chosen
+        return {joined.stage: keys}, joined.times, [*outputs, "join_row_id"]
+    raise SqlError(
+        "INSERT INTO ... SELECT: the query groups by a window (window(...), "
+        "session_window(...) or a TUMBLE / HOP / CUMULATE / SESSION table function), or "
+        "joins two sources (an interval or a temporal join)",
+        query,
+    )
+
+
+def _read_views(query: exp.Expr, views: dict[str, View]) -> dict[str, View]:
+    """The views ``query`` reads, each replaced by its source (the dedup runs on it)."""
+    used: dict[str, View] = {}
+    for table in query.find_all(exp.Table):
+        made = views.get(table.name)
+        if made is None:
+            continue
+        used[made.source] = made
+        if not table.alias:
+            table.set("alias", exp.TableAlias(this=exp.to_identifier(made.name)))
+        table.set("this", exp.to_identifier(made.source))
+    unread = [v for v in views.values() if v not in used.values()]
+    if unread:
+        raise SqlError(f"CREATE VIEW {unread[0].name}: declared but not read", unread[0].node)
+    return used
+
+
+def _watermarks(reads: dict[str, str], tables: dict[str, Table], query: exp.Expr) -> int:
+    """The sources' one watermark delay: each source the query reads is declared and
+    has a watermark on the time column read."""
+    delays = set()
+    for source, column in reads.items():
+        table = tables.get(source)
+        if table is None:
+            raise SqlError(f"{source}: declare it with CREATE TABLE", query)
+        if table.watermark is None:
+            raise SqlError(
+                f"CREATE TABLE {source}: the query's time column {column} needs a WATERMARK "
+                f"FOR {column} AS {column} - INTERVAL 'n' SECOND (n: how late an event may "
+                "come)",
+                table.node,
+            )
+        if table.watermark[0] != column:
+            raise SqlError(
+                f"the query reads {source}'s time as {column}, its watermark is on "
+                f"{table.watermark[0]}: they are one column",
+                table.node,
+            )
+        delays.add(table.watermark[1])
+    if len(delays) > 1:
+        raise SqlError(
+            f"the sources' watermarks wait {' and '.join(str(d) for d in sorted(delays))} ms: "
+            "flow-jobs has one lateness_ms for both sides; give both the same delay",
+            query,
+        )
+    return delays.pop()
+
+
+def _version_time(keys: dict[str, Any], tables: dict[str, Table]) -> dict[str, str]:
+    """A temporal join's versions are timed by their table's watermark column (the
+    time column read of that source)."""
+    versions = tables.get(keys["versions_source"])
+    if versions is None:
+        raise SqlError(f"{keys['versions_source']}: declare it with CREATE TABLE")
+    if versions.watermark is None:
+        raise SqlError(
+            f"CREATE TABLE {versions.name}: a versioned table's time column needs a "
+            "WATERMARK FOR col AS col - INTERVAL 'n' SECOND",
+            versions.node,
+        )
+    stream, version = keys.pop("stream_event_time_column"), versions.watermark[0]
+    if stream == version:
+        keys["event_time_column"] = stream
+    else:
+        keys["stream_event_time_column"] = stream
+        keys["version_event_time_column"] = version
+    return {versions.name: version}
+
+
+def _dedup(
+    used: dict[str, View], reads: dict[str, str], settings: dict[str, Any]
+) -> list[dict[str, Any]]:
+    given = settings.get("transform", {}).pop("dedup", {})
+    out = []
+    for source, made in used.items():
+        if made.order != reads.get(source):
+            raise SqlError(
+                f"CREATE VIEW {made.name}: ORDER BY {made.order}, the time column the "
+                f"query reads of {source} ({reads.get(source)})",
+                made.node,
+            )
+        keys = dict(given.pop(made.name, {}))
+        if "within_ms" not in keys:
+            raise SqlError(
+                f"CREATE VIEW {made.name}: Flink's deduplication keeps every key for ever; "
+                "flow-jobs forgets a key within_ms after the last row that passed: SET "
+                f"'transform.dedup.{made.name}.within_ms' = '3600000' (an hour, say)",
+                made.node,
+            )
+        out.append({"source": source, "keys": made.keys, **keys})
+    if given:
+        raise SqlError(f"SET 'transform.dedup.{next(iter(given))}': no such view")
+    return out
 
 
 def _merge(document: dict[str, Any], key: str, value: dict[str, Any], node: exp.Expr) -> None:
@@ -254,21 +277,15 @@ def _merge(document: dict[str, Any], key: str, value: dict[str, Any], node: exp.
     document[key] = given
 
 
-def _check_target_columns(target: _Table, window: dict[str, Any]) -> None:
-    if not target.columns:
-        return
-    expected = (
-        [window.get(f"{b}_column", b) for b in BOUNDS]
-        + window["group_by"]
-        + [a["as"] for a in window["aggregations"]]
-    )
+def _check_target_columns(target: Table, outputs: list[str], stage: str) -> None:
     names = [name for name, _ in target.columns]
-    if names != expected:
-        raise SqlError(
-            f"CREATE TABLE {target.name} ({', '.join(names)}): the query writes "
-            f"({', '.join(expected)}); list those columns, in that order, or none",
-            target.node,
-        )
+    if not names or names == outputs or (stage != "window" and names == outputs[:-1]):
+        return
+    raise SqlError(
+        f"CREATE TABLE {target.name} ({', '.join(names)}): the query writes "
+        f"({', '.join(outputs)}); list those columns, in that order, or none",
+        target.node,
+    )
 
 
 def _pipeline_name(stem: str) -> str:

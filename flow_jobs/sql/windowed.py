@@ -26,6 +26,7 @@ from sqlglot.tokens import TokenType
 from flow_jobs.sql.aggregates import aggregation
 from flow_jobs.sql.dialect import FlowSQL, WindowTVF
 from flow_jobs.sql.errors import SqlError, clause, start
+from flow_jobs.sql.ranking import Ranked, ranked, top_n
 from flow_jobs.sql.window_functions import (
     BOUNDS,
     WindowedQuery,
@@ -61,10 +62,34 @@ def is_windowed(select: exp.Expr) -> bool:
     stage takes; any other SELECT stays a pre-stage."""
     if not isinstance(select, exp.Select):
         return False
+    rank = _ranked_window(select)
+    if rank is not None:
+        return True
     if any(isinstance(n, WindowTVF) for n in select.find_all(WindowTVF)):
         return True
     group = select.args.get("group")
     return bool(group) and any(spark_window_call(e) for e in group.expressions)
+
+
+def _ranked_window(select: exp.Select) -> Ranked | None:
+    """``select`` as a window top-N: a ROW_NUMBER() pattern over a windowed query (one
+    that reads a windowed query but breaks the pattern is refused, naming how)."""
+    outer = select.args.get("from_")
+    ranking = outer.this if outer is not None else None
+    inner = ranking.this.args.get("from_") if isinstance(ranking, exp.Subquery) else None
+    if not (
+        inner is not None and isinstance(inner.this, exp.Subquery) and is_windowed(inner.this.this)
+    ):
+        return None
+    rank = ranked(select)
+    if rank is None:
+        raise SqlError(
+            "a query over a windowed query is a window top-N: SELECT cols FROM (SELECT *, "
+            "ROW_NUMBER() OVER (PARTITION BY window_start, window_end ORDER BY ...) AS "
+            "rownum FROM (...)) WHERE rownum <= N",
+            select,
+        )
+    return rank
 
 
 def windowed_query(
@@ -74,6 +99,15 @@ def windowed_query(
     ``agg`` takes (plug-ins among them: ``variance(x)`` is ``agg = "variance"``);
     ``text``: what ``select`` was parsed from, so the pre-stage keeps the WHERE as the
     user wrote it."""
+    rank = _ranked_window(select)
+    if rank is not None:  # a window top-N around the windowed query
+        assert isinstance(rank.inner, exp.Subquery)
+        query = windowed_query(rank.inner.this, aggregators, text)
+        w = query.window
+        bounds = (w.get("window_start_column", BOUNDS[0]), w.get("window_end_column", BOUNDS[1]))
+        outputs = [*bounds, *w["group_by"], *(a["as"] for a in w["aggregations"])]
+        w["top_n"] = top_n(rank, bounds, outputs)
+        return query
     _refuse_clauses(select)
     source_node = select.args["from_"].this
     tvf = next(iter(source_node.find_all(WindowTVF)), None)
