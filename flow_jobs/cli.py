@@ -35,7 +35,7 @@ from flow_jobs.runtime.display import configure_logging, make_display
 from flow_jobs.runtime.pack import DEFAULT_ARCHIVE, pack
 from flow_jobs.runtime.preflight import SourceUnavailable, check_sources
 from flow_jobs.secrets import redact
-from flow_jobs.spec import SPEC_SUFFIXES, SpecError, load_spec, toml_twin
+from flow_jobs.spec import SPEC_SUFFIXES, SpecError, load_spec, sql_twin, toml_twin
 from flow_jobs.spec.models import aware_instant
 
 Handler = Callable[[argparse.Namespace], int]
@@ -94,6 +94,11 @@ def _written_in_sql(path: str) -> bool:
 
 def _sql_to_toml(args: argparse.Namespace) -> int:
     print(toml_twin(args.spec).rstrip())
+    return EXIT_OK
+
+
+def _toml_to_sql(args: argparse.Namespace) -> int:
+    print(sql_twin(args.spec).rstrip())
     return EXIT_OK
 
 
@@ -248,6 +253,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sql_to_toml.add_argument("spec", help="path to a *.sql pipeline or a *.toml spec")
     sql_to_toml.set_defaults(handler=_sql_to_toml)
+    toml_to_sql = commands.add_parser(
+        "toml-to-sql",
+        help="print the .sql pipeline file (Flink SQL's spelling) a TOML spec equals",
+    )
+    toml_to_sql.add_argument("spec", help="path to a *.toml spec (or a *.sql pipeline)")
+    toml_to_sql.set_defaults(handler=_toml_to_sql)
 
     add_inspect_command(commands)
 

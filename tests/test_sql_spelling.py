@@ -16,6 +16,7 @@ from flow_jobs.cli import main
 from flow_jobs.spec import SpecError, load_spec, parse_spec, toml_twin
 from flow_jobs.spec.fingerprint import fingerprint_fields, fingerprint_of
 from flow_jobs.spec.models import PipelineSpec
+from flow_jobs.sql import render_pipeline
 
 EXAMPLE = Path(__file__).parent.parent / "docs" / "examples" / "clicks_per_minute.sql"
 SCHEMA = "user_id STRING, page STRING, amount DOUBLE, qty BIGINT, ts BIGINT"
@@ -213,6 +214,11 @@ def test_a_generated_query_is_the_spec_of_its_twin(
     import tomli_w
 
     _same(parse_spec(tomli_w.dumps(document), "p.toml"), expected)
+    # and back: the TOML written as a .sql file (toml-to-sql) is the same spec
+    rendered = render_pipeline(
+        _document(window, f"SELECT * FROM clicks WHERE {where}" if where else None)
+    )
+    _same(parse_spec(rendered, "p.sql", sql=True), expected)
 
 
 def _refused(select: str, *, lateness: int = 0) -> str:
@@ -365,15 +371,17 @@ def test_the_example_and_its_toml_twin_are_one_spec(
     assert main(["sql-to-toml", str(EXAMPLE)]) == 0
     twin = capsys.readouterr().out
     assert 'bootstrap_servers = "${KAFKA_BOOTSTRAP_SERVERS:-127.0.0.1:9092}"' in twin
-    assert 'sql = "SELECT * FROM clicks WHERE user_id IS NOT NULL"' in twin
+    assert (
+        'sql = "SELECT user_id, page, amount, ts, _kafka FROM clicks WHERE user_id IS NOT NULL"'
+        in twin
+    )
     assert "lateness_ms = 5000" in twin
     (tmp_path / "twin.toml").write_text(twin)
     _same(load_spec(EXAMPLE), load_spec(tmp_path / "twin.toml"))
     assert toml_twin(tmp_path / "twin.toml") == toml_twin(EXAMPLE)
     assert main(["validate", str(EXAMPLE)]) == 0
     assert (
-        "valid — pipeline 'clicks-per-minute-sql': tumbling window 60000 ms"
-        in capsys.readouterr().out
+        "valid — pipeline 'clicks-per-minute': tumbling window 60000 ms" in capsys.readouterr().out
     )
 
 
@@ -384,7 +392,7 @@ def test_dagster_takes_a_sql_pipeline(tmp_path: Path) -> None:
     assert spec_files(tmp_path) == [tmp_path / "clicks.sql"]
     defs = folder_definitions(tmp_path)
     keys = {k.to_user_string() for a in defs.assets or () for k in a.keys}
-    assert any("clicks_per_minute_sql" in k or "clicks-per-minute-sql" in k for k in keys), keys
+    assert any("clicks_per_minute" in k for k in keys), keys
 
 
 TWO_SOURCES = """SET 'pipeline.name' = 'p';
@@ -528,3 +536,85 @@ def test_a_top_n_without_a_twin_is_refused(select: str, words: str) -> None:
     message = _refused(select)
     assert message.startswith("p.sql: line ")
     assert words in message
+
+
+SHIPPED = Path(__file__).parent.parent / "pipelines"
+
+
+@pytest.mark.parametrize(
+    ("pipeline", "refusal"),
+    [
+        ("clicks_per_minute", None),
+        ("visits", None),
+        ("orders_with_rates", None),
+        ("orders_payments_join", "transform.join.how = '${JOIN_HOW:-left}'"),
+        ("purchase_batches", 'transform.window.kind = "count_sliding" has no SQL form'),
+        ("spend_last_hour", 'transform.window.kind = "sliding" has no SQL form'),
+    ],
+)
+def test_toml_to_sql_writes_the_same_spec_or_names_what_has_no_sql_form(
+    pipeline: str, refusal: str | None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``toml-to-sql`` of each shipped pipeline: a .sql file that reads back into the
+    same spec and fingerprint (so sql-to-toml of it is the shipped TOML's twin), or one
+    line naming the key with no SQL form."""
+    path = SHIPPED / f"{pipeline}.toml"
+    code = main(["toml-to-sql", str(path)])
+    out, err = capsys.readouterr()
+    if refusal is not None:
+        assert code == 1 and refusal in err and err.count("\n") == 1, err
+        return
+    assert code == 0, err
+    (tmp_path / f"{pipeline}.sql").write_text(out)
+    _same(load_spec(tmp_path / f"{pipeline}.sql"), load_spec(path))
+    assert "${KAFKA_BOOTSTRAP_SERVERS:-127.0.0.1:9092}" in out  # references as written
+
+
+def test_the_example_is_the_shipped_demo_pipeline() -> None:
+    """docs/examples/clicks_per_minute.sql is pipelines/clicks_per_minute.toml: the same
+    spec and fingerprint, so a running demo can move to the SQL file."""
+    _same(load_spec(EXAMPLE), load_spec(SHIPPED / "clicks_per_minute.toml"))
+
+
+@pytest.mark.parametrize(
+    ("views", "select", "words"),
+    [
+        (
+            "CREATE VIEW v AS SELECT * FROM clicks WHERE qty > 1;",
+            f"{BOUNDS}, COUNT(*) AS n FROM TABLE(TUMBLE(TABLE v, DESCRIPTOR(ts), INTERVAL "
+            f"'1' MINUTE)) WHERE amount > 0 {GROUPED}",
+            "put the WHERE in the view",
+        ),
+        (
+            "CREATE VIEW v AS SELECT * FROM clicks WHERE qty > 1;\n"
+            "CREATE VIEW w AS SELECT * FROM v;",
+            f"{BOUNDS}, COUNT(*) AS n FROM TABLE(TUMBLE(TABLE w, DESCRIPTOR(ts), INTERVAL "
+            f"'1' MINUTE)) {GROUPED}",
+            "CREATE VIEW w: a view over a view",
+        ),
+        (
+            "CREATE VIEW v AS SELECT * FROM clicks WHERE qty > 1;",
+            f"{BOUNDS}, COUNT(*) AS n {FLINK} {GROUPED}",
+            "CREATE VIEW v: declared but not read",
+        ),
+    ],
+)
+def test_a_prestage_view_is_read_once_as_it_is(views: str, select: str, words: str) -> None:
+    text = _pipeline_file(select, 0).replace("CREATE TABLE out", views + "\nCREATE TABLE out")
+    with pytest.raises(SpecError) as caught:
+        parse_spec(text, "p.sql", sql=True)
+    assert words in str(caught.value)
+
+
+def test_a_prestage_view_is_the_prestage_as_written() -> None:
+    view = "CREATE VIEW v AS SELECT user_id, ts, amount * 2 AS amount FROM clicks WHERE qty > 1;"
+    select = (
+        f"{BOUNDS}, SUM(amount) AS s FROM TABLE(TUMBLE(TABLE v, DESCRIPTOR(ts), INTERVAL "
+        f"'1' MINUTE)) {GROUPED}"
+    )
+    text = _pipeline_file(select, 0).replace("CREATE TABLE out", view + "\nCREATE TABLE out")
+    spec = parse_spec(text, "p.sql", sql=True)
+    assert (
+        spec.transform.sql == "SELECT user_id, ts, amount * 2 AS amount FROM clicks WHERE qty > 1"
+    )
+    assert spec.window.aggregations[0].column == "amount"

@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING
 from flow_jobs.lazy import lazy_getattr
 
 if TYPE_CHECKING:
-    from flow_jobs.spec.loader import SPEC_SUFFIXES, SpecError, load_spec, parse_spec, toml_twin
+    from flow_jobs.spec.loader import (
+        SPEC_SUFFIXES,
+        SpecError,
+        load_spec,
+        parse_spec,
+        sql_twin,
+        toml_twin,
+    )
     from flow_jobs.spec.models import (
         EVENT_TS,
         Aggregation,
@@ -27,6 +34,7 @@ _NAMES = {
     "load_spec": ("flow_jobs.spec.loader", "load_spec"),
     "parse_spec": ("flow_jobs.spec.loader", "parse_spec"),
     "toml_twin": ("flow_jobs.spec.loader", "toml_twin"),
+    "sql_twin": ("flow_jobs.spec.loader", "sql_twin"),
     "SPEC_SUFFIXES": ("flow_jobs.spec.loader", "SPEC_SUFFIXES"),
     "EVENT_TS": ("flow_jobs.spec.models", "EVENT_TS"),
     "Aggregation": ("flow_jobs.spec.models", "Aggregation"),
@@ -47,6 +55,7 @@ __all__ = [
     "WindowSpec",
     "load_spec",
     "parse_spec",
+    "sql_twin",
     "toml_twin",
 ]
 

@@ -18,7 +18,7 @@ from flow_jobs.plugins import PluginError, load_plugins
 from flow_jobs.secrets import redact
 from flow_jobs.spec.aggregation import AGGREGATOR_RULES
 from flow_jobs.spec.models import PipelineSpec
-from flow_jobs.sql import SqlError, lift_transform, read_pipeline
+from flow_jobs.sql import SqlError, lift_transform, read_pipeline, render_pipeline
 
 #: The file suffixes a pipeline spec may have.
 SPEC_SUFFIXES = (".toml", ".sql")
@@ -189,6 +189,26 @@ def toml_twin(path: str | Path, env: Mapping[str, str] | None = None) -> str:
     document = read_document(text, str(p), sql=p.suffix == ".sql")
     spec = validate_document(document, str(p), env, p.parent)
     return tomli_w.dumps(_typed(document, spec.model_dump(by_alias=True)))
+
+
+def sql_twin(path: str | Path, env: Mapping[str, str] | None = None) -> str:
+    """The ``.sql`` pipeline file equal to the spec in ``path`` (Flink SQL's spelling),
+    checked by reading it back: the same spec, or a ``SpecError`` naming the key with
+    no SQL form. ``${ENV}`` references stay as written."""
+    p, text = _read(path)
+    document = read_document(text, str(p), sql=p.suffix == ".sql")
+    spec = validate_document(document, str(p), env, p.parent)
+    try:
+        sql = render_pipeline(document)
+    except SqlError as e:
+        raise SpecError(str(p), [f"no SQL form: {e}"]) from None
+    twin = parse_spec(sql, str(p.with_suffix(".sql")), env, p.parent, sql=True)
+    if twin != spec:
+        changed = [k for k, v in spec.to_document().items() if twin.to_document().get(k) != v]
+        raise SpecError(
+            str(p), [f"no exact SQL form: {', '.join(changed) or 'a default'} would differ"]
+        )
+    return sql
 
 
 def _typed(raw: Any, validated: Any) -> Any:

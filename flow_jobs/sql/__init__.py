@@ -8,6 +8,7 @@ SQL pipeline and its TOML twin are one spec, one plan and one fingerprint.
 * ``lift_transform(transform, aggregators)``: a ``[transform]`` table whose ``sql`` is
   a whole windowed query or join, as the stage keys it equals (other SQL is left as it
   is: a pre-stage).
+* ``render_pipeline(document)``: the other way, a ``.sql`` file of a TOML document.
 * ``SqlError``: a clause refused, with its place (``locate``).
 """
 
@@ -24,9 +25,10 @@ from flow_jobs.sql.dialect import FlowSQL
 from flow_jobs.sql.errors import SqlError
 from flow_jobs.sql.joins import is_join, join_query
 from flow_jobs.sql.pipeline_file import read_pipeline
+from flow_jobs.sql.render import render_pipeline
 from flow_jobs.sql.windowed import is_windowed, ordered, windowed_query
 
-__all__ = ["SqlError", "lift_transform", "read_pipeline"]
+__all__ = ["SqlError", "lift_transform", "read_pipeline", "render_pipeline"]
 
 
 def lift_transform(transform: dict[str, Any], aggregators: Collection[str]) -> dict[str, Any]:

@@ -34,7 +34,7 @@ from sqlglot.errors import ParseError
 from flow_jobs.sql.dialect import FlowSQL
 from flow_jobs.sql.errors import SqlError, clause
 from flow_jobs.sql.joins import is_join, join_query
-from flow_jobs.sql.tables import Table, View, source_keys, target_keys, value, view
+from flow_jobs.sql.tables import PreStage, Table, View, source_keys, target_keys, value, view
 from flow_jobs.sql.windowed import is_windowed, ordered, windowed_query
 
 
@@ -70,7 +70,7 @@ def read_pipeline(text: str, name: str, aggregators: Collection[str]) -> dict[st
     a pipeline with no ``SET 'pipeline.name'``)."""
     settings: dict[str, Any] = {}
     tables: dict[str, Table] = {}
-    views: dict[str, View] = {}
+    views: dict[str, View | PreStage] = {}
     inserts: list[exp.Insert] = []
     for statement in _statements(text):
         if isinstance(statement, exp.Set):
@@ -80,7 +80,9 @@ def read_pipeline(text: str, name: str, aggregators: Collection[str]) -> dict[st
                     raise SqlError(f"{clause(item)}: write SET 'key' = 'value'", item)
                 _set_path(settings, pair.this.name, value(pair.expression), item)
         elif isinstance(statement, exp.Create) and statement.kind in ("TABLE", "VIEW"):
-            made: Table | View = Table(statement) if statement.kind == "TABLE" else view(statement)
+            made: Table | View | PreStage = (
+                Table(statement) if statement.kind == "TABLE" else view(statement, text)
+            )
             if made.name in tables or made.name in views:
                 raise SqlError(f"CREATE {statement.kind} {made.name}: declared twice", statement)
             if isinstance(made, Table):
@@ -105,8 +107,9 @@ def read_pipeline(text: str, name: str, aggregators: Collection[str]) -> dict[st
     if target is None:
         raise SqlError(f"INSERT INTO {target_name}: declare it with CREATE TABLE", insert.this)
     query = insert.expression
-    used = _read_views(query, views)
-    transform, reads, outputs = _transform(query, aggregators, text, settings)
+    used = _read_views(query, {k: v for k, v in views.items() if isinstance(v, View)})
+    prestages = {k: v for k, v in views.items() if isinstance(v, PreStage)}
+    transform, reads, outputs = _transform(query, aggregators, text, settings, prestages)
     stage = next(k for k in ("window", "join", "temporal_join") if k in transform)
     if stage == "temporal_join":
         reads.update(_version_time(transform[stage], tables))
@@ -132,11 +135,29 @@ def read_pipeline(text: str, name: str, aggregators: Collection[str]) -> dict[st
 
 
 def _transform(
-    query: exp.Expr, aggregators: Collection[str], text: str, settings: dict[str, Any]
+    query: exp.Expr,
+    aggregators: Collection[str],
+    text: str,
+    settings: dict[str, Any],
+    prestages: dict[str, PreStage],
 ) -> tuple[dict[str, Any], dict[str, str], list[str]]:
     """``[transform]``'s keys, the time column read of each source, the output columns."""
     if is_windowed(query):
         windowed = windowed_query(query, aggregators, text)
+        reads = {windowed.source: windowed.time_column}
+        prestage = prestages.pop(windowed.source, None)
+        if prestage is not None:
+            if windowed.sql:
+                raise SqlError(
+                    f"the query reads the view {prestage.name} and filters it: put the "
+                    f"WHERE in the view (it is the pre-stage, [transform].sql)",
+                    query.args["where"],
+                )
+            nested = [t for t in prestage.sources if t in prestages]
+            if nested:
+                raise SqlError(f"CREATE VIEW {prestage.name}: a view over a view", prestage.node)
+            windowed.sql = prestage.sql
+            reads = {source: windowed.time_column for source in prestage.sources}
         given = settings.get("transform", {}).get("window", {})
         try:
             window = windowed.with_options(windowed.window, given.pop("aggregations", None))
@@ -150,8 +171,10 @@ def _transform(
             *window["group_by"],
             *(a["as"] for a in window["aggregations"]),
         ]
-        return transform, {windowed.source: windowed.time_column}, outputs
+        _unread(prestages)
+        return transform, reads, outputs
     if is_join(query):
+        _unread(prestages)
         joined = join_query(query)
         keys = joined.keys
         outputs = []
@@ -165,6 +188,15 @@ def _transform(
         "joins two sources (an interval or a temporal join)",
         query,
     )
+
+
+def _unread(prestages: dict[str, PreStage]) -> None:
+    for prestage in prestages.values():
+        raise SqlError(
+            f"CREATE VIEW {prestage.name}: declared but not read (a window reads one view, "
+            "its pre-stage; a join reads the sources themselves)",
+            prestage.node,
+        )
 
 
 def _read_views(query: exp.Expr, views: dict[str, View]) -> dict[str, View]:

@@ -9,9 +9,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlglot import exp
+from sqlglot.tokens import TokenType
 
+from flow_jobs.sql.dialect import FlowSQL
 from flow_jobs.sql.durations import duration_ms
-from flow_jobs.sql.errors import SqlError, clause
+from flow_jobs.sql.errors import SqlError, clause, start
 from flow_jobs.sql.ranking import dedup, ranked
 
 #: Flink's Kafka connector keys, as ours.
@@ -128,15 +130,52 @@ class View:
     node: exp.Expr
 
 
-def view(create: exp.Create) -> View:
+@dataclass
+class PreStage:
+    """``CREATE VIEW name AS`` any other SELECT: the pre-stage (``[transform].sql``,
+    its text as written) a window reads; ``sources``: the tables it reads."""
+
+    name: str
+    sql: str
+    sources: list[str]
+    node: exp.Expr
+
+
+def view(create: exp.Create, text: str) -> View | PreStage:
     name = create.this.name
     rank = ranked(create.expression)
     if rank is None:
-        raise SqlError(
-            f"CREATE VIEW {name}: a view is a deduplication: SELECT * FROM (SELECT *, "
-            "ROW_NUMBER() OVER (PARTITION BY keys ORDER BY ts ASC) AS rn FROM source) WHERE "
-            "rn = 1 (put other SQL in the query's WHERE, or in TOML's [transform].sql)",
-            create,
-        )
+        body = _body(create, text)
+        tables = sorted({t.name for t in create.expression.find_all(exp.Table)})
+        return PreStage(name, body, tables, create)
     source, keys = dedup(rank, None)
     return View(name, source, keys, rank.order[0].this.name, create)
+
+
+def _body(create: exp.Create, text: str) -> str:
+    """The view's SELECT as it stands in ``text``: the tokens after ``AS`` up to the
+    statement's end."""
+    begin = start(create.this)
+    if begin is None:
+        return create.expression.sql(dialect="spark")
+    body, depth = None, 0
+    end = len(text)
+    for token in FlowSQL().tokenize(text):
+        if token.start <= begin:
+            continue
+        if body is None:
+            if token.token_type == TokenType.ALIAS:
+                body = -1
+            continue
+        if body == -1:
+            body = token.start
+        if token.token_type == TokenType.L_PAREN:
+            depth += 1
+        elif token.token_type == TokenType.R_PAREN:
+            depth -= 1
+        elif token.token_type == TokenType.SEMICOLON and depth == 0:
+            end = token.start
+            break
+    if body is None or body == -1:
+        return create.expression.sql(dialect="spark")
+    return text[body:end].strip()
