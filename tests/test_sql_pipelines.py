@@ -40,8 +40,18 @@ AGGREGATES = [
     ("SUM(amount)", "sum(amount)", {"agg": "sum", "column": "amount"}, "amount_sum"),
     ("AVG(amount)", "avg(amount)", {"agg": "avg", "column": "amount"}, "amount_avg"),
     ("MAX(qty)", "max(qty)", {"agg": "max", "column": "qty"}, "qty_max"),
-    ("FIRST_VALUE(page)", "min_by(page, ts)", {"agg": "first", "column": "page"}, "first_page"),
-    ("LAST_VALUE(page)", "max_by(page, ts)", {"agg": "last", "column": "page"}, "last_page"),
+    (
+        "FIRST_VALUE(page)",
+        "min_by(page, ts) FILTER (WHERE page IS NOT NULL)",
+        {"agg": "first", "column": "page"},
+        "first_page",
+    ),
+    (
+        "LAST_VALUE(page)",
+        "max_by(page, ts) FILTER (WHERE page IS NOT NULL)",
+        {"agg": "last", "column": "page"},
+        "last_page",
+    ),
     (
         "APPROX_COUNT_DISTINCT(page)",
         "approx_count_distinct(page)",

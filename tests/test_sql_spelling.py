@@ -72,8 +72,16 @@ AGGREGATES = [
     ("MIN(page)", "min(page)", {"agg": "min", "column": "page"}),
     ("MAX(qty)", "max(qty)", {"agg": "max", "column": "qty"}),
     ("AVG(amount)", "avg(amount)", {"agg": "avg", "column": "amount"}),
-    ("FIRST_VALUE(page)", "min_by(page, ts)", {"agg": "first", "column": "page"}),
-    ("LAST_VALUE(page)", "max_by(page, ts)", {"agg": "last", "column": "page"}),
+    (
+        "FIRST_VALUE(page)",
+        "min_by(page, ts) FILTER (WHERE page IS NOT NULL)",
+        {"agg": "first", "column": "page"},
+    ),
+    (
+        "LAST_VALUE(page)",
+        "max_by(page, ts) FILTER (WHERE page IS NOT NULL)",
+        {"agg": "last", "column": "page"},
+    ),
     (
         "COUNT(DISTINCT page)",
         "count(DISTINCT page)",
@@ -279,8 +287,18 @@ GROUPED = "GROUP BY window_start, window_end, user_id"
             "cannot read a window's bounds",
         ),
         (
-            f"{BOUNDS}, max_by(page, qty) AS p {FLINK} {GROUPED}",
+            f"{BOUNDS}, max_by(page, qty) FILTER (WHERE page IS NOT NULL) AS p {FLINK} {GROUPED}",
             "order by the window's time column, ts",
+        ),
+        (
+            f"{BOUNDS}, min_by(page, ts) AS p {FLINK} {GROUPED}",
+            "MIN_BY(page, ts) may be NULL (the earliest row's value, NULL or not); flow-jobs' "
+            "first / last skip NULLs in event time: write min_by(page, ts) FILTER (WHERE page "
+            "IS NOT NULL)",
+        ),
+        (
+            f"{BOUNDS}, last(page) AS p {FLINK} {GROUPED}",
+            "write max_by(page, ts) FILTER (WHERE page IS NOT NULL)",
         ),
         (
             f"{BOUNDS}, COUNT(*) AS n {FLINK} GROUP BY window_start, window_end, lower(user_id)",

@@ -14,8 +14,9 @@ from flow_jobs.sql.errors import SqlError, clause
 
 _ACCEPTED = (
     "count(*), count(col), count(DISTINCT col), approx_count_distinct(col), sum, min, "
-    "max, avg, min_by(col, time) / FIRST_VALUE(col), max_by(col, time) / "
-    "LAST_VALUE(col), collect_list(col) / ARRAY_AGG(col)"
+    "max, avg, FIRST_VALUE(col) / min_by(col, time) FILTER (WHERE col IS NOT NULL), "
+    "LAST_VALUE(col) / max_by(col, time) FILTER (WHERE col IS NOT NULL), "
+    "collect_list(col) / ARRAY_AGG(col)"
 )
 
 
@@ -29,11 +30,48 @@ def _column_argument(node: exp.Expr, call: exp.Expr) -> str:
     )
 
 
+def _positional(node: exp.Expr, time_column: str) -> dict[str, Any] | None:
+    """first / last: the first / last non-NULL value in event time. Flink's
+    ``FIRST_VALUE`` / ``LAST_VALUE`` skip NULLs (in arrival order); in Spark,
+    ``min_by(x, ts) FILTER (WHERE x IS NOT NULL)`` and ``first(x, true)`` do."""
+    inner = node.this if isinstance(node, (exp.IgnoreNulls, exp.Filter)) else node
+    if isinstance(node, exp.Filter) and isinstance(inner, (exp.ArgMin, exp.ArgMax)):
+        order, condition = inner.expression, node.expression.this
+        column = inner.this
+        if not (isinstance(order, exp.Column) and order.name == time_column):
+            raise SqlError(
+                f"{clause(node)}: min_by / max_by are first / last in event time: order by "
+                f"the window's time column, {time_column}",
+                node,
+            )
+        if not (
+            isinstance(condition, exp.Not)
+            and isinstance(condition.this, exp.Is)
+            and condition.this.this == column
+            and isinstance(condition.this.expression, exp.Null)
+        ):
+            raise SqlError(
+                f"{clause(node)}: FILTER (WHERE {clause(column)} IS NOT NULL), only", node
+            )
+        first = isinstance(inner, exp.ArgMin)
+    elif isinstance(inner, (exp.FirstValue, exp.LastValue)) or (
+        isinstance(node, exp.IgnoreNulls) and isinstance(inner, (exp.First, exp.Last))
+    ):
+        column = inner.this
+        first = isinstance(inner, (exp.FirstValue, exp.First))
+    else:
+        return None
+    return {"agg": "first" if first else "last", "column": _column_argument(column, node)}
+
+
 def aggregation(
     node: exp.Expr, alias: str | None, time_column: str, aggregators: Collection[str]
 ) -> dict[str, Any]:
     if alias is None:
         raise SqlError(f"{clause(node)}: name the aggregate, e.g. {clause(node)} AS total", node)
+    positional = _positional(node, time_column)
+    if positional is not None:
+        return {**positional, "as": alias}
     if isinstance(node, exp.Filter):
         raise SqlError(f"{clause(node)}: FILTER has no twin; filter the rows in WHERE", node)
     out: dict[str, Any] = {}
@@ -53,21 +91,19 @@ def aggregation(
             out = {"agg": "count", "column": _column_argument(arg, node)}
     elif isinstance(node, exp.ApproxDistinct) and not node.args.get("accuracy"):
         out = {"agg": "count_distinct", "column": _column_argument(node.this, node)}
-    elif isinstance(node, (exp.ArgMin, exp.ArgMax)):
-        order = node.expression
-        if not (isinstance(order, exp.Column) and order.name == time_column) or node.args.get(
-            "count"
-        ):
-            raise SqlError(
-                f"{clause(node)}: min_by / max_by are first / last in event time: order "
-                f"by the window's time column, {time_column}",
-                node,
-            )
-        first = isinstance(node, exp.ArgMin)
-        out = {"agg": "first" if first else "last", "column": _column_argument(node.this, node)}
-    elif isinstance(node, (exp.FirstValue, exp.First, exp.LastValue, exp.Last)):
-        first = isinstance(node, (exp.FirstValue, exp.First))
-        out = {"agg": "first" if first else "last", "column": _column_argument(node.this, node)}
+    elif isinstance(node, (exp.ArgMin, exp.ArgMax, exp.First, exp.Last)):
+        earliest = isinstance(node, (exp.ArgMin, exp.First))
+        column = clause(node.this)
+        better = (
+            f"{'min_by' if earliest else 'max_by'}({column}, {time_column}) FILTER (WHERE "
+            f"{column} IS NOT NULL)"
+        )
+        raise SqlError(
+            f"{clause(node)} may be NULL (the {'earliest' if earliest else 'latest'} row's "
+            f"value, NULL or not); flow-jobs' first / last skip NULLs in event time: write "
+            f"{better}",
+            node,
+        )
     elif isinstance(node, exp.ArrayAgg):
         out = {"agg": "collect", "column": _column_argument(node.this, node)}
     elif isinstance(node, (exp.Sum, exp.Min, exp.Max, exp.Avg)) and not node.expressions:
