@@ -204,3 +204,30 @@ def test_validate_plan_of_a_sql_pipeline_prints_its_toml_twin(
     assert twin.strip() == toml_twin(EXAMPLE).strip()
     assert "window: tumbling 60000 ms" in out
     assert "[transform].sql" in out  # the WHERE, a pre-stage the reader folds behind
+
+
+def test_the_cli_runs_inspects_and_resets_a_sql_pipeline(
+    spark: SparkSession, broker: EmbeddedBroker, workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``flow-jobs run``, ``inspect`` and ``reset`` take a ``.sql`` file as they take a
+    TOML one (in this process, on the shared session)."""
+    from flow_jobs.cli import main
+
+    rng = random.Random("sql-cli")
+    topic = f"sql-cli-{rng.randrange(1 << 30):x}"
+    broker.create_topic(topic, partitions=2)
+    events = random_clicks(rng, 200, step_ms=300, keys=("a", "b"))
+    send(broker.bootstrap_servers, topic, to_records(events, partitions=2))
+    path = _flink_file("tumbling", workdir, broker.bootstrap_servers, topic, tiny=False)
+    assert main(["run", str(path), "--available-now"]) == 0
+    out = capsys.readouterr().out
+    assert "200 rows in" in out and "input drained" in out, out
+    closed = read_windows(str(workdir / "target"), ["window_start", "window_end", "user_id"])
+    assert closed
+    assert main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "sql-tumbling" in out and "open" in out, out
+    assert main(["reset", "sql-tumbling", "--spec", str(path)]) == 0
+    assert "pipeline sql-tumbling: state version 1 starts with the next run" in (
+        capsys.readouterr().out
+    )
