@@ -251,12 +251,12 @@ def render_pipeline(document: dict[str, Any]) -> str:
         raise SqlError("plugins: a list has no SQL form; keep this spec in TOML")
     sources = {s["name"]: s for s in document["sources"]}
     tables = {name: name for name in sources}
-    views: list[str] = []
+    views: list[tuple[str, dict[str, Any], str]] = []  # (source, its dedup, the view)
     for dedup in transform.get("dedup") or []:
         source = dedup.get("source") or next(iter(sources))
         view = f"{source}_once"
         tables[source] = view
-        views.append((source, dedup, view))  # type: ignore[arg-type]
+        views.append((source, dedup, view))
     body: list[str] = []
     sets_after: list[str] = []
     prestage = transform.get("sql")
@@ -287,7 +287,7 @@ def render_pipeline(document: dict[str, Any]) -> str:
         query, times = _temporal(transform["temporal_join"], tables, sets_after)
         lateness = transform["temporal_join"].get("lateness_ms", 0)
     creates = [_source(s, times.get(n), lateness) for n, s in sources.items()]
-    for source, dedup, view in views:  # type: ignore[misc]
+    for source, dedup, view in views:
         keys = ", ".join(dedup["keys"])
         body.insert(
             0,

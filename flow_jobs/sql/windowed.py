@@ -65,7 +65,7 @@ def is_windowed(select: exp.Expr) -> bool:
     rank = _ranked_window(select)
     if rank is not None:
         return True
-    if any(isinstance(n, WindowTVF) for n in select.find_all(WindowTVF)):
+    if select.find(WindowTVF) is not None:
         return True
     group = select.args.get("group")
     return bool(group) and any(spark_window_call(e) for e in group.expressions)
