@@ -173,7 +173,7 @@ def test_sql_and_its_toml_twin_write_the_same_table(
         runs[f"toml-{cut}"] = load_spec(
             _toml(_document(kind, twin, bootstrap, topic, tiny, spark=False), twin / "p.toml")
         )
-        if kind != "cumulate" and tiny:  # Spark has no cumulating window
+        if kind != "cumulate":  # Spark has no cumulating window
             spelled = workdir / f"spark-{cut}"
             runs[f"spark-{cut}"] = load_spec(
                 _toml(_document(kind, spelled, bootstrap, topic, tiny, True), spelled / "p.toml")

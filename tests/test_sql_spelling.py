@@ -314,6 +314,16 @@ GROUPED = "GROUP BY window_start, window_end, user_id"
             "groups by a window (window(...)",
         ),
         (
+            "SELECT window.start AS window_start, window.end AS window_end, COUNT(*) AS n "
+            "FROM clicks GROUP BY window(ts, '1 minute'), window(ts, '2 minutes')",
+            "GROUP BY one window(...) or session_window(...), not two",
+        ),
+        (
+            f"{BOUNDS}, COUNT(*) AS n {FLINK} GROUP BY window_start, window_end, user_id, "
+            "window(ts, '1 minute')",
+            "group by a column",
+        ),
+        (
             f"{BOUNDS}, COUNT(DISTINCT page) AS pages {FLINK} {GROUPED}",
             "COUNT(DISTINCT page) AS pages keeps every distinct value in state: bound it with "
             "SET 'transform.window.aggregations.pages.max_distinct_values_per_group'",
