@@ -114,7 +114,7 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports
 
 validate: $(STAMP)
-	for f in pipelines/*.toml pipelines/*.sql; do $(VENV)/bin/flow-jobs validate $$f || exit 1; done
+	for f in $(wildcard pipelines/*.toml pipelines/*.sql); do $(VENV)/bin/flow-jobs validate $$f || exit 1; done
 
 clean:
 	rm -rf $(VENV) $(QUIX_VENV) $(LOCK_VENV) .demo .pytest_cache spark-warehouse dist
