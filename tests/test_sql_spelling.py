@@ -646,3 +646,23 @@ def test_a_prestage_view_is_the_prestage_as_written() -> None:
         spec.transform.sql == "SELECT user_id, ts, amount * 2 AS amount FROM clicks WHERE qty > 1"
     )
     assert spec.window.aggregations[0].column == "amount"
+
+
+def test_a_join_with_a_lookup_stays_in_the_prestage() -> None:
+    """A JOIN in [transform].sql is a stream join only between two declared sources;
+    with a lookup it is the pre-stage's, as before (tests/test_lookups.py runs one)."""
+    import tomli_w
+
+    sql = "SELECT c.*, u.tier FROM clicks c LEFT JOIN users u ON c.user_id = u.user_id"
+    document = _document(
+        {
+            "kind": "tumbling",
+            "duration_ms": 1000,
+            "event_time_column": "ts",
+            "aggregations": [{"agg": "count", "as": "n"}],
+        },
+        sql,
+    )
+    document["transform"]["lookups"] = [{"name": "users", "kind": "csv", "path": "/tmp/u.csv"}]
+    spec = parse_spec(tomli_w.dumps(document), "p.toml")
+    assert spec.transform.sql == sql and spec.transform.join is None

@@ -130,7 +130,13 @@ def read_document(text: str, origin: str = "<spec>", sql: bool = False) -> dict[
     transform = document.get("transform")
     if isinstance(transform, dict):
         try:
-            document["transform"] = lift_transform(transform, _aggregators(document))
+            sources = document.get("sources")
+            names = (
+                [s.get("name") for s in sources if isinstance(s, dict)]
+                if isinstance(sources, list)
+                else []
+            )
+            document["transform"] = lift_transform(transform, _aggregators(document), names)
         except SqlError as e:
             raise SpecError(origin, [f"transform.sql: {e}"]) from None
     return document

@@ -31,11 +31,14 @@ from flow_jobs.sql.windowed import is_windowed, ordered, windowed_query
 __all__ = ["SqlError", "lift_transform", "read_pipeline", "render_pipeline"]
 
 
-def lift_transform(transform: dict[str, Any], aggregators: Collection[str]) -> dict[str, Any]:
+def lift_transform(
+    transform: dict[str, Any], aggregators: Collection[str], sources: Collection[str] = ()
+) -> dict[str, Any]:
     """``transform`` with a ``sql`` that is a whole windowed query or join turned into
     the stage keys it equals (a window's WHERE stays, as the pre-stage); the table's own
     keys for that stage (lateness, emit, ...) stay, and one the query also gives is
-    refused."""
+    refused. A join is a stream join only between two of ``sources`` (the declared
+    ones); one with a lookup stays in the pre-stage, where lookups are joined."""
     sql = transform.get("sql")
     if not isinstance(sql, str):
         return transform
@@ -46,7 +49,9 @@ def lift_transform(transform: dict[str, Any], aggregators: Collection[str]) -> d
     try:
         if is_windowed(statement):
             return _lift_window(transform, statement, aggregators, sql)
-        if is_join(statement):
+        tables = {t.name for t in statement.find_all(exp.Table)}
+        streams = not transform.get("lookups") and tables <= set(sources)
+        if is_join(statement) and streams:
             joined = join_query(statement)
             lifted = {k: v for k, v in transform.items() if k != "sql"}
             lifted[joined.stage] = _beside(joined.stage, joined.keys, transform.get(joined.stage))
