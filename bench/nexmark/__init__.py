@@ -1,0 +1,1 @@
+"""Nexmark benchmark support: a deterministic event generator (``bench.nexmark.generator``)."""
