@@ -1,1 +1,1 @@
-"""Nexmark benchmark support: a deterministic event generator (``bench.nexmark.generator``)."""
+"""Nexmark: an event generator of our own (``generator``) and the queries flow-jobs expresses, as SQL pipeline files (``queries/``)."""
