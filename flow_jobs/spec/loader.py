@@ -18,7 +18,6 @@ from flow_jobs.plugins import PluginError, load_plugins
 from flow_jobs.secrets import redact
 from flow_jobs.spec.aggregation import AGGREGATOR_RULES
 from flow_jobs.spec.models import PipelineSpec
-from flow_jobs.sql import SqlError, lift_transform, read_pipeline, render_pipeline
 
 #: The file suffixes a pipeline spec may have.
 SPEC_SUFFIXES = (".toml", ".sql")
@@ -113,11 +112,25 @@ def _aggregators(document: dict[str, Any]) -> Any:
     return AGGREGATOR_RULES
 
 
+#: The words a query the SQL front end lifts must contain (a window function, a window
+#: table function, a JOIN): a ``[transform].sql`` without any is a pre-stage, and the
+#: CLI need not import sqlglot to learn it. Recognising a query is the parser's job.
+_LIFTED_WORDS = re.compile(
+    r"(?i)\b(window|session_window|tumble|hop|cumulate|session|join|row_number)\b"
+)
+
+
+def _may_lift(sql: Any) -> bool:
+    return isinstance(sql, str) and _LIFTED_WORDS.search(sql) is not None
+
+
 def read_document(text: str, origin: str = "<spec>", sql: bool = False) -> dict[str, Any]:
     """The TOML-shaped document ``text`` is (a ``.sql`` pipeline file if ``sql``), with
     a windowed ``[transform].sql`` lifted into its window keys; ``${ENV}`` references
     are left as written."""
     if sql:
+        from flow_jobs.sql import SqlError, read_pipeline  # sqlglot: only for SQL
+
         name = Path(origin).stem if origin != "<spec>" else "pipeline"
         try:
             return read_pipeline(text, name, _aggregators({}))
@@ -128,7 +141,9 @@ def read_document(text: str, origin: str = "<spec>", sql: bool = False) -> dict[
     except tomllib.TOMLDecodeError as e:
         raise SpecError(origin, [f"TOML syntax error: {e}"]) from None
     transform = document.get("transform")
-    if isinstance(transform, dict):
+    if isinstance(transform, dict) and _may_lift(transform.get("sql")):
+        from flow_jobs.sql import SqlError, lift_transform
+
         try:
             sources = document.get("sources")
             names = (
@@ -204,6 +219,8 @@ def sql_twin(path: str | Path, env: Mapping[str, str] | None = None) -> str:
     p, text = _read(path)
     document = read_document(text, str(p), sql=p.suffix == ".sql")
     spec = validate_document(document, str(p), env, p.parent)
+    from flow_jobs.sql import SqlError, render_pipeline
+
     try:
         sql = render_pipeline(document)
     except SqlError as e:
