@@ -15,7 +15,7 @@ PIP_TOOLS := pip-tools==7.6.2
 # the installer of both venvs (only pip itself comes with a new venv)
 UV := uv==0.13.8
 
-.PHONY: demo broker produce test ci soak soak-long bench bench-compare bench-state bench-latency bench-batch pack lint validate lock clean
+.PHONY: demo broker produce test ci soak soak-long bench bench-compare bench-nexmark bench-state bench-latency bench-batch pack lint validate lock clean
 
 # Every dependency (the extras dev and demo included) at the version and hashes of
 # requirements.lock, then this project, editable, without resolving anything again.
@@ -89,6 +89,10 @@ bench: $(STAMP)
 ## bench-compare: flow-jobs vs the same jobs hand-written in PySpark (each its own process, then one warm JVM) and in Quix Streams, one topic (N=2000000)
 bench-compare: $(STAMP) $(QUIX_STAMP)
 	$(PY) -m bench.compare $(if $(N),--events $(N),)
+
+## bench-nexmark: Nexmark q5 and q11, each a fresh process, outputs checked against their definitions, per core beside Flink's published figures (N=1000000 events)
+bench-nexmark: $(STAMP)
+	$(PY) -m bench.nexmark.run $(if $(N),--events $(N),)
 
 ## bench-state: state at scale, 1k / 100k / 1M keys in one window (keys -> events/s -> peak state -> RSS)
 bench-state: $(STAMP)

@@ -1,6 +1,7 @@
 """Nexmark q5 and q11 as shipped in ``bench/nexmark/queries/`` (SQL pipeline files), run
 on the real stack over bids from ``bench/nexmark/generator.py``, each output checked
-against the query's definition computed here from the same bids (issue 50, the first of
+against the query's definition computed from the same bids
+(``bench/nexmark/reference.py``) (issue 50, the first of
 its queries).
 
 * q11: per bidder, each session (bids at most 10 s apart) with its bid count;
@@ -11,12 +12,12 @@ its queries).
 from __future__ import annotations
 
 import json
-from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
 
+from bench.nexmark import reference
 from bench.nexmark.generator import GeneratorConfig, events
 from flow_jobs.io.delta import read_delta
 from flow_jobs.runtime.runner import PipelineRunner
@@ -26,7 +27,6 @@ from flow_jobs_dev.producer import Record
 from tests.support import send
 
 QUERIES = Path(__file__).parent.parent / "bench" / "nexmark" / "queries"
-LATENESS_MS = 4_000
 
 
 @pytest.fixture(scope="module")
@@ -65,24 +65,7 @@ def test_q11_user_sessions(
     bids: tuple[str, list[dict]], broker: EmbeddedBroker, workdir: Path, spark: SparkSession
 ) -> None:
     topic, rows = bids
-    watermark = max(r["dateTime"] for r in rows) - LATENESS_MS
-    sessions: dict[tuple[int, int, int], int] = {}
-    by_bidder: dict[int, list[int]] = defaultdict(list)
-    for r in rows:
-        by_bidder[r["bidder"]].append(r["dateTime"])
-    for bidder, times in by_bidder.items():
-        times.sort()
-        start = last = times[0]
-        count = 0
-        for t in [*times, None]:
-            if t is not None and t <= last + 10_000:
-                last, count = t, count + 1
-                continue
-            if last + 10_000 <= watermark:  # closed: the watermark passed its end
-                sessions[(start, last + 10_000, bidder)] = count
-            if t is not None:
-                start = last = t
-                count = 1
+    sessions = reference.q11(rows, reference.watermark(rows))
     assert len(sessions) > 50, "too few closed sessions to prove anything"
     out = _run("q11", topic, broker, workdir, spark)
     got = {(_ms(r["window_start"]), _ms(r["window_end"]), r["bidder"]): r["bid_count"] for r in out}
@@ -93,19 +76,7 @@ def test_q5_hot_items(
     bids: tuple[str, list[dict]], broker: EmbeddedBroker, workdir: Path, spark: SparkSession
 ) -> None:
     topic, rows = bids
-    watermark = max(r["dateTime"] for r in rows) - LATENESS_MS
-    counts: dict[tuple[int, int], Counter[int]] = defaultdict(Counter)
-    for r in rows:
-        t = r["dateTime"]
-        for start in range(t - t % 2_000 - 8_000, t + 1, 2_000):  # the 5 windows holding t
-            if start <= t < start + 10_000:
-                counts[(start, start + 10_000)][r["auction"]] += 1
-    expected = {}
-    for (start, end), per_auction in counts.items():
-        if end > watermark:  # still open
-            continue
-        most = max(per_auction.values())
-        expected[(start, end)] = (min(a for a, n in per_auction.items() if n == most), most)
+    expected = reference.q5(rows, reference.watermark(rows))
     assert len(expected) > 40
     out = _run("q5", topic, broker, workdir, spark)
     got = {(_ms(r["window_start"]), _ms(r["window_end"])): (r["auction"], r["num"]) for r in out}

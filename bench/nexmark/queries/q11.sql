@@ -1,6 +1,6 @@
 -- Nexmark q11, user sessions: how many bids each bidder makes in a session, a session
 -- ending after 10 seconds without a bid.
-SET 'pipeline.name' = 'nexmark-q11';
+SET 'pipeline.name' = '${NEXMARK_PIPELINE:-nexmark-q11}';
 SET 'checkpoint.location' = '${NEXMARK_DIR:-./data/nexmark}/q11/checkpoint';
 SET 'dead_letter.path' = '${NEXMARK_DIR:-./data/nexmark}/q11/dead_letters';
 

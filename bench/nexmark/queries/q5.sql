@@ -2,7 +2,7 @@
 -- the most bids. Nexmark keeps every auction tied at the most; flow-jobs' top-N keeps
 -- one row per window, the lowest auction id among the tied (docs/spec-reference.md,
 -- "Top N").
-SET 'pipeline.name' = 'nexmark-q5';
+SET 'pipeline.name' = '${NEXMARK_PIPELINE:-nexmark-q5}';
 SET 'checkpoint.location' = '${NEXMARK_DIR:-./data/nexmark}/q5/checkpoint';
 SET 'dead_letter.path' = '${NEXMARK_DIR:-./data/nexmark}/q5/dead_letters';
 

@@ -1,0 +1,58 @@
+"""Nexmark queries' outputs computed from their definitions, in plain Python, over the
+bids the generator made: what ``make bench-nexmark`` and tests/test_nexmark_queries.py
+check the pipelines' targets against.
+
+Closed windows only: a window is closed once the watermark (the latest event time minus
+the 4-second delay of Nexmark's ``WATERMARK``) reaches its end."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+LATENESS_MS = 4_000
+
+
+def q11(bids: Iterable[dict[str, Any]], watermark_ms: int) -> dict[tuple[int, int, int], int]:
+    """User sessions: per bidder, each run of bids at most 10 s apart, as (start, last bid
+    + 10 s, bidder) -> its bid count."""
+    by_bidder: dict[int, list[int]] = defaultdict(list)
+    for bid in bids:
+        by_bidder[bid["bidder"]].append(bid["dateTime"])
+    sessions: dict[tuple[int, int, int], int] = {}
+    for bidder, times in by_bidder.items():
+        times.sort()
+        start = last = times[0]
+        count = 0
+        for t in [*times, None]:
+            if t is not None and t <= last + 10_000:
+                last, count = t, count + 1
+                continue
+            if last + 10_000 <= watermark_ms:
+                sessions[(start, last + 10_000, bidder)] = count
+            if t is not None:
+                start = last = t
+                count = 1
+    return sessions
+
+
+def q5(bids: Iterable[dict[str, Any]], watermark_ms: int) -> dict[tuple[int, int], tuple[int, int]]:
+    """Hot items: per 10-second window every 2 seconds, (the auction with the most bids,
+    its count). Nexmark keeps every tied auction; this keeps the lowest id, as
+    flow-jobs' top-N does (ties broken by the group key)."""
+    counts: dict[tuple[int, int], Counter[int]] = defaultdict(Counter)
+    for bid in bids:
+        t = bid["dateTime"]
+        for start in range(t - t % 2_000 - 8_000, t + 1, 2_000):  # the 5 windows holding t
+            counts[(start, start + 10_000)][bid["auction"]] += 1
+    out = {}
+    for (start, end), per_auction in counts.items():
+        if end <= watermark_ms:
+            most = max(per_auction.values())
+            out[(start, end)] = (min(a for a, n in per_auction.items() if n == most), most)
+    return out
+
+
+def watermark(bids: Iterable[dict[str, Any]]) -> int:
+    return max(b["dateTime"] for b in bids) - LATENESS_MS
