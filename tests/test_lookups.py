@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 import threading
 import time
@@ -48,12 +49,16 @@ def _table(tiers: dict[str, str]) -> pa.Table:
 def _write(
     kind: str, where: Path, tiers: dict[str, str], postgres_url: str, table: str
 ) -> dict[str, Any]:
-    """Write the users table as ``kind``; return the lookup's spec keys."""
+    """Write the users table as ``kind``; return the lookup's spec keys. A file is
+    written beside and renamed into place, as a file a run reads should be: a refresh
+    that read it half-written would fail the run (it did once, refreshing every 1 ms)."""
     if kind == "parquet":
-        pq.write_table(_table(tiers), where / "users.parquet")
+        pq.write_table(_table(tiers), where / ".users.parquet.tmp")
+        os.replace(where / ".users.parquet.tmp", where / "users.parquet")
         return {"path": str(where / "users.parquet")}
     if kind == "csv":
-        pacsv.write_csv(_table(tiers), where / "users.csv")
+        pacsv.write_csv(_table(tiers), where / ".users.csv.tmp")
+        os.replace(where / ".users.csv.tmp", where / "users.csv")
         return {"path": str(where / "users.csv"), "schema": "user_id STRING, tier STRING"}
     if kind == "delta":
         write_deltalake(str(where / "users_delta"), _table(tiers), mode="overwrite")
