@@ -8,7 +8,7 @@ from sqlglot import exp
 
 from flow_jobs.sql.errors import SqlError, clause
 
-_UNIT_MS = {
+UNIT_MS = {
     "MILLISECOND": 1,
     "SECOND": 1_000,
     "MINUTE": 60_000,
@@ -20,13 +20,13 @@ _UNIT_MS = {
 
 def _unit(word: str, node: exp.Expr) -> int:
     name = word.upper().rstrip("S") if word.upper() != "MS" else "MILLISECOND"
-    if name not in _UNIT_MS:
+    if name not in UNIT_MS:
         raise SqlError(
             f"{clause(node)}: {word.lower()} has no fixed length in milliseconds; give the "
             "size in milliseconds, seconds, minutes, hours, days or weeks",
             node,
         )
-    return _UNIT_MS[name]
+    return UNIT_MS[name]
 
 
 def _words(text: str, node: exp.Expr) -> int:

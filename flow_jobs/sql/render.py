@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from flow_jobs.sql.durations import UNIT_MS
 from flow_jobs.sql.errors import SqlError
+from flow_jobs.sql.windowed import KEY_ORDER
 
 _TVF_SIZES = {
     "tumbling": ("TUMBLE", ("duration_ms",)),
@@ -17,21 +19,7 @@ _TVF_SIZES = {
     "session": ("SESSION", ("gap_ms",)),
 }
 #: The window keys the query itself says; every other one is a SET.
-_WINDOW_QUERY_KEYS = {
-    "kind",
-    "duration_ms",
-    "hop_ms",
-    "step_ms",
-    "max_duration_ms",
-    "gap_ms",
-    "event_time_column",
-    "lateness_ms",
-    "group_by",
-    "aggregations",
-    "top_n",
-    "window_start_column",
-    "window_end_column",
-}
+_WINDOW_QUERY_KEYS = {*KEY_ORDER, "aggregations", "top_n"}
 _AGG_SQL = {"count": "COUNT", "sum": "SUM", "min": "MIN", "max": "MAX", "avg": "AVG"}
 _AGG_QUERY_KEYS = {"agg", "column", "as", "mode"}
 
@@ -68,13 +56,8 @@ def _with(table: dict[str, Any], key: str) -> str:
     return "WITH (\n" + ",\n".join(pairs) + "\n)"
 
 
-_UNITS = (
-    (604_800_000, "WEEK"),
-    (86_400_000, "DAY"),
-    (3_600_000, "HOUR"),
-    (60_000, "MINUTE"),
-    (1_000, "SECOND"),
-)
+#: The units an interval is written in, the largest first (``durations``'s own).
+_UNITS = sorted(((ms, unit) for unit, ms in UNIT_MS.items() if ms > 1), reverse=True)
 
 
 def _ms(value: int) -> str:

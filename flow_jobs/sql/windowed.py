@@ -36,7 +36,7 @@ from flow_jobs.sql.window_functions import (
 )
 
 #: The order a window's keys are written in (the rest follow as given).
-_KEY_ORDER = (
+KEY_ORDER = (
     "kind",
     "duration_ms",
     "hop_ms",
@@ -53,7 +53,7 @@ _KEY_ORDER = (
 
 def ordered(window: dict[str, Any]) -> dict[str, Any]:
     """``window``'s keys in the order a person writes them: the kind and size first."""
-    first = {k: window[k] for k in _KEY_ORDER if k in window}
+    first = {k: window[k] for k in KEY_ORDER if k in window}
     return {**first, **{k: v for k, v in window.items() if k not in first}}
 
 
