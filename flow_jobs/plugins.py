@@ -37,6 +37,7 @@ BUILTIN = (
     "flow_jobs.plan.window_stage",
     "flow_jobs.joins.plugin",
     "flow_jobs.temporal_join.plugin",
+    "flow_jobs.window_join.plugin",
     "flow_jobs.top_n.plugin",
     "flow_jobs.dedup.plugin",
     "flow_jobs.sinks.delta",

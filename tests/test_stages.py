@@ -15,6 +15,7 @@ from flow_jobs.runtime.batch_steps import BATCH_STEPS
 from flow_jobs.runtime.inspect import READINGS
 from flow_jobs.spec.windows import WindowSpec
 from flow_jobs.temporal_join.spec import TemporalJoinSpec
+from flow_jobs.window_join.spec import WindowJoinSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,14 +37,14 @@ CORE = (
 #: How code names a join stage or top-N: its spec table, its spec model, its package,
 #: top-N's ranking.
 NAMING = re.compile(
-    r"transform\.(join|temporal_join)\b|\b(JoinSpec|TemporalJoinSpec)\b"
-    r"|flow_jobs\.(joins|temporal_join|top_n)\b|\b(Ranking|Standings)\b"
+    r"transform\.(join|temporal_join|window_join)\b|\b(JoinSpec|TemporalJoinSpec|WindowJoinSpec)\b"
+    r"|flow_jobs\.(joins|temporal_join|window_join|top_n)\b|\b(Ranking|Standings)\b"
 )
 
 
 def test_every_built_in_stage_compiles_and_is_inspected_through_its_registries() -> None:
-    stages = {WindowSpec.STAGE, JoinSpec.STAGE, TemporalJoinSpec.STAGE}
-    assert stages == {"window", "join", "temporal_join"}
+    stages = {WindowSpec.STAGE, JoinSpec.STAGE, TemporalJoinSpec.STAGE, WindowJoinSpec.STAGE}
+    assert stages == {"window", "join", "temporal_join", "window_join"}
     assert stages <= set(PIPELINES.names())
     assert stages <= set(READINGS.names())
     assert "top_n" in BATCH_STEPS.names()
@@ -88,6 +89,7 @@ def test_the_check_finds_a_stage_named_in_the_core() -> None:
         "from flow_jobs.spec.models import JoinSpec",
         "from flow_jobs.joins.compile import compile_join",
         "from flow_jobs.temporal_join import processor",
+        "if spec.transform.window_join is not None:",
         "from flow_jobs.top_n.ranking import Ranking, rank",
         "self.standings = Standings(store, name, version, ranking)",
     ):
@@ -111,6 +113,7 @@ def test_loading_the_registries_imports_no_compile_step_nor_inspect() -> None:
         "flow_jobs.plan.windowed",
         "flow_jobs.joins.compile",
         "flow_jobs.temporal_join.compile",
+        "flow_jobs.window_join.compile",
         "flow_jobs.top_n.step",
         "flow_jobs.dedup.compile",
         "flow_jobs.runtime.inspect",

@@ -92,12 +92,13 @@ class TransformSpec(SpecModel):
     #: each the model its package registered under the table's name (``STAGE_SPECS``)
     join: SerializeAsAny[Any] | None = None
     temporal_join: SerializeAsAny[Any] | None = None
+    window_join: SerializeAsAny[Any] | None = None
     chain: list[Literal["join", "window"]] | None = None
 
     def stages(self) -> list[Stage]:
         """Its stages in the order rows flow through them: the first reads the sources
         (after their operators and the SQL), e.g. ``[join, window]`` with a chain."""
-        ordered = [self.join, self.temporal_join, self.window]
+        ordered = [self.join, self.temporal_join, self.window_join, self.window]
         return [stage for stage in ordered if stage is not None]
 
     @field_validator("window", mode="before")
@@ -106,7 +107,7 @@ class TransformSpec(SpecModel):
         # the kinds registered now (``WINDOW_FAMILIES``: the built-ins, the plug-ins)
         return WindowSpec.model_validate(v, context=info.context) if isinstance(v, dict) else v
 
-    @field_validator("join", "temporal_join", mode="before")
+    @field_validator("join", "temporal_join", "window_join", mode="before")
     @classmethod
     def _stage_model(cls, v: Any, info: ValidationInfo) -> Any:
         assert info.field_name is not None
@@ -143,19 +144,25 @@ class TransformSpec(SpecModel):
                 "input is the join's output, whose late rows the join drops; use "
                 '"drop" (the default) for a window after a join',
             )
-        if self.temporal_join is not None:
-            others = [k for k in ("window", "join", "sql", "lookups") if getattr(self, k)]
+        alone = [k for k in ("temporal_join", "window_join") if getattr(self, k) is not None]
+        if alone:
+            others = [
+                k
+                for k in ("window", "join", "temporal_join", "window_join", "sql", "lookups")
+                if k != alone[0] and getattr(self, k)
+            ]
             if others:
+                noun = alone[0].replace("_", " ")
                 raise key_error(
-                    "temporal_join",
-                    f"[transform.temporal_join] with {others[0]} is not supported yet: the "
-                    "temporal join reads the source views and writes the target itself",
+                    alone[0],
+                    f"[transform.{alone[0]}] with {others[0]} is not supported yet: the "
+                    f"{noun} reads the source views and writes the target itself",
                 )
         elif self.window is None and self.join is None:
             raise key_error(
                 "window",
-                "[transform.window], [transform.join] or [transform.temporal_join] is "
-                "required: what should run?",
+                "[transform.window], [transform.join], [transform.temporal_join] or "
+                "[transform.window_join] is required: what should run?",
             )
         if self.join is not None and (self.sql or self.lookups):
             raise key_error(
