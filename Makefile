@@ -90,7 +90,7 @@ bench: $(STAMP)
 bench-compare: $(STAMP) $(QUIX_STAMP)
 	$(PY) -m bench.compare $(if $(N),--events $(N),)
 
-## bench-nexmark: Nexmark q5 and q11, each a fresh process, outputs checked against their definitions, per core beside Flink's published figures (N=1000000 events)
+## bench-nexmark: Nexmark q5, q8 and q11, each a fresh process, outputs checked against their definitions, per core beside Flink's published figures (N=1000000 events)
 bench-nexmark: $(STAMP)
 	$(PY) -m bench.nexmark.run $(if $(N),--events $(N),)
 

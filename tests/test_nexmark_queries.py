@@ -1,4 +1,4 @@
-"""Nexmark q5 and q11 as shipped in ``bench/nexmark/queries/`` (SQL pipeline files), run
+"""Nexmark q5, q8 and q11 as shipped in ``bench/nexmark/queries/`` (SQL pipeline files), run
 on the real stack over bids from ``bench/nexmark/generator.py``, each output checked
 against the query's definition computed from the same bids
 (``bench/nexmark/reference.py``) (issue 50, the first of
@@ -7,7 +7,9 @@ its queries).
 * q11: per bidder, each session (bids at most 10 s apart) with its bid count;
 * q5: per hopping window (10 s, every 2 s), an auction with the most bids: the row
   written has that count, and it is the lowest auction id among those tied (Nexmark
-  keeps every tied auction; flow-jobs' top-N keeps one, by the group key)."""
+  keeps every tied auction; flow-jobs' top-N keeps one, by the group key);
+* q8: the persons with an auction of theirs in the 10-second window they registered in
+  (a window join of persons and auctions)."""
 
 from __future__ import annotations
 
@@ -81,3 +83,30 @@ def test_q5_hot_items(
     out = _run("q5", topic, broker, workdir, spark)
     got = {(_ms(r["window_start"]), _ms(r["window_end"])): (r["auction"], r["num"]) for r in out}
     assert got == expected
+
+
+def test_q8_new_users(broker: EmbeddedBroker, workdir: Path, spark: SparkSession) -> None:
+    """The persons and the auctions of the same 12,000 events on two topics of three
+    partitions each, round robin; the target is the query's definition, row for row."""
+    rows = list(events(GeneratorConfig(rate=100, seed=7), 12_000))
+    sides = {kind: [r for k, r in rows if k == kind] for kind in ("person", "auction")}
+    env = {"NEXMARK_DIR": str(workdir), "KAFKA_BOOTSTRAP_SERVERS": broker.bootstrap_servers}
+    for kind, side in sides.items():
+        topic = f"nexmark-{kind}-test"
+        broker.create_topic(topic, partitions=3)
+        records = [
+            Record(json.dumps(r).encode(), i % 3, timestamp_ms=r["dateTime"])
+            for i, r in enumerate(side)
+        ]
+        send(broker.bootstrap_servers, topic, records)
+        env[f"NEXMARK_{kind.upper()}_TOPIC"] = topic
+    expected = reference.q8(
+        sides["person"], sides["auction"], reference.watermark_of(*sides.values())
+    )
+    assert len(expected) > 30
+    spec = load_spec(QUERIES / "q8.toml", env=env)
+    summary = PipelineRunner(spec, spark).run(available_now=True)
+    assert summary.late_rows == 0
+    out = read_delta(spec.target.path).to_pylist()
+    assert len(out) == len(expected)
+    assert {(r["id"], r["name"], _ms(r["starttime"])) for r in out} == expected

@@ -56,3 +56,23 @@ def q5(bids: Iterable[dict[str, Any]], watermark_ms: int) -> dict[tuple[int, int
 
 def watermark(bids: Iterable[dict[str, Any]]) -> int:
     return max(b["dateTime"] for b in bids) - LATENESS_MS
+
+
+def q8(
+    persons: Iterable[dict[str, Any]], auctions: Iterable[dict[str, Any]], watermark_ms: int
+) -> set[tuple[int, str, int]]:
+    """New users, as Nexmark's SQL reads: persons grouped by (id, name, 10-second
+    window), auctions by (seller, window), the two joined on id = seller and the window;
+    (id, name, window start) of each closed window."""
+    people = {(p["id"], p["name"], p["dateTime"] - p["dateTime"] % 10_000) for p in persons}
+    sellers = {(a["seller"], a["dateTime"] - a["dateTime"] % 10_000) for a in auctions}
+    return {
+        (pid, name, start)
+        for pid, name, start in people
+        if (pid, start) in sellers and start + 10_000 <= watermark_ms
+    }
+
+
+def watermark_of(*sides: Iterable[dict[str, Any]]) -> int:
+    """The watermark of a pipeline over several sources: the lowest of theirs."""
+    return min(max(e["dateTime"] for e in side) for side in sides) - LATENESS_MS
