@@ -143,9 +143,11 @@ def check_target_fresh(spec: PipelineSpec, ledger: LedgerStore) -> AssetCheckRes
 
 
 def applies(name: str, spec: PipelineSpec) -> bool:
-    """Whether a ledger check is one of the pipeline's (top_n_bounded: with top_n)."""
+    """Whether a ledger check is one of the pipeline's (top_n_bounded: with top_n, and
+    not ``with_ties``, whose windows may rightly hold more than n rows)."""
     if name == "top_n_bounded":
-        return spec.has_window and spec.window.top_n is not None
+        top = spec.window.top_n if spec.has_window else None
+        return top is not None and not top.with_ties
     return True
 
 

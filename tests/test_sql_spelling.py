@@ -133,7 +133,9 @@ def _same(a: PipelineSpec, b: PipelineSpec) -> None:
     where=st.sampled_from([None, "user_id IS NOT NULL", "amount > 0 AND (qty < 5 OR qty IS NULL)"]),
     spark=st.booleans(),
     lateness=st.integers(0, 10_000),
-    top=st.one_of(st.none(), st.tuples(st.integers(1, 5), st.booleans(), st.booleans())),
+    top=st.one_of(
+        st.none(), st.tuples(st.integers(1, 5), st.booleans(), st.booleans(), st.booleans())
+    ),
 )
 def test_a_generated_query_is_the_spec_of_its_twin(
     kind: str,
@@ -144,7 +146,7 @@ def test_a_generated_query_is_the_spec_of_its_twin(
     where: str | None,
     spark: bool,
     lateness: int,
-    top: tuple[int, bool, bool] | None,
+    top: tuple[int, bool, bool, bool] | None,
 ) -> None:
     spark = spark and kind != "cumulate"  # Spark has no cumulating window
     top = top if kind != "session" and not spark else None  # Flink's window top-N
@@ -171,7 +173,7 @@ def test_a_generated_query_is_the_spec_of_its_twin(
         (n for (_, _, t), n in zip(aggs, names, strict=True) if t["agg"] != "collect"), None
     )
     if top is not None and ranked_by is not None:
-        n, descending, partitioned = top
+        n, descending, partitioned, ties = top
         partition = ", ".join(
             ["window_start", "window_end", *keys[:1]]
             if partitioned
@@ -179,7 +181,8 @@ def test_a_generated_query_is_the_spec_of_its_twin(
         )
         columns = ", ".join(["window_start", "window_end", *keys, *names])
         select = (
-            f"SELECT {columns} FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY {partition} "
+            f"SELECT {columns} FROM (SELECT *, {'RANK' if ties else 'ROW_NUMBER'}() OVER "
+            f"(PARTITION BY {partition} "
             f"ORDER BY {ranked_by} {'DESC' if descending else 'ASC'}) AS rownum FROM ({select})) "
             f"WHERE rownum <= {n}"
         )
@@ -202,6 +205,7 @@ def test_a_generated_query_is_the_spec_of_its_twin(
             "n": top[0],
             "order_by": [f"{ranked_by} {'DESC' if top[1] else 'ASC'}"],
             **({"partition_by": keys[:1]} if top[2] else {}),
+            **({"with_ties": True} if top[3] else {}),
         }
     expected = PipelineSpec.model_validate(
         _document(window, f"SELECT * FROM clicks WHERE {where}" if where else None)
@@ -553,7 +557,7 @@ WINDOWED = f"SELECT window_start, window_end, user_id, COUNT(*) AS n {FLINK} {GR
             "keeps the first rows: WHERE rownum <= N",
         ),
         (
-            f"SELECT window_start, window_end, user_id, n FROM (SELECT *, RANK() OVER "
+            f"SELECT window_start, window_end, user_id, n FROM (SELECT *, DENSE_RANK() OVER "
             f"(PARTITION BY window_start, window_end ORDER BY n DESC) AS r FROM ({WINDOWED})) "
             "WHERE r <= 3",
             "a query over a windowed query is a window top-N",

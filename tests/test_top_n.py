@@ -56,7 +56,10 @@ def reference_top(
     order: list[tuple[str, bool]],  # (column, descending)
     partition: list[str],
     groups: list[str],
+    with_ties: bool = False,
 ) -> list[dict[str, Any]]:
+    """The first n rows of each partition; ``with_ties``: the rows whose RANK() (one
+    plus the rows strictly ahead on ``order``) is at most n."""
     by_partition: dict[tuple, list[dict[str, Any]]] = {}
     for r in rows:
         key = tuple(
@@ -72,6 +75,20 @@ def reference_top(
                 return c
         return 0
 
+    def ahead(a: dict[str, Any], b: dict[str, Any]) -> bool:
+        for column, descending in order:
+            c = _compare(a[column], b[column], descending)
+            if c:
+                return c < 0
+        return False
+
+    if with_ties:
+        return [
+            r
+            for members in by_partition.values()
+            for r in members
+            if 1 + sum(ahead(o, r) for o in members) <= n
+        ]
     return [
         r
         for members in by_partition.values()
@@ -95,9 +112,10 @@ values = st.one_of(st.none(), st.integers(-3, 3).map(float), st.just(math.nan), 
     st.integers(1, 3),
     st.booleans(),
     st.booleans(),
+    st.booleans(),
 )  # fmt: skip
 def test_rank_keeps_the_reference_top_n(
-    rows: list[tuple], n: int, descending: bool, partitioned: bool
+    rows: list[tuple], n: int, descending: bool, partitioned: bool, with_ties: bool
 ) -> None:
     table = pa.table(
         {
@@ -113,12 +131,12 @@ def test_rank_keeps_the_reference_top_n(
     partition = ("page",) if partitioned else ()
     ranking = Ranking(
         n, "window_start", "window_end", partition, (("score", direction), ("n", "ascending")),
-        ("page", "user"),
+        ("page", "user"), with_ties,
     )  # fmt: skip
     got = rank(table, ranking).to_pylist()
     want = reference_top(
         table.to_pylist(), n, [("score", descending), ("n", False)], list(partition),
-        ["page", "user"],
+        ["page", "user"], with_ties,
     )  # fmt: skip
     assert sorted(map(repr, got)) == sorted(map(repr, want))
 

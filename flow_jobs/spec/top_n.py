@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_serializer
 
 from flow_jobs.spec.aggregation import Aggregation
 from flow_jobs.spec.base import SpecModel, key_error
@@ -21,6 +21,18 @@ class TopNSpec(SpecModel):
     #: aggregation aliases, each with its direction: "clicks DESC", "amount_sum ASC"
     order_by: list[str] = Field(min_length=1)
     partition_by: list[str] = Field(default_factory=list)
+    #: rows tied with the n-th on every ``order_by`` value are written too (SQL's
+    #: ``RANK() ... <= n``, ``FETCH FIRST n ROWS WITH TIES``); otherwise the group keys
+    #: break ties and exactly ``n`` rows are written (``ROW_NUMBER()``)
+    with_ties: bool = False
+
+    @model_serializer(mode="wrap")
+    def _without_default_ties(self, handler: Any) -> Any:
+        # a spec written before with_ties existed dumps (and fingerprints) as it did
+        dumped = handler(self)
+        if isinstance(dumped, dict) and not self.with_ties:
+            dumped.pop("with_ties", None)
+        return dumped
 
     def ordering(self) -> list[tuple[str, Literal["ascending", "descending"]]]:
         """``order_by`` as (alias, direction) pairs (checked by ``check``)."""

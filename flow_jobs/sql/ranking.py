@@ -2,7 +2,8 @@
 
 * window top-N: ``SELECT cols FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY
   window_start, window_end[, k] ORDER BY agg DESC) AS rownum FROM (<windowed query>))
-  WHERE rownum <= N`` is ``[transform.window.top_n]``;
+  WHERE rownum <= N`` is ``[transform.window.top_n]``; with ``RANK()``, rows tied with
+  the N-th are kept too (``with_ties``);
 * deduplication: ``SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY k ORDER BY
   ts ASC) AS rn FROM src) WHERE rn = 1`` (a ``CREATE VIEW``) is ``[[transform.dedup]]``.
 """
@@ -28,6 +29,8 @@ class Ranked:
     alias: str
     n: int
     node: exp.Expr  # the ROW_NUMBER() clause, for errors
+    #: ``RANK()``: rows tied on the order count as one place
+    with_ties: bool = False
 
 
 def ranked(select: exp.Expr) -> Ranked | None:
@@ -42,7 +45,7 @@ def ranked(select: exp.Expr) -> Ranked | None:
     numbered = [
         e for e in rank.expressions if isinstance(e, exp.Alias) and isinstance(e.this, exp.Window)
     ]
-    if len(numbered) != 1 or not isinstance(numbered[0].this.this, exp.RowNumber):
+    if len(numbered) != 1 or not _numbering(numbered[0].this.this):
         return None
     window = numbered[0].this
     others = [e for e in rank.expressions if e is not numbered[0]]
@@ -66,7 +69,15 @@ def ranked(select: exp.Expr) -> Ranked | None:
         alias=alias,
         n=_bound(select.args.get("where"), alias, select),
         node=window,
+        with_ties=not isinstance(window.this, exp.RowNumber),
     )
+
+
+def _numbering(function: exp.Expr) -> bool:
+    """``ROW_NUMBER()``, or ``RANK()`` (places shared by ties)."""
+    if isinstance(function, exp.RowNumber):
+        return True
+    return isinstance(function, exp.Rank) and not function.expressions
 
 
 def _bound(where: exp.Where | None, alias: str, select: exp.Select) -> int:
@@ -130,6 +141,8 @@ def top_n(rank: Ranked, bounds: tuple[str, str], outputs: list[str]) -> dict[str
     out: dict[str, object] = {"n": rank.n, "order_by": order_by}
     if partition_by:
         out["partition_by"] = partition_by
+    if rank.with_ties:
+        out["with_ties"] = True
     return out
 
 
@@ -155,6 +168,11 @@ def dedup(rank: Ranked, time_column: str | None) -> tuple[str, list[str]]:
         )
     if rank.n != 1:
         raise SqlError(f"WHERE {rank.alias} <= {rank.n}: a deduplication keeps = 1", rank.outer)
+    if rank.with_ties:
+        raise SqlError(
+            f"{clause(rank.node)}: a deduplication keeps one row per key: ROW_NUMBER()",
+            rank.node,
+        )
     selected = rank.outer.expressions
     if not (len(selected) == 1 and isinstance(selected[0], exp.Star)):
         raise SqlError("a deduplication view selects *", selected[0])

@@ -134,8 +134,9 @@ def _window_query(window: dict[str, Any], table: str, sets: list[str]) -> str:
     if start != "window_start" or end != "window_end":
         partition = ", ".join([start, end, *top.get("partition_by", [])])
     order = ", ".join(top["order_by"])
+    numbering = "RANK()" if top.get("with_ties") else "ROW_NUMBER()"
     return (
-        f"SELECT {columns} FROM (\n  SELECT *, ROW_NUMBER() OVER (PARTITION BY {partition} "
+        f"SELECT {columns} FROM (\n  SELECT *, {numbering} OVER (PARTITION BY {partition} "
         f"ORDER BY {order}) AS rownum\n  FROM (\n{query}\n  )\n) WHERE rownum <= {top['n']}"
     )
 

@@ -4,7 +4,8 @@ The rule (docs/spec-reference.md, "Top N"): within each window (its start and en
 ``partition_by`` values, rows are ranked by ``order_by`` in its directions, then by the
 group keys ascending, so no two rows tie; NULL ranks after every value in either
 direction and NaN above every number (Arrow's sort with nulls at the end). The first
-``n`` are written.
+``n`` are written, and with ``with_ties`` every later row whose ``order_by`` values
+equal the n-th's (SQL's ``RANK() <= n``).
 
 ``emit = "final"``: a window of these kinds closes for every group in the same
 micro-batch (its end is the same for all), so the batch holds the whole window and is
@@ -48,6 +49,7 @@ class Ranking:
     partition: tuple[str, ...]  # partition_by
     order: tuple[tuple[str, str], ...]  # (column, "ascending" | "descending")
     groups: tuple[str, ...]  # group_by: the last tie-break
+    with_ties: bool = False  # rows tied with the n-th on the order are kept too
 
     @staticmethod
     def of(window: WindowSpec) -> Ranking:
@@ -60,6 +62,7 @@ class Ranking:
             tuple(top.partition_by),
             tuple(top.ordering()),
             tuple(window.group_by),
+            top.with_ties,
         )
 
     @property
@@ -94,12 +97,17 @@ def rank(rows: pa.Table, ranking: Ranking) -> pa.Table:
     partitions = zip(
         *(ranked.column(c).to_pylist() for c in ranking.partition_columns), strict=True
     )
-    keep, previous, seen = [], None, 0
-    for i, partition in enumerate(partitions):
+    ordered = zip(*(ranked.column(c).to_pylist() for c, _ in ranking.order), strict=True)
+    keep, previous, seen, last = [], None, 0, None
+    for i, (partition, values) in enumerate(zip(partitions, ordered, strict=True)):
         current = tuple(comparable_value(v) for v in partition)
         seen = seen + 1 if current == previous else 1
         previous = current
+        place = tuple(comparable_value(v) for v in values)
         if seen <= ranking.n:
+            keep.append(i)
+            last = place  # the n-th row's order values, once seen reaches n
+        elif ranking.with_ties and place == last:
             keep.append(i)
     return ranked.take(pa.array(keep, pa.int64()))
 

@@ -37,6 +37,7 @@ class TopNStep:
         how = (
             f"a batch's rows ranked with Arrow within ({within}) by {order}, then the "
             f"group keys (NULL last, NaN above every number); the first {r.n} written"
+            + (f", and every row tied with the {r.n}th on the order" if r.with_ties else "")
         )
         if self.current:
             how += (

@@ -1,7 +1,6 @@
--- Nexmark q5, hot items: per 10-second window sliding by 2 seconds, the auction with
--- the most bids. Nexmark keeps every auction tied at the most; flow-jobs' top-N keeps
--- one row per window, the lowest auction id among the tied (docs/spec-reference.md,
--- "Top N").
+-- Nexmark q5, hot items: per 10-second window sliding by 2 seconds, the auction(s) with
+-- the most bids, every auction tied at the most kept: RANK(), not ROW_NUMBER()
+-- (docs/spec-reference.md, "Top N").
 SET 'pipeline.name' = '${NEXMARK_PIPELINE:-nexmark-q5}';
 SET 'checkpoint.location' = '${NEXMARK_DIR:-./data/nexmark}/q5/checkpoint';
 SET 'dead_letter.path' = '${NEXMARK_DIR:-./data/nexmark}/q5/dead_letters';
@@ -19,7 +18,7 @@ CREATE TABLE hot_items WITH ('kind' = 'delta', 'path' = '${NEXMARK_DIR:-./data/n
 
 INSERT INTO hot_items
 SELECT window_start, window_end, auction, num FROM (
-  SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, window_end ORDER BY num DESC) AS rownum
+  SELECT *, RANK() OVER (PARTITION BY window_start, window_end ORDER BY num DESC) AS rownum
   FROM (
     SELECT window_start, window_end, auction, COUNT(*) AS num
     FROM TABLE(HOP(TABLE bid, DESCRIPTOR(dateTime), INTERVAL '2' SECOND, INTERVAL '10' SECOND))
