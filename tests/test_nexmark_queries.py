@@ -121,7 +121,8 @@ def test_q8_new_users(broker: EmbeddedBroker, workdir: Path, spark: SparkSession
         sides["person"], sides["auction"], reference.watermark_of(*sides.values())
     )
     assert len(expected) > 30
-    spec = load_spec(QUERIES / "q8.toml", env=env)
+    spec = load_spec(QUERIES / "q8.sql", env=env)
+    assert spec == load_spec(QUERIES / "q8.toml", env=env), "q8.toml is its twin"
     summary = PipelineRunner(spec, spark).run(available_now=True)
     assert summary.late_rows == 0
     out = read_delta(spec.target.path).to_pylist()

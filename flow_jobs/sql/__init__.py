@@ -49,7 +49,7 @@ def lift_transform(
     try:
         if is_windowed(statement):
             return _lift_window(transform, statement, aggregators, sql)
-        tables = {t.name for t in statement.find_all(exp.Table)}
+        tables = {t.name for t in statement.find_all(exp.Table) if t.name}  # not TABLE(...)
         streams = not transform.get("lookups") and tables <= set(sources)
         if is_join(statement) and streams:
             joined = join_query(statement)

@@ -6,7 +6,9 @@
   ``[lower_bound_ms, upper_bound_ms]``);
 * an event-time temporal join, ``SELECT o.a, r.rate FROM orders AS o [LEFT] JOIN rates
   FOR SYSTEM_TIME AS OF o.ts AS r ON o.currency = r.currency``, is
-  ``[transform.temporal_join]``.
+  ``[transform.temporal_join]``;
+* a window join (both sides a window function's rows) is ``[transform.window_join]``
+  (``flow_jobs.sql.window_joins``).
 
 The SELECT list is the output: the left (stream) side's columns first, each qualified
 by its table; ``join_row_id`` follows, as with the keys."""
@@ -20,12 +22,13 @@ from sqlglot import exp
 
 from flow_jobs.sql.durations import duration_ms
 from flow_jobs.sql.errors import SqlError, clause
+from flow_jobs.sql.window_joins import is_window_join, window_join_query
 
 
 @dataclass
 class JoinQuery:
-    """``stage`` (``join`` or ``temporal_join``) and its keys; ``times``: each source's
-    time column the query names (its watermark's)."""
+    """``stage`` (``join``, ``temporal_join`` or ``window_join``) and its keys;
+    ``times``: each source's time column the query names (its watermark's)."""
 
     stage: str
     keys: dict[str, Any]
@@ -33,6 +36,8 @@ class JoinQuery:
 
 
 def is_join(select: exp.Expr) -> bool:
+    if is_window_join(select):
+        return True
     return isinstance(select, exp.Select) and bool(select.args.get("joins"))
 
 
@@ -117,8 +122,11 @@ def _refuse(select: exp.Select) -> None:
 
 
 def join_query(select: exp.Select) -> JoinQuery:
-    """The keys the join ``select`` equals: a temporal join (``FOR SYSTEM_TIME AS OF``),
-    else an interval join."""
+    """The keys the join ``select`` equals: a window join (its sides window functions),
+    a temporal join (``FOR SYSTEM_TIME AS OF``), else an interval join."""
+    if is_window_join(select):
+        keys, times = window_join_query(select)
+        return JoinQuery("window_join", keys, times)
     _refuse(select)
     join = select.args["joins"][0]
     left, left_name = _side(select.args["from_"].this)

@@ -35,6 +35,7 @@ from flow_jobs.sql.dialect import FlowSQL
 from flow_jobs.sql.errors import SqlError, clause
 from flow_jobs.sql.joins import is_join, join_query
 from flow_jobs.sql.tables import PreStage, Table, View, source_keys, target_keys, value, view
+from flow_jobs.sql.window_functions import BOUNDS
 from flow_jobs.sql.windowed import is_windowed, ordered, windowed_query
 
 
@@ -110,7 +111,7 @@ def read_pipeline(text: str, name: str, aggregators: Collection[str]) -> dict[st
     used = _read_views(query, {k: v for k, v in views.items() if isinstance(v, View)})
     prestages = {k: v for k, v in views.items() if isinstance(v, PreStage)}
     transform, reads, outputs = _transform(query, aggregators, text, settings, prestages)
-    stage = next(k for k in ("window", "join", "temporal_join") if k in transform)
+    stage = next(k for k in ("window", "join", "temporal_join", "window_join") if k in transform)
     if stage == "temporal_join":
         reads.update(_version_time(transform[stage], tables))
     transform[stage]["lateness_ms"] = _watermarks(reads, tables, query)
@@ -178,6 +179,8 @@ def _transform(
         joined = join_query(query)
         keys = joined.keys
         outputs = []
+        if joined.stage == "window_join":
+            outputs += [keys.get(f"{b}_column", b) for b in BOUNDS]
         for side in ("left", "right", "stream", "version"):
             chosen = keys.get(f"output_{side}_columns", [])
             outputs += list(chosen.values()) if isinstance(chosen, dict) else chosen

@@ -213,6 +213,57 @@ def _temporal(join: dict[str, Any], tables: dict[str, str], sets: list[str]) -> 
     return query, {stream: st, versions: vt}
 
 
+def _window_join(join: dict[str, Any], tables: dict[str, str], sets: list[str]) -> tuple[str, dict]:
+    """The window join's query (``flow_jobs.sql.window_joins``), and each source's time
+    column."""
+    left, right = join["left_source"], join["right_source"]
+    time = join.get("event_time_column", "_event_ts")
+    lt, rt = join.get("left_event_time_column", time), join.get("right_event_time_column", time)
+    kind = join["kind"]
+    if kind == "tumbling":
+        name, sizes = "TUMBLE", [join["duration_ms"]]
+    elif kind == "hopping":
+        name, sizes = "HOP", [join["hop_ms"], join["duration_ms"]]
+    else:
+        name, sizes = "CUMULATE", [join["step_ms"], join["max_duration_ms"]]
+
+    def side(source: str, column: str) -> str:
+        args = ", ".join([f"TABLE {tables[source]}", f"DESCRIPTOR({column})", *map(_ms, sizes)])
+        return f"(SELECT * FROM TABLE({name}({args})))"
+
+    how = join.get("how", "inner")
+    bounds = []
+    for bound in ("window_start", "window_end"):
+        named = join.get(f"{bound}_column", bound)
+        value = f"COALESCE(l.{bound}, r.{bound})" if how in ("right", "full") else f"l.{bound}"
+        bounds.append(value + (f" AS {named}" if named != bound or "(" in value else ""))
+    columns = bounds + _columns("left", join.get("output_left_columns"), "l", "window_join")
+    if how not in ("semi", "anti"):
+        columns += _columns("right", join.get("output_right_columns"), "r", "window_join")
+    pairs = zip(join["left_keys"], join["right_keys"], strict=True)
+    on = [f"l.{a} = r.{b}" for a, b in pairs]
+    on += ["l.window_start = r.window_start", "l.window_end = r.window_end"]
+    query_keys = {
+        "left_source", "right_source", "left_keys", "right_keys", "how", "kind",
+        "duration_ms", "hop_ms", "step_ms", "max_duration_ms", "event_time_column",
+        "left_event_time_column", "right_event_time_column", "lateness_ms",
+        "window_start_column", "window_end_column", "output_left_columns",
+        "output_right_columns",
+    }  # fmt: skip
+    sets += _sets("transform.window_join", join, query_keys)
+    head = f"SELECT {', '.join(columns)}\nFROM {side(left, lt)} l\n"
+    if how in ("semi", "anti"):
+        exists = "EXISTS" if how == "semi" else "NOT EXISTS"
+        query = (
+            f"{head}WHERE {exists} (\n  SELECT * FROM {side(right, rt)} r\n  WHERE "
+            f"{' AND '.join(on)}\n)"
+        )
+    else:
+        sides = {"inner": "", "left": "LEFT ", "right": "RIGHT ", "full": "FULL "}
+        query = f"{head}{sides[how]}JOIN {side(right, rt)} r\n  ON {' AND '.join(on)}"
+    return query, {left: lt, right: rt}
+
+
 def render_pipeline(document: dict[str, Any]) -> str:
     """The ``.sql`` file of the TOML-shaped ``document`` (a window's ``[transform].sql``
     already lifted: ``flow_jobs.spec.loader.read_document``)."""
@@ -267,6 +318,9 @@ def render_pipeline(document: dict[str, Any]) -> str:
     elif "join" in transform:
         query, times = _join(transform["join"], tables, sets_after)
         lateness = transform["join"].get("lateness_ms", 0)
+    elif "window_join" in transform:
+        query, times = _window_join(transform["window_join"], tables, sets_after)
+        lateness = transform["window_join"].get("lateness_ms", 0)
     else:
         query, times = _temporal(transform["temporal_join"], tables, sets_after)
         lateness = transform["temporal_join"].get("lateness_ms", 0)

@@ -34,6 +34,7 @@ from flow_jobs.sql.window_functions import (
     spark_window,
     spark_window_call,
 )
+from flow_jobs.sql.window_joins import is_window_join
 
 #: The order a window's keys are written in (the rest follow as given).
 KEY_ORDER = (
@@ -60,7 +61,7 @@ def ordered(window: dict[str, Any]) -> dict[str, Any]:
 def is_windowed(select: exp.Expr) -> bool:
     """Whether ``select`` groups by a window (either spelling): the query a window
     stage takes; any other SELECT stays a pre-stage."""
-    if not isinstance(select, exp.Select):
+    if not isinstance(select, exp.Select) or is_window_join(select):
         return False
     rank = _ranked_window(select)
     if rank is not None:
