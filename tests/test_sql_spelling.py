@@ -670,3 +670,34 @@ def test_a_join_with_a_lookup_stays_in_the_prestage() -> None:
     document["transform"]["lookups"] = [{"name": "users", "kind": "csv", "path": "/tmp/u.csv"}]
     spec = parse_spec(tomli_w.dumps(document), "p.toml")
     assert spec.transform.sql == sql and spec.transform.join is None
+
+
+@pytest.mark.parametrize(
+    ("select", "sql"),
+    [
+        ("SELECT * FROM clicks", None),
+        (
+            "SELECT user_id, amount * 0.908 AS euros FROM clicks WHERE page = '/x'",
+            "SELECT user_id, amount * 0.908 AS euros FROM clicks WHERE page = '/x'",
+        ),
+    ],
+)
+def test_a_select_without_window_or_join_appends_each_row(select: str, sql: str | None) -> None:
+    """``INSERT INTO out SELECT ... FROM src`` with no window, join or GROUP BY is
+    ``[transform.append]``, its SELECT as written the ``[transform].sql``; and back."""
+    twin = {
+        "name": "p",
+        "sources": [
+            {"name": "clicks", "topic": "t", "bootstrap_servers": "b:9092", "schema": SCHEMA}
+        ],
+        "transform": {**({"sql": sql} if sql else {}), "append": {}},
+        "target": {"kind": "delta", "path": "/tmp/t"},
+    }
+    expected = PipelineSpec.model_validate(twin)
+    _same(parse_spec(_pipeline_file(select, 0), "p.sql", sql=True), expected)
+    _same(parse_spec(render_pipeline(twin), "p.sql", sql=True), expected)
+
+
+def test_a_group_by_without_a_window_is_refused_naming_what_runs() -> None:
+    message = _refused("SELECT user_id, count(*) AS n FROM clicks GROUP BY user_id")
+    assert "groups by a window" in message and "[transform.append]" in message

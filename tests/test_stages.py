@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from flow_jobs.append.spec import AppendSpec
 from flow_jobs.joins.spec import JoinSpec
 from flow_jobs.plan.pipelines import PIPELINES
 from flow_jobs.runtime.batch_steps import BATCH_STEPS
@@ -43,8 +44,11 @@ NAMING = re.compile(
 
 
 def test_every_built_in_stage_compiles_and_is_inspected_through_its_registries() -> None:
-    stages = {WindowSpec.STAGE, JoinSpec.STAGE, TemporalJoinSpec.STAGE, WindowJoinSpec.STAGE}
-    assert stages == {"window", "join", "temporal_join", "window_join"}
+    stages = {
+        WindowSpec.STAGE, JoinSpec.STAGE, TemporalJoinSpec.STAGE, WindowJoinSpec.STAGE,
+        AppendSpec.STAGE,
+    }  # fmt: skip
+    assert stages == {"window", "join", "temporal_join", "window_join", "append"}
     assert stages <= set(PIPELINES.names())
     assert stages <= set(READINGS.names())
     assert "top_n" in BATCH_STEPS.names()
@@ -114,6 +118,7 @@ def test_loading_the_registries_imports_no_compile_step_nor_inspect() -> None:
         "flow_jobs.joins.compile",
         "flow_jobs.temporal_join.compile",
         "flow_jobs.window_join.compile",
+        "flow_jobs.append.compile",
         "flow_jobs.top_n.step",
         "flow_jobs.dedup.compile",
         "flow_jobs.runtime.inspect",

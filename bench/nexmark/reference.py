@@ -9,9 +9,33 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable
+from decimal import Decimal
 from typing import Any
 
 LATENESS_MS = 4_000
+
+
+def q0(bids: Iterable[dict[str, Any]]) -> dict[tuple[Any, ...], int]:
+    """Pass through: every bid's (auction, bidder, price, dateTime, extra), counted."""
+    return dict(
+        Counter((b["auction"], b["bidder"], b["price"], b["dateTime"], b["extra"]) for b in bids)
+    )
+
+
+def q1(bids: Iterable[dict[str, Any]]) -> dict[tuple[Any, ...], int]:
+    """Currency conversion: every bid with its price times 0.908 (exact decimals)."""
+    rate = Decimal("0.908")
+    return dict(
+        Counter(
+            (b["auction"], b["bidder"], rate * b["price"], b["dateTime"], b["extra"]) for b in bids
+        )
+    )
+
+
+def q2(bids: Iterable[dict[str, Any]]) -> dict[tuple[Any, ...], int]:
+    """Selection: (auction, price) of every bid on an auction whose id is a multiple of
+    123."""
+    return dict(Counter((b["auction"], b["price"]) for b in bids if b["auction"] % 123 == 0))
 
 
 def q11(bids: Iterable[dict[str, Any]], watermark_ms: int) -> dict[tuple[int, int, int], int]:

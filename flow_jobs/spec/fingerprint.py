@@ -109,6 +109,7 @@ ADDED_KEYS: dict[str, Any] = {
     "transform.window.max_duration_ms": None,
     "transform.temporal_join": None,
     "transform.window_join": None,
+    "transform.append": None,
 }
 #: The size keys of the one window model there was before the window families: a
 #: fingerprint stored then holds each, None where the window's kind has none. A family
@@ -132,7 +133,7 @@ def fingerprint_fields(spec: PipelineSpec) -> dict[str, Any]:
     transform = spec.transform
     fields["transform.sql"] = transform.sql
     fields["transform.chain"] = transform.chain
-    for part in ("window", "join", "temporal_join", "window_join"):
+    for part in ("window", "join", "temporal_join", "window_join", "append"):
         model = getattr(transform, part)
         if model is None:
             fields[f"transform.{part}"] = None

@@ -93,12 +93,13 @@ class TransformSpec(SpecModel):
     join: SerializeAsAny[Any] | None = None
     temporal_join: SerializeAsAny[Any] | None = None
     window_join: SerializeAsAny[Any] | None = None
+    append: SerializeAsAny[Any] | None = None
     chain: list[Literal["join", "window"]] | None = None
 
     def stages(self) -> list[Stage]:
         """Its stages in the order rows flow through them: the first reads the sources
         (after their operators and the SQL), e.g. ``[join, window]`` with a chain."""
-        ordered = [self.join, self.temporal_join, self.window_join, self.window]
+        ordered = [self.join, self.temporal_join, self.window_join, self.append, self.window]
         return [stage for stage in ordered if stage is not None]
 
     @field_validator("window", mode="before")
@@ -107,7 +108,7 @@ class TransformSpec(SpecModel):
         # the kinds registered now (``WINDOW_FAMILIES``: the built-ins, the plug-ins)
         return WindowSpec.model_validate(v, context=info.context) if isinstance(v, dict) else v
 
-    @field_validator("join", "temporal_join", "window_join", mode="before")
+    @field_validator("join", "temporal_join", "window_join", "append", mode="before")
     @classmethod
     def _stage_model(cls, v: Any, info: ValidationInfo) -> Any:
         assert info.field_name is not None
@@ -144,12 +145,17 @@ class TransformSpec(SpecModel):
                 "input is the join's output, whose late rows the join drops; use "
                 '"drop" (the default) for a window after a join',
             )
-        alone = [k for k in ("temporal_join", "window_join") if getattr(self, k) is not None]
+        alone = [
+            k for k in ("temporal_join", "window_join", "append") if getattr(self, k) is not None
+        ]
         if alone:
+            # the append stage runs the SQL itself
+            reads = ("sql",) if alone[0] == "append" else ()
+            stages = ("window", "join", "temporal_join", "window_join", "append")
             others = [
                 k
-                for k in ("window", "join", "temporal_join", "window_join", "sql", "lookups")
-                if k != alone[0] and getattr(self, k)
+                for k in (*stages, "sql", "lookups")
+                if k != alone[0] and k not in reads and getattr(self, k)
             ]
             if others:
                 noun = alone[0].replace("_", " ")
@@ -161,8 +167,9 @@ class TransformSpec(SpecModel):
         elif self.window is None and self.join is None:
             raise key_error(
                 "window",
-                "[transform.window], [transform.join], [transform.temporal_join] or "
-                "[transform.window_join] is required: what should run?",
+                "[transform.window], [transform.join], [transform.temporal_join], "
+                "[transform.window_join] or [transform.append] (each row of [transform].sql "
+                "written once) is required: what should run?",
             )
         if self.join is not None and (self.sql or self.lookups):
             raise key_error(

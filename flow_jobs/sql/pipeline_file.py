@@ -30,9 +30,10 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
+from sqlglot.tokens import TokenType
 
 from flow_jobs.sql.dialect import FlowSQL
-from flow_jobs.sql.errors import SqlError, clause
+from flow_jobs.sql.errors import SqlError, clause, start
 from flow_jobs.sql.joins import is_join, join_query
 from flow_jobs.sql.tables import PreStage, Table, View, source_keys, target_keys, value, view
 from flow_jobs.sql.window_functions import BOUNDS
@@ -111,10 +112,16 @@ def read_pipeline(text: str, name: str, aggregators: Collection[str]) -> dict[st
     used = _read_views(query, {k: v for k, v in views.items() if isinstance(v, View)})
     prestages = {k: v for k, v in views.items() if isinstance(v, PreStage)}
     transform, reads, outputs = _transform(query, aggregators, text, settings, prestages)
-    stage = next(k for k in ("window", "join", "temporal_join", "window_join") if k in transform)
+    stages = ("window", "join", "temporal_join", "window_join", "append")
+    stage = next(k for k in stages if k in transform)
     if stage == "temporal_join":
         reads.update(_version_time(transform[stage], tables))
-    transform[stage]["lateness_ms"] = _watermarks(reads, tables, query)
+    if stage == "append":  # no time is read: none is late, a WATERMARK is not needed
+        for source in reads:
+            if source not in tables:
+                raise SqlError(f"{source}: declare it with CREATE TABLE", query)
+    else:
+        transform[stage]["lateness_ms"] = _watermarks(reads, tables, query)
     if stage == "window":
         transform["window"] = ordered(transform["window"])
     dedup = _dedup(used, reads, settings)
@@ -185,12 +192,64 @@ def _transform(
             chosen = keys.get(f"output_{side}_columns", [])
             outputs += list(chosen.values()) if isinstance(chosen, dict) else chosen
         return {joined.stage: keys}, joined.times, [*outputs, "join_row_id"]
+    appended = _appended(query, text)
+    if appended is not None:
+        _unread(prestages)
+        return appended
     raise SqlError(
         "INSERT INTO ... SELECT: the query groups by a window (window(...), "
-        "session_window(...) or a TUMBLE / HOP / CUMULATE / SESSION table function), or "
-        "joins two sources (an interval or a temporal join)",
+        "session_window(...) or a TUMBLE / HOP / CUMULATE / SESSION table function), "
+        "joins two sources (an interval, temporal or window join), or selects from one "
+        "source without GROUP BY (each row appended: [transform.append])",
         query,
     )
+
+
+def _appended(
+    query: exp.Expr, text: str
+) -> tuple[dict[str, Any], dict[str, str], list[str]] | None:
+    """A SELECT from one table with no GROUP BY, join or union: ``[transform.append]``
+    over that source, the query (as written) its ``[transform].sql``; ``SELECT * FROM
+    source`` has no SQL."""
+    if not isinstance(query, exp.Select) or query.args.get("group") or query.args.get("joins"):
+        return None
+    source = query.args.get("from_")
+    table = source.this if source is not None else None
+    if (
+        not isinstance(table, exp.Table)
+        or not table.name
+        or not isinstance(table.this, exp.Identifier)
+    ):
+        return None
+    selected = [e.alias_or_name for e in query.expressions]
+    star = any(isinstance(e, exp.Star) or (isinstance(e, exp.Column) and e.is_star)
+               for e in query.expressions)  # fmt: skip
+    whole = star and len(query.expressions) == 1 and not query.args.get("where")
+    written = _written(query, text) or query.sql(dialect="spark")
+    transform: dict[str, Any] = {"append": {}} if whole else {"sql": written, "append": {}}
+    return transform, {table.name: ""}, ([] if star else [*selected, "row_id"])
+
+
+def _written(query: exp.Expr, text: str) -> str | None:
+    """The SELECT ``query`` as it stands in ``text``: from its SELECT keyword to the end
+    of its statement."""
+    begin = start(query)
+    if begin is None:
+        return None
+    first, end, depth = None, len(text), 0
+    for token in FlowSQL().tokenize(text):
+        if token.start < begin:
+            if token.token_type == TokenType.SELECT:
+                first = token.start
+            continue
+        if token.token_type == TokenType.L_PAREN:
+            depth += 1
+        elif token.token_type == TokenType.R_PAREN:
+            depth -= 1
+        elif token.token_type == TokenType.SEMICOLON and depth <= 0:
+            end = token.start
+            break
+    return None if first is None else text[first:end].strip()
 
 
 def _unread(prestages: dict[str, PreStage]) -> None:
@@ -314,7 +373,12 @@ def _merge(document: dict[str, Any], key: str, value: dict[str, Any], node: exp.
 
 def _check_target_columns(target: Table, outputs: list[str], stage: str) -> None:
     names = [name for name, _ in target.columns]
-    if not names or names == outputs or (stage != "window" and names == outputs[:-1]):
+    if (
+        not names
+        or not outputs
+        or names == outputs
+        or (stage != "window" and names == outputs[:-1])
+    ):
         return
     raise SqlError(
         f"CREATE TABLE {target.name} ({', '.join(names)}): the query writes "

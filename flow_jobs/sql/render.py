@@ -318,6 +318,10 @@ def render_pipeline(document: dict[str, Any]) -> str:
     elif "join" in transform:
         query, times = _join(transform["join"], tables, sets_after)
         lateness = transform["join"].get("lateness_ms", 0)
+    elif "append" in transform:
+        sets_after += _sets("transform.append", transform["append"], set())
+        query = prestage if prestage is not None else f"SELECT * FROM {next(iter(sources))}"
+        times, lateness = {}, 0
     elif "window_join" in transform:
         query, times = _window_join(transform["window_join"], tables, sets_after)
         lateness = transform["window_join"].get("lateness_ms", 0)
