@@ -30,17 +30,17 @@ from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 from flow_jobs.dead_letters import DeadLetterTable
 from flow_jobs.errors import PlanError
 from flow_jobs.io.checkpoint_files import idle_file
-from flow_jobs.plan.carried_rows import JSON_OPTIONS, key_json
+from flow_jobs.plan.carried_rows import JSON_OPTIONS
 from flow_jobs.plan.compiled_source import CompiledSource
 from flow_jobs.plan.deferred import deferred
-from flow_jobs.plan.event_time import EventTime, event_time_of
-from flow_jobs.plan.frame_columns import require_column
+from flow_jobs.plan.event_time import EventTime
+from flow_jobs.plan.frame_columns import user_columns
+from flow_jobs.plan.keyed_sides import carried_key, kafka_position, keyed_side, output_pairs
 from flow_jobs.plan.ordering import tie_break
 from flow_jobs.plan.pipelines import CompiledPipeline, PipelineInput
 from flow_jobs.plan.sources import TOMBSTONE as TOMBSTONE_VIEW
-from flow_jobs.plan.sources import SourceWatermark, compile_source
 from flow_jobs.plan_lines import PlanLine
-from flow_jobs.spec.models import KAFKA_COLUMN, PipelineSpec
+from flow_jobs.spec.models import PipelineSpec
 from flow_jobs.temporal_join.processor import (
     BUCKET,
     BUCKETS,
@@ -105,49 +105,13 @@ def _side(
     """A side's view (late rows out, its watermark taken), its event time, its source."""
     join = spec.transform.temporal_join
     assert join is not None
-    name = join.side_source(side)
-    index = next(i for i, s in enumerate(spec.sources) if s.name == name)
     key = join.event_time_key(side)
     settings = EventTime(join.side_event_time(side), "event", join.max_event_time_skew_ms, key)
-    watermark = SourceWatermark(join.lateness_ms, idle_file(checkpoint) if checkpoint else None)
-    source = compile_source(
-        spark,
-        spec.sources[index],
-        index,
-        settings,
-        spec.name,
-        dead_letters.tap(name),
-        join.late_data,
-        checkpoint,
-        watermark,
+    return keyed_side(
+        spark, spec, "temporal_join", side, join.side_source(side), join.side_keys(side),
+        settings, join.lateness_ms, join.late_data, dead_letters, checkpoint,
         tombstone_keys=join.version_keys if side == "version" else None,
-    )
-    view = source.frame
-    for i, k in enumerate(join.side_keys(side)):
-        key_i = f"transform.temporal_join.{side}_keys[{i}]"
-        require_column(view, key_i, k, f"{side} source {name!r}")
-    column = settings.column
-    require_column(view, key, column, f"source {name!r}")
-    time = event_time_of(F.col(column), view.schema[column].dataType, key, column)
-    return view, time, source
-
-
-def _visible(view: DataFrame) -> list[str]:
-    return [c for c in view.columns if c != KAFKA_COLUMN and not c.startswith("__flow")]
-
-
-def _selection(join: TemporalJoinSpec, side: str, columns: Sequence[str]) -> list[tuple[str, str]]:
-    """(view column, output name) pairs for one side, in order."""
-    key = f"transform.temporal_join.output_{side}_columns"
-    configured = getattr(join, f"output_{side}_columns")
-    if configured is None:
-        return [(c, f"{side}_{c}") for c in columns]
-    pairs = (
-        list(configured.items()) if isinstance(configured, dict) else [(c, c) for c in configured]
-    )
-    for column, _ in pairs:
-        require_column(columns, key, column, f"the {side} source")
-    return pairs
+    )  # fmt: skip
 
 
 def _prepared(
@@ -161,11 +125,8 @@ def _prepared(
 ) -> DataFrame:
     """A side's rows as the operator takes them (``flow_jobs.temporal_join.processor``)."""
     lane, position = tie_break(view, topics)
-    any_null = F.lit(False)
-    for k in keys:
-        any_null = any_null | F.col(k).isNull()
     # a NULL key joins nothing: a stream record's key is NULL (no version has it)
-    key = F.when(~any_null, key_json(view, keys, key_types))  # type: ignore[arg-type]
+    key = carried_key(view, keys, key_types)
     tombstone = F.col(TOMBSTONE_VIEW) if TOMBSTONE_VIEW in view.columns else F.lit(False)
     prepared = view.select(
         F.pmod(F.xxhash64(key), F.lit(BUCKETS)).alias(BUCKET),
@@ -197,15 +158,18 @@ def compile_temporal_join(
     )
     key_types = [stream.schema[k].dataType for k in join.stream_keys]
     # the stream record's Kafka position names its joined row
-    position = ("topic", "partition", "offset")
-    if KAFKA_COLUMN in stream.columns:
-        row_id = F.xxhash64(*(F.col(KAFKA_COLUMN).getField(p) for p in position))
-    else:  # a raw source's own columns
-        row_id = F.xxhash64(*(F.col(p) for p in position))
-    stream = stream.withColumn(ROW_ID, row_id)
-    stream_columns, version_columns = _visible(stream), _visible(versions)
-    stream_pairs = _selection(join, "stream", [c for c in stream_columns if c != ROW_ID])
-    version_pairs = _selection(join, "version", version_columns)
+    stream = stream.withColumn(ROW_ID, kafka_position(stream))
+    stream_columns = user_columns(stream.columns)
+    version_columns = user_columns(versions.columns)
+    stream_pairs = output_pairs(
+        join.output_stream_columns,
+        [c for c in stream_columns if c != ROW_ID],
+        "temporal_join",
+        "stream",
+    )
+    version_pairs = output_pairs(
+        join.output_version_columns, version_columns, "temporal_join", "version"
+    )
     outputs = [n for _, n in stream_pairs + version_pairs] + [ROW_ID]
     seen: set[str] = set()
     for name in outputs:

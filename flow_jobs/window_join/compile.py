@@ -31,16 +31,16 @@ from flow_jobs.dead_letters import DeadLetterTable
 from flow_jobs.errors import PlanError
 from flow_jobs.io.checkpoint_files import idle_file
 from flow_jobs.operators.buckets import BUCKETS
-from flow_jobs.plan.carried_rows import JSON_OPTIONS, key_json
+from flow_jobs.plan.carried_rows import JSON_OPTIONS
 from flow_jobs.plan.compiled_source import CompiledSource
 from flow_jobs.plan.deferred import deferred
-from flow_jobs.plan.event_time import EventTime, event_time_of
-from flow_jobs.plan.frame_columns import require_column
+from flow_jobs.plan.event_time import EventTime
+from flow_jobs.plan.frame_columns import user_columns
+from flow_jobs.plan.keyed_sides import carried_key, kafka_position, keyed_side, output_pairs
 from flow_jobs.plan.ordering import tie_break
 from flow_jobs.plan.pipelines import CompiledPipeline, PipelineInput
-from flow_jobs.plan.sources import SourceWatermark, compile_source
 from flow_jobs.plan_lines import PlanLine
-from flow_jobs.spec.models import KAFKA_COLUMN, PipelineSpec
+from flow_jobs.spec.models import PipelineSpec
 from flow_jobs.window_join.processor import (
     BUCKET,
     END,
@@ -122,51 +122,14 @@ def _side(
     dead_letters: DeadLetterTable,
     checkpoint: str | None,
 ) -> tuple[DataFrame, Column, CompiledSource]:
-    """A side's view (late rows out, its watermark taken), its event time, its source."""
     join = spec.transform.window_join
     assert join is not None
-    name = join.side_source(side)
-    index = next(i for i, s in enumerate(spec.sources) if s.name == name)
     key = join.event_time_key(side)
     settings = EventTime(join.side_event_time(side), "event", join.max_event_time_skew_ms, key)
-    watermark = SourceWatermark(join.lateness_ms, idle_file(checkpoint) if checkpoint else None)
-    source = compile_source(
-        spark,
-        spec.sources[index],
-        index,
-        settings,
-        spec.name,
-        dead_letters.tap(name),
-        join.late_data,
-        checkpoint,
-        watermark,
-    )
-    view = source.frame
-    for i, k in enumerate(join.side_keys(side)):
-        key_i = f"transform.window_join.{side}_keys[{i}]"
-        require_column(view, key_i, k, f"{side} source {name!r}")
-    column = settings.column
-    require_column(view, key, column, f"source {name!r}")
-    time = event_time_of(F.col(column), view.schema[column].dataType, key, column)
-    return view, time, source
-
-
-def _visible(view: DataFrame) -> list[str]:
-    return [c for c in view.columns if c != KAFKA_COLUMN and not c.startswith("__flow")]
-
-
-def _selection(join: WindowJoinSpec, side: str, columns: Sequence[str]) -> list[tuple[str, str]]:
-    """(view column, output name) pairs for one side, in order."""
-    key = f"transform.window_join.output_{side}_columns"
-    configured = getattr(join, f"output_{side}_columns")
-    if configured is None:
-        return [(c, f"{side}_{c}") for c in columns]
-    pairs = (
-        list(configured.items()) if isinstance(configured, dict) else [(c, c) for c in configured]
-    )
-    for column, _ in pairs:
-        require_column(columns, key, column, f"the {side} source")
-    return pairs
+    return keyed_side(
+        spark, spec, "window_join", side, join.side_source(side), join.side_keys(side),
+        settings, join.lateness_ms, join.late_data, dead_letters, checkpoint,
+    )  # fmt: skip
 
 
 def _prepared(
@@ -180,18 +143,12 @@ def _prepared(
 ) -> DataFrame:
     """A side's rows as the operator takes them, once per window
     (``flow_jobs.window_join.processor``)."""
-    keys = join.side_keys(side)
     lane, position = tie_break(view, topics)
-    if KAFKA_COLUMN in view.columns:
-        kafka = F.col(KAFKA_COLUMN)
-        at = F.xxhash64(*(kafka.getField(p) for p in ("topic", "partition", "offset")))
-    else:  # a raw source's own columns
-        at = F.xxhash64(*(F.col(p) for p in ("topic", "partition", "offset")))
-    any_null = F.lit(False)
-    for k in keys:
-        any_null = any_null | F.col(k).isNull()
-    key = F.when(~any_null, key_json(view, keys, key_types))  # type: ignore[arg-type]
-    row = F.to_json(F.struct(*(F.col(c) for c in carried), at.alias(_POSITION)), JSON_OPTIONS)
+    key = carried_key(view, join.side_keys(side), key_types)
+    row = F.to_json(
+        F.struct(*(F.col(c) for c in carried), kafka_position(view).alias(_POSITION)),
+        JSON_OPTIONS,
+    )
     prepared = view.select(
         F.explode(window_bounds(join, time)).alias("w"),
         F.lit(0 if side == "left" else 1).alias(SIDE),
@@ -227,9 +184,13 @@ def compile_window_join(
     left, left_time, left_source = _side(spark, spec, "left", dead_letters, checkpoint)
     right, right_time, right_source = _side(spark, spec, "right", dead_letters, checkpoint)
     key_types = [left.schema[k].dataType for k in join.left_keys]
-    left_columns, right_columns = _visible(left), _visible(right)
-    left_pairs = _selection(join, "left", left_columns)
-    right_pairs = _selection(join, "right", right_columns) if join.keeps_right else []
+    left_columns, right_columns = user_columns(left.columns), user_columns(right.columns)
+    left_pairs = output_pairs(join.output_left_columns, left_columns, "window_join", "left")
+    right_pairs = (
+        output_pairs(join.output_right_columns, right_columns, "window_join", "right")
+        if join.keeps_right
+        else []
+    )
     window = [join.window_start_column, join.window_end_column]
     outputs = [*window, *(n for _, n in left_pairs + right_pairs), ROW_ID]
     seen: set[str] = set()
