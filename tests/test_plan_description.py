@@ -63,7 +63,7 @@ def reader_options(frame: DataFrame) -> dict[str, dict[str, str]]:
     """The options of each Kafka scan in the query's logical plan, by source name: what
     Spark hands each reader."""
     found: dict[str, dict[str, str]] = {}
-    leaves = frame._jdf.queryExecution().logical().collectLeaves().iterator()
+    leaves = frame._jdf.queryExecution().analyzed().collectLeaves().iterator()
     while leaves.hasNext():
         leaf = leaves.next()
         if leaf.getClass().getSimpleName() == "StreamingRelationV2":
@@ -87,7 +87,7 @@ def check_plan_lines(runner: PipelineRunner, spark: SparkSession) -> dict[str, s
     by_part = {line.part: line.how for line in lines}
     assert len(by_part) == len(lines), [line.part for line in lines]
     assert all(line.how for line in lines)
-    plan = frame._jdf.queryExecution().logical().toString()
+    plan = frame._jdf.queryExecution().analyzed().toString()
     scans = reader_options(frame)
     assert set(scans) == {s.name for s in spec.sources}
 
@@ -252,3 +252,33 @@ def test_a_dedup_line_says_where_its_duplicates_go(
     tapped = f"CollectMetrics {OBSERVATION_PREFIX}{source}:duplicates" in plan
     assert ("dead-lettered" in line) == tapped, line
     assert tapped == (on_duplicate == "dlq")
+
+
+NEXMARK = Path(__file__).parent.parent / "bench" / "nexmark" / "queries"
+
+
+@pytest.mark.parametrize("query", ["q0", "q2", "q8"])
+def test_the_nexmark_stages_say_what_compiled(
+    query: str, spark: SparkSession, data_dir: Path
+) -> None:
+    """The append stage (q0, q2) and the window join (q8): their lines say what the
+    query's plan holds."""
+    env = {"NEXMARK_DIR": str(data_dir)}
+    runner = PipelineRunner(load_spec(NEXMARK / f"{query}.sql", env=env), spark)
+    by_part = check_plan_lines(runner, spark)
+    plan = runner.compiled.frame._jdf.queryExecution().analyzed().toString()
+    if query == "q8":
+        line = by_part["semi window join of person and auction on id = seller in tumbling "
+                       "10000 ms windows"]  # fmt: skip
+        assert "TransformWithStateIn" in plan and "transformWithStateInPandas" in line
+        assert runner.compiled.natural_key == ("starttime", "join_row_id")
+        assert "each row of" not in pipeline_summary(runner.spec)
+        return
+    line = by_part["append each row once"]
+    # no state: no aggregation, join or state-API node anywhere in the plan
+    for node in ("Aggregate", "Join", "TransformWithState", "Deduplicate"):
+        assert node not in plan, node
+    assert "no state and no watermark" in line and "the SQL's rows" in line
+    assert "Spark SQL over the source's view" in by_part["[transform].sql"]
+    assert runner.compiled.natural_key == ("row_id",)
+    assert pipeline_summary(runner.spec).find("each row of bid appended once") > 0

@@ -42,18 +42,24 @@ class CompiledAppend:
     sources: tuple[CompiledSource, ...]
 
     def describe(self) -> list[PlanLine]:
-        how = "Spark SQL over the source's view" if self.sql else "the source's columns"
         row = (
             f"{ROW_ID}: a hash of the record's Kafka position (added to the SELECT list)"
             if self.append.row_id is None
             else f"row id ({', '.join(self.append.row_id)})"
         )
+        sql = (
+            [PlanLine("[transform].sql", "Spark SQL over the source's view, in the JVM")]
+            if self.sql
+            else []
+        )
         return [
             *(line for s in self.sources for line in s.describe()),
+            *sql,
             PlanLine(
                 "append each row once",
-                f"{how}, no state and no watermark (no row is late); {row}, the target's "
-                "natural key, so a replayed batch or a fresh checkpoint writes a row once",
+                f"{'the SQL' if self.sql else 'the source'}'s rows, no state and no watermark "
+                f"(no row is late); {row}, the target's natural key, so a replayed batch or "
+                "a fresh checkpoint writes a row once",
             ),
         ]
 
