@@ -1,4 +1,4 @@
-"""Nexmark q0, q1, q2, q5, q7, q8 and q11 as shipped in ``bench/nexmark/queries/`` (SQL
+"""The Nexmark queries shipped in ``bench/nexmark/queries/`` (SQL
 pipeline files), run on the real stack over events from ``bench/nexmark/generator.py``,
 each output checked against the query's definition computed from the same events
 (``bench/nexmark/reference.py``) (issue 50).
@@ -7,9 +7,9 @@ each output checked against the query's definition computed from the same events
 * q5: per hopping window (10 s, every 2 s), the auctions with the most bids, every
   one tied at the most (a top-N with ties: SQL's RANK());
 * q7: per tumbling window (10 s), every bid at the window's highest price;
-* q0, q1, q2: every bid as it is, with its price in euros, and the bids on every 123rd
-  auction (stateless: ``[transform.append]``), each row once, a fresh checkpoint
-  included;
+* q0, q1, q2, q14, q21, q22: every bid as it is, with its price in euros, the bids on
+  every 123rd auction, and three computed shapes (time of day, channel ids, URL parts),
+  stateless (``[transform.append]``), each row once, a fresh checkpoint included;
 * q8: the persons with an auction of theirs in the 10-second window they registered in
   (a window join of persons and auctions)."""
 
@@ -137,6 +137,9 @@ STATELESS = {
     "q0": ("auction", "bidder", "price", "dateTime", "extra"),
     "q1": ("auction", "bidder", "price", "dateTime", "extra"),
     "q2": ("auction", "price"),
+    "q14": ("auction", "bidder", "price", "bidTimeType", "dateTime", "extra", "c_counts"),
+    "q21": ("auction", "bidder", "price", "channel", "channel_id"),
+    "q22": ("auction", "bidder", "price", "channel", "dir1", "dir2", "dir3"),
 }
 
 

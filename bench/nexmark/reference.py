@@ -7,6 +7,7 @@ the 4-second delay of Nexmark's ``WATERMARK``) reaches its end."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from decimal import Decimal
@@ -36,6 +37,66 @@ def q2(bids: Iterable[dict[str, Any]]) -> dict[tuple[Any, ...], int]:
     """Selection: (auction, price) of every bid on an auction whose id is a multiple of
     123."""
     return dict(Counter((b["auction"], b["price"]) for b in bids if b["auction"] % 123 == 0))
+
+
+def q14(bids: Iterable[dict[str, Any]]) -> dict[tuple[Any, ...], int]:
+    """Calculation: bids priced (x 0.908) strictly between 1,000,000 and 50,000,000, with
+    the hour's class (8-18 day, 0-6 and 20-23 night, else other, in UTC) and the number
+    of 'c' in extra."""
+    rate, out = Decimal("0.908"), []
+    for b in bids:
+        price = rate * b["price"]
+        if not 1_000_000 < price < 50_000_000:
+            continue
+        hour = b["dateTime"] // 3_600_000 % 24
+        kind = (
+            "dayTime"
+            if 8 <= hour <= 18
+            else "nightTime"
+            if hour <= 6 or hour >= 20
+            else ("otherTime")
+        )
+        out.append((b["auction"], b["bidder"], price, kind, b["dateTime"], b["extra"],
+                    b["extra"].count("c")))  # fmt: skip
+    return dict(Counter(out))
+
+
+_CHANNEL_IDS = {"apple": "0", "google": "1", "facebook": "2", "baidu": "3"}
+
+
+def q21(bids: Iterable[dict[str, Any]]) -> dict[tuple[Any, ...], int]:
+    """Add channel id: bids of a known channel (its id) or with a channel_id in the URL
+    (that id); the others are left out."""
+    out = []
+    for b in bids:
+        found = re.search(r"(&|^)channel_id=([^&]*)", b["url"])
+        in_url = found.group(2) if found else None
+        known = _CHANNEL_IDS.get(b["channel"].lower())
+        if known is None and in_url is None:
+            continue
+        out.append((b["auction"], b["bidder"], b["price"], b["channel"], known or in_url))
+    return dict(Counter(out))
+
+
+def q22(bids: Iterable[dict[str, Any]]) -> dict[tuple[Any, ...], int]:
+    """URL directories: each bid with the URL's '/'-separated parts 3, 4 and 5 (None past
+    the end)."""
+
+    def part(url: str, i: int) -> str | None:
+        parts = url.split("/")
+        return parts[i] if i < len(parts) else None
+
+    out = [
+        (
+            b["auction"],
+            b["bidder"],
+            b["price"],
+            b["channel"],
+            *(part(b["url"], i) for i in (3, 4, 5)),
+        )
+        for b in bids
+    ]
+    return dict(Counter(out))
 
 
 def q11(bids: Iterable[dict[str, Any]], watermark_ms: int) -> dict[tuple[int, int, int], int]:
