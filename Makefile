@@ -86,11 +86,11 @@ soak-long: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m bench.run $(if $(N),--events $(N),)
 
-## bench-compare: flow-jobs vs the same jobs hand-written in PySpark (each its own process, then one warm JVM) and in Quix Streams, one topic (N=2000000)
+## bench-compare: flow-jobs vs the same jobs hand-written in PySpark (the joins on its default state store and on RocksDB; each its own process, then one warm JVM) and in Quix Streams, one topic (N=2000000)
 bench-compare: $(STAMP) $(QUIX_STAMP)
 	$(PY) -m bench.compare $(if $(N),--events $(N),)
 
-## bench-nexmark: Nexmark q5, q8 and q11, each a fresh process, outputs checked against their definitions, per core beside Flink's published figures (N=1000000 events)
+## bench-nexmark: the Nexmark queries flow-jobs expresses (q0-q2, q5, q7, q8, q11, q14, q21, q22), each a fresh process, outputs checked against their definitions, per core beside Flink's published figures (N=1000000 events)
 bench-nexmark: $(STAMP)
 	$(PY) -m bench.nexmark.run $(if $(N),--events $(N),)
 

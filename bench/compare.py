@@ -341,7 +341,7 @@ def main() -> int:
                 topics[join] = (JOIN_TOPICS[ORDERS_TOPIC][1], ORDERS_TOPIC, joined)
             if TEMPORAL in shapes:
                 topics[TEMPORAL] = (JOIN_TOPICS[ORDERS_TOPIC][1], ORDERS_TOPIC, versioned)
-            runs = fresh_runs(fresh_spec, bootstrap, topics, FOLDING)
+            runs = fresh_runs(fresh_spec, bootstrap, topics, FOLDING, like_for_like=JOINS)
             fresh = fresh_table(runs)
             print("\n".join(fresh), flush=True)
             fresh_json = [vars(r) for r in runs]

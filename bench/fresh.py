@@ -50,6 +50,9 @@ def _timed(command: list[str], what: str) -> tuple[float, str]:
 #: (bootstrap, workdir, shape, topic, pre_aggregate) -> the PipelineSpec flow-jobs runs
 SpecFor = Callable[[str, Path, str, str, bool], Any]
 OURS, PLAIN, HAND = "flow-jobs", "flow-jobs, pre_aggregate = false", "hand-written PySpark"
+#: The hand-written job on flow-jobs' state store (RocksDB): the like-for-like baseline
+#: of a stateful shape whose state store is most of its time (the joins).
+HAND_ROCKS = "hand-written PySpark, RocksDB"
 
 
 def flow_jobs_run(
@@ -69,8 +72,12 @@ def flow_jobs_run(
     return seconds
 
 
-def hand_written_run(bootstrap: str, shape: str, topic: str, workdir: Path) -> float:
+def hand_written_run(
+    bootstrap: str, shape: str, topic: str, workdir: Path, state_store: str | None = None
+) -> float:
     args = {"bootstrap": bootstrap, "shape": shape, "topic": topic, "workdir": str(workdir)}
+    if state_store:
+        args["state_store"] = state_store
     seconds, out = _timed(
         [sys.executable, "-m", "bench.hand_written", json.dumps(args)], f"hand-written {shape}"
     )
@@ -84,10 +91,12 @@ def fresh_runs(
     topics: dict[str, tuple[str, str, int]],
     folding: Sequence[str] = (),
     no_hand_written: Sequence[str] = (),
+    like_for_like: Sequence[str] = (),
 ) -> list[ProcessRun]:
     """Each shape's runs: (flow-jobs, hand-written; flow-jobs with ``pre_aggregate =
     false`` for a shape in ``folding``; no hand-written job for one in
-    ``no_hand_written``) x (empty topic, full topic); ``topics``: per shape (empty topic,
+    ``no_hand_written``; the hand-written job on RocksDB too for one in ``like_for_like``)
+    x (empty topic, full topic); ``topics``: per shape (empty topic,
     full topic, its events); ``spec_for`` makes flow-jobs' spec of a shape
     (``bench.compare.fresh_spec``)."""
     runs: list[ProcessRun] = []
@@ -98,10 +107,15 @@ def fresh_runs(
     def plain(bootstrap: str, shape: str, topic: str, workdir: Path) -> float:
         return flow_jobs_run(spec_for, bootstrap, shape, topic, workdir, pre_aggregate=False)
 
+    def rocks(bootstrap: str, shape: str, topic: str, workdir: Path) -> float:
+        return hand_written_run(bootstrap, shape, topic, workdir, state_store="rocksdb")
+
     for shape, (empty_topic, topic, events) in topics.items():
         jobs: list[tuple[str, Callable[[str, str, str, Path], float]]] = [(OURS, ours)]
         if shape not in no_hand_written:
             jobs.append((HAND, hand_written_run))
+        if shape in like_for_like:
+            jobs.append((HAND_ROCKS, rocks))
         if shape in folding:
             jobs.append((PLAIN, plain))
         for name, n in ((empty_topic, 0), (topic, events)):
@@ -119,12 +133,12 @@ def fresh_table(runs: list[ProcessRun]) -> list[str]:
     """The markdown table: gross, start-up and net per shape and job, and the ratios."""
     lines = [
         "| shape | job | T(N) s | T(empty) s | gross events/s | net events/s | "
-        "gross vs hand-written | net vs hand-written |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "gross vs hand-written | net vs hand-written | net vs hand-written on RocksDB |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for shape in dict.fromkeys(r.shape for r in runs):
         figures = {}
-        for job in (HAND, OURS, PLAIN):
+        for job in (HAND, HAND_ROCKS, OURS, PLAIN):
             mine = [r for r in runs if r.shape == shape and r.job == job]
             full = next((r for r in mine if r.events), None)
             empty = next((r for r in mine if not r.events), None)
@@ -132,9 +146,10 @@ def fresh_table(runs: list[ProcessRun]) -> list[str]:
                 continue
             net = full.events / max(full.seconds - empty.seconds, 1e-9)
             figures[job] = (full, empty, full.events / full.seconds, net)
-        base = figures.get(HAND)
+        base, rocks = figures.get(HAND), figures.get(HAND_ROCKS)
         for job, (full, empty, gross, net) in figures.items():
             ratios = f"{gross / base[2]:.2f} | {net / base[3]:.2f}" if base else "— | —"
+            ratios += f" | {net / rocks[3]:.2f}" if rocks else " | —"
             lines.append(
                 f"| {shape} | {job} | {full.seconds:.1f} | {empty.seconds:.1f} | {gross:,.0f} "
                 f"| {net:,.0f} | {ratios} |"

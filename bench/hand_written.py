@@ -7,7 +7,9 @@ the same ``flow_kafka`` source as flow-jobs (spark-sql-kafka cannot be installed
 append mode, each micro-batch appended to Delta with
 ``deltalake`` in ``foreachBatch``. Its session has the settings a careful user gives a
 local job, the same as flow-jobs' own: ``local[*]``, one shuffle partition per core (not
-Spark's 200), no UI. The last line printed is ``{"rows": N}``, the rows it read.
+Spark's 200), no UI; Spark's default state store, or with ``"state_store": "rocksdb"``
+flow-jobs' own settings of it (the RocksDB provider, changelog checkpointing). The
+last line printed is ``{"rows": N}``, the rows it read.
 """
 
 from __future__ import annotations
@@ -29,13 +31,19 @@ def main() -> int:
     # this interpreter, which the bench's subprocess does not activate: say so.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     cores = os.cpu_count() or 2
-    spark = (
+    builder = (
         SparkSession.builder.master(f"local[{cores}]")
         .appName("hand-written")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", str(cores))
-        .getOrCreate()
     )
+    if args.get("state_store") == "rocksdb":  # like for like: flow-jobs' provider
+        from flow_jobs.runtime.session import DEFAULT_CONF
+
+        for key, value in DEFAULT_CONF.items():
+            if key.startswith("spark.sql.streaming.stateStore."):
+                builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.dataSource.register(KafkaDataSource)
     bootstrap, workdir, topic = args["bootstrap"], Path(args["workdir"]), args["topic"]
     if args["shape"] == "temporal":  # the topic is the orders topic
