@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import sqlglot
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 from sqlglot import exp
 
 from flow_jobs.append.spec import ROW_ID, AppendSpec
@@ -24,6 +23,7 @@ from flow_jobs.errors import PlanError
 from flow_jobs.plan.compiled_source import CompiledSource
 from flow_jobs.plan.event_time import EventTime
 from flow_jobs.plan.frame_columns import require_column
+from flow_jobs.plan.keyed_sides import kafka_position
 from flow_jobs.plan.pipelines import CompiledPipeline, PipelineInput
 from flow_jobs.plan.sources import compile_source
 from flow_jobs.plan_lines import PlanLine
@@ -64,10 +64,11 @@ class CompiledAppend:
         ]
 
 
-def with_position(sql: str, source: str) -> tuple[str, bool]:
+def with_position(sql: str, source: str, in_kafka: bool = True) -> tuple[str, bool]:
     """``sql`` with ``row_id`` (the record's Kafka position, hashed) added to its SELECT
     list, and whether it selects ``*`` (whose ``_kafka`` and ``_event_ts`` the output
-    drops)."""
+    drops); ``in_kafka``: the position is in ``_kafka`` (a raw source has it as columns
+    of its own)."""
     key = "transform.sql"
     try:
         select = sqlglot.parse_one(sql, read="spark")
@@ -91,7 +92,8 @@ def with_position(sql: str, source: str) -> tuple[str, bool]:
             "transform.append.row_id to the output columns that name a row",
         )
     alias = table.alias_or_name
-    position = ", ".join(f"{alias}.{KAFKA_COLUMN}.{p}" for p in _POSITION)
+    at = f"{alias}.{KAFKA_COLUMN}" if in_kafka else alias
+    position = ", ".join(f"{at}.{p}" for p in _POSITION)
     star = any(isinstance(e, exp.Star) or (isinstance(e, exp.Column) and e.is_star)
                for e in select.expressions)  # fmt: skip
     select = select.select(sqlglot.parse_one(f"xxhash64({position}) AS {ROW_ID}", read="spark"))
@@ -115,12 +117,11 @@ def compile_append(given: PipelineInput) -> CompiledAppend:
         frame = view
         drop.add(EVENT_TS)
         if append.row_id is None:
-            kafka = F.col(KAFKA_COLUMN)
-            frame = frame.withColumn(ROW_ID, F.xxhash64(*(kafka.getField(p) for p in _POSITION)))
+            frame = frame.withColumn(ROW_ID, kafka_position(frame))
     else:
         view.createOrReplaceTempView(source.name)
         if append.row_id is None:
-            sql, star = with_position(sql, source.name)
+            sql, star = with_position(sql, source.name, KAFKA_COLUMN in view.columns)
             if star:
                 drop.add(EVENT_TS)
         frame = spark.sql(sql)
