@@ -414,6 +414,86 @@ def test_rows_released_at_the_watermark_by_a_state_operator_reach_a_window_that_
         _stop(query)
 
 
+class _EmitBelowTheWatermark(StatefulProcessor):
+    """Emits, for each timer, one row at the firing watermark less ``below_ms``: the
+    shape of a window join emitting a window at its end less 1 ms."""
+
+    def __init__(self, below_ms: int) -> None:
+        self.below_ms = below_ms
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+
+    def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
+        for r in rows:
+            self.handle.registerTimer(int(r["t"].timestamp() * 1000))
+        return iter(())
+
+    def handleExpiredTimer(
+        self, key: Any, timerValues: Any, expiredTimerInfo: Any
+    ) -> Iterator[Any]:
+        ms = timerValues.getCurrentWatermarkInMs() - self.below_ms
+        yield _Released(key[0], pd.Timestamp(ms, unit="ms", tz="UTC").to_pydatetime())
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("below_ms", [1, 5_000])
+def test_a_state_operator_may_emit_below_the_watermark_down_to_the_previous_batch_s(
+    spark: SparkSession, tmp_path: Path, below_ms: int
+) -> None:
+    """An event-time ``transformWithState`` with ``eventTimeColumnName`` may emit a row
+    below the watermark its timers fire at, as long as it is not below the previous
+    batch's (the late-event watermark): 1 ms below reaches the window downstream; 5 s
+    below, past the previous batch's watermark, fails the query with
+    ``EMITTING_ROWS_OLDER_THAN_WATERMARK_NOT_ALLOWED``.
+
+    Depends on it (next): a window over a window join's rows at their window's end less
+    1 ms (Flink's ``window_time``); the join emits a window in the first batch whose
+    watermark reaches its end, so never below the previous batch's."""
+    files, out = Files(tmp_path / "in"), []
+    emitted = (
+        files.stream(spark)
+        .withWatermark("t", "0 seconds")
+        .groupBy("k")
+        .transformWithState(
+            _EmitBelowTheWatermark(below_ms), "k STRING, t TIMESTAMP", "Append", "EventTime",
+            eventTimeColumnName="t",
+        )
+    )  # fmt: skip
+
+    def collect(batch: DataFrame, batch_id: int) -> None:
+        out.extend((int(r["w"]["start"].timestamp()), r["count"]) for r in batch.collect())
+
+    query = (
+        emitted.groupBy(F.window("t", "10 seconds").alias("w"))
+        .count()
+        .writeStream.outputMode("append")
+        .foreachBatch(collect)
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .start()
+    )
+    if below_ms == 5_000:  # the timer at 3 s fires at 3 s, the previous batch's 0
+        with pytest.raises(Exception, match="EMITTING_ROWS_OLDER_THAN_WATERMARK"):
+            try:
+                for seconds in [(3,), (12,)]:
+                    files.add(*seconds)
+                    query.processAllAvailable()
+            finally:
+                _stop(query)  # the failed query's error again
+        return
+    try:
+        for seconds in [(3,), (12,), (25,), (40,)]:
+            files.add(*seconds)
+            query.processAllAvailable()
+        # rows at 2.999, 11.999, 24.999 and 39.999 s, each in its window ([30, 40) closes
+        # in the batch that emits its row: the window drops by the previous watermark)
+        assert sorted(out) == [(0, 1), (10, 1), (20, 1), (30, 1)]
+    finally:
+        _stop(query)
+
+
 def test_to_json_and_back_gives_every_value_exactly(spark: SparkSession) -> None:
     """``to_json`` of a row and ``from_json`` with its schema, with microsecond
     timestamps and NULL fields written out, give back every value: NaN, the
