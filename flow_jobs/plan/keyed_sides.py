@@ -15,6 +15,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from flow_jobs.dead_letters import DeadLetterTable
+from flow_jobs.errors import PlanError
 from flow_jobs.io.checkpoint_files import idle_file
 from flow_jobs.plan.carried_rows import key_json
 from flow_jobs.plan.compiled_source import CompiledSource
@@ -81,6 +82,15 @@ def output_pairs(
     for column, _ in pairs:
         require_column(columns, key, column, f"the {side} source")
     return pairs
+
+
+def unique_outputs(names: Sequence[str], key: str) -> None:
+    """The output columns are distinct; ``key``: the spec key to rename one at."""
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise PlanError(key, f"output column {name!r} appears twice; rename one side's column")
+        seen.add(name)
 
 
 def carried_key(view: DataFrame, keys: Sequence[str], key_types: Sequence[object]) -> Column:

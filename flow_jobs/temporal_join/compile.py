@@ -28,14 +28,19 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
 from flow_jobs.dead_letters import DeadLetterTable
-from flow_jobs.errors import PlanError
 from flow_jobs.io.checkpoint_files import idle_file
 from flow_jobs.plan.carried_rows import JSON_OPTIONS
 from flow_jobs.plan.compiled_source import CompiledSource
 from flow_jobs.plan.deferred import deferred
 from flow_jobs.plan.event_time import EventTime
 from flow_jobs.plan.frame_columns import user_columns
-from flow_jobs.plan.keyed_sides import carried_key, kafka_position, keyed_side, output_pairs
+from flow_jobs.plan.keyed_sides import (
+    carried_key,
+    kafka_position,
+    keyed_side,
+    output_pairs,
+    unique_outputs,
+)
 from flow_jobs.plan.ordering import tie_break
 from flow_jobs.plan.pipelines import CompiledPipeline, PipelineInput
 from flow_jobs.plan.sources import TOMBSTONE as TOMBSTONE_VIEW
@@ -171,14 +176,7 @@ def compile_temporal_join(
         join.output_version_columns, version_columns, "temporal_join", "version"
     )
     outputs = [n for _, n in stream_pairs + version_pairs] + [ROW_ID]
-    seen: set[str] = set()
-    for name in outputs:
-        if name in seen:
-            raise PlanError(
-                "transform.temporal_join.output_stream_columns",
-                f"output column {name!r} appears twice; rename one side's column",
-            )
-        seen.add(name)
+    unique_outputs(outputs, "transform.temporal_join.output_stream_columns")
     topics = [s.topic for s in spec.sources]
     both = _prepared(
         stream, "stream", join.stream_keys, key_types, stream_time, stream_columns, topics

@@ -28,7 +28,6 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
 from flow_jobs.dead_letters import DeadLetterTable
-from flow_jobs.errors import PlanError
 from flow_jobs.io.checkpoint_files import idle_file
 from flow_jobs.operators.buckets import BUCKETS
 from flow_jobs.plan.carried_rows import JSON_OPTIONS
@@ -36,7 +35,13 @@ from flow_jobs.plan.compiled_source import CompiledSource
 from flow_jobs.plan.deferred import deferred
 from flow_jobs.plan.event_time import EventTime
 from flow_jobs.plan.frame_columns import user_columns
-from flow_jobs.plan.keyed_sides import carried_key, kafka_position, keyed_side, output_pairs
+from flow_jobs.plan.keyed_sides import (
+    carried_key,
+    kafka_position,
+    keyed_side,
+    output_pairs,
+    unique_outputs,
+)
 from flow_jobs.plan.ordering import tie_break
 from flow_jobs.plan.pipelines import CompiledPipeline, PipelineInput
 from flow_jobs.plan_lines import PlanLine
@@ -193,14 +198,7 @@ def compile_window_join(
     )
     window = [join.window_start_column, join.window_end_column]
     outputs = [*window, *(n for _, n in left_pairs + right_pairs), ROW_ID]
-    seen: set[str] = set()
-    for name in outputs:
-        if name in seen:
-            raise PlanError(
-                "transform.window_join.output_left_columns",
-                f"output column {name!r} appears twice; rename one side's column",
-            )
-        seen.add(name)
+    unique_outputs(outputs, "transform.window_join.output_left_columns")
     topics = [s.topic for s in spec.sources]
     both = _prepared(join, left, "left", key_types, left_time, left_columns, topics).unionByName(
         _prepared(join, right, "right", key_types, right_time, right_columns, topics)
