@@ -14,6 +14,9 @@ LOCK_STAMP := $(LOCK_VENV)/.stamp
 PIP_TOOLS := pip-tools==7.6.2
 # the installer of both venvs (only pip itself comes with a new venv)
 UV := uv==0.13.8
+# the project's own Python: linted, and compiled to bytecode before the suite (the
+# editable install leaves it to each process otherwise; see $(STAMP))
+SOURCES := flow_jobs flow_jobs_dev assets tests bench definitions.py
 
 .PHONY: demo broker produce test ci soak soak-long bench bench-compare bench-nexmark bench-state bench-latency bench-batch pack lint validate lock clean
 
@@ -21,10 +24,16 @@ UV := uv==0.13.8
 # requirements.lock, then this project, editable, without resolving anything again.
 # uv installs them (from the same registry, by the same hashes): several times faster
 # than pip, which is most of a clean clone's `make test` before the suite starts.
+# --compile-bytecode writes every module's .pyc at install: uv does not by default, and
+# where PYTHONDONTWRITEBYTECODE is set (as on the CI machines) no process ever writes
+# one, so each new Python process (Spark starts one per query to plan the Kafka source,
+# and its workers) compiled PySpark, pandas and pyarrow from source again
+# (BENCHMARKS.md, "How long make test takes").
 $(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet '$(UV)'
-	$(VENV)/bin/uv pip install --quiet --python $(PY) --require-hashes -r requirements.lock
+	$(VENV)/bin/uv pip install --quiet --python $(PY) --require-hashes --compile-bytecode \
+		-r requirements.lock
 	$(VENV)/bin/uv pip install --quiet --python $(PY) --no-deps -e .
 	touch $(STAMP)
 
@@ -36,7 +45,8 @@ $(LOCK_STAMP):
 $(QUIX_STAMP): tests/quix/requirements.txt
 	$(PYTHON) -m venv $(QUIX_VENV)
 	$(QUIX_VENV)/bin/python -m pip install --quiet '$(UV)'
-	$(QUIX_VENV)/bin/uv pip install --quiet --python $(QUIX_VENV)/bin/python -r tests/quix/requirements.txt
+	$(QUIX_VENV)/bin/uv pip install --quiet --python $(QUIX_VENV)/bin/python --compile-bytecode \
+		-r tests/quix/requirements.txt
 	touch $(QUIX_STAMP)
 
 ## demo: start an embedded broker, produce sample clicks, run pipelines/clicks_per_minute.toml, print the windows (UI=1: then serve the Dagster UI on :3000)
@@ -64,6 +74,7 @@ lock: $(LOCK_STAMP)
 
 ## test: the whole suite (real Kafka-protocol broker, Spark, Delta), two test files at a time (WORKERS=2)
 test: $(STAMP) $(QUIX_STAMP) $(CLASS_ARCHIVE)
+	$(PY) -m compileall -q -j0 $(SOURCES)
 	$(PY) -m pytest -n $(or $(WORKERS),2) --dist loadfile --no-loadscope-reorder
 
 # The suite's JVMs map Spark's classes from this archive instead of loading them each
@@ -113,8 +124,8 @@ pack: $(STAMP)
 
 ## lint: ruff check and ruff format --check (part of make ci)
 lint: $(STAMP)
-	$(VENV)/bin/ruff check flow_jobs flow_jobs_dev assets tests bench definitions.py
-	$(VENV)/bin/ruff format --check flow_jobs flow_jobs_dev assets tests bench definitions.py
+	$(VENV)/bin/ruff check $(SOURCES)
+	$(VENV)/bin/ruff format --check $(SOURCES)
 	$(VENV)/bin/lint-imports
 
 validate: $(STAMP)

@@ -83,8 +83,9 @@ def _installer(python: Path) -> list[str]:
     """uv where this environment has it (``make`` installs it: several times faster),
     else the new venv's own pip; both take the same pins and constraints."""
     uv = Path(sys.executable).parent / "uv"
-    if uv.exists():
-        return [str(uv), "pip", "install", "--quiet", "--python", str(python)]
+    if uv.exists():  # with the bytecode pip writes by default (each executor's worker
+        # would compile what it imports from source where none may be written)
+        return [str(uv), "pip", "install", "--quiet", "--compile-bytecode", "--python", str(python)]
     return [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
 
 
