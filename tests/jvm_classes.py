@@ -27,8 +27,13 @@ from pathlib import Path
 from typing import Any
 
 #: Every Spark JVM of the suite: C1 only and one collector thread (``tests/conftest.py``
-#: says why).
-JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+#: says why), and compiled code kept rather than swept for space: each query's generated
+#: classes fill the code cache, and its sweeper thread took more CPU than the compiler
+#: (BENCHMARKS.md, "How long make test takes").
+JVM_OPTIONS = (
+    "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+    " -XX:-UseCodeCacheFlushing -XX:ReservedCodeCacheSize=512m"
+)
 #: A JVM mapping the archive. A JVM that cannot (another class path, another JDK) would
 #: print a warning on stdout, where the CLI's output goes: Java's CDS logs are off.
 SHARED_CLASSES = "-XX:SharedArchiveFile={archive} -Xlog:cds=off -Xlog:cds+dynamic=off"
