@@ -824,6 +824,57 @@ def test_python_workers_take_pyspark_from_spark_home_first(spark: SparkSession) 
     assert Path(module).resolve() == Path(pyspark.__file__).resolve()
 
 
+def test_a_reused_python_worker_collects_fully_between_tasks_and_keeps_a_freeze(
+    spark: SparkSession,
+) -> None:
+    """PySpark's daemon runs ``gc.collect()`` after every task of a reused worker, and
+    what ``gc.freeze()`` moved to the permanent generation stays there for the worker's
+    later tasks.
+
+    Depends on it: ``flow_jobs.worker_heap.freeze_worker_heap``, called where the Kafka
+    reader and the state operators start a task, so that those full collections no
+    longer walk every imported module. Checked: a task that freezes the heap and counts
+    full collections from then on; a later task in the same worker process sees at least
+    one full collection in between and its heap still frozen."""
+
+    def first(_: int) -> str:
+        import builtins
+        import gc
+        import os
+
+        seen = {"full": 0}
+
+        def count(phase: str, info: dict[str, int]) -> None:
+            if phase == "start" and info["generation"] == 2:
+                seen["full"] += 1
+
+        gc.freeze()
+        gc.callbacks.append(count)
+        builtins._flow_jobs_contract_seen = seen  # type: ignore[attr-defined]
+        return json.dumps([os.getpid(), gc.get_freeze_count()])
+
+    def later(_: int) -> str:
+        import builtins
+        import gc
+        import os
+
+        seen = getattr(builtins, "_flow_jobs_contract_seen", None)
+        full = None if seen is None else seen["full"]
+        return json.dumps([os.getpid(), gc.get_freeze_count(), full])
+
+    one = spark.range(1, numPartitions=1)
+    pid, frozen = json.loads(one.select(F.udf(first)("id")).first()[0])  # type: ignore[index]
+    assert frozen > 0
+    for _ in range(5):  # the idle worker of the first task takes the next one
+        found = json.loads(one.select(F.udf(later)("id")).first()[0])  # type: ignore[index]
+        if found[0] == pid:
+            break
+    assert found[0] == pid, "no Python worker was reused"
+    _, still_frozen, full_collections = found
+    assert still_frozen > 0  # (objects freed by reference counting leave it)
+    assert full_collections is not None and full_collections >= 1
+
+
 def _reports(query: StreamingQuery) -> list[dict[str, Any]]:
     return [json.loads(p.json()) for p in query._jsq.recentProgress()]
 

@@ -38,6 +38,7 @@ from flow_jobs.kafka.read import (
 )
 from flow_jobs.kafka.retries import FAIL_HINT, Backoff, retry
 from flow_jobs.kafka.schema import HEARTBEAT_KEY
+from flow_jobs.worker_heap import freeze_worker_heap
 
 log = logging.getLogger(__name__)
 
@@ -264,6 +265,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         assert isinstance(partition, KafkaRange)
         decoder = payload_decoder(self.options)
         plan = combine_plan(self.options)
+        freeze_worker_heap()  # after the imports of the decoders: flow_jobs.worker_heap
         if partition.heartbeat_ms is not None:
             row = heartbeat_row(partition, decoder)
             if plan is not None and decoder is not None:

@@ -21,6 +21,8 @@ from pyspark import cloudpickle
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor_api_client import StatefulProcessorHandleState
 
+from flow_jobs.worker_heap import freeze_worker_heap
+
 #: (the handle's method, its arguments): one state variable an ``init()`` declared
 Declaration = tuple[str, tuple[Any, ...]]
 
@@ -66,6 +68,7 @@ class DeferredProcessor(StatefulProcessor):
             return
         if self._processor is None:
             self._processor = cloudpickle.loads(self._pickled)
+        freeze_worker_heap()  # after the processor's imports: flow_jobs.worker_heap
         self._processor.init(handle)
 
     def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
