@@ -18,6 +18,8 @@ from typing import Any
 from pyspark import SparkContext, cloudpickle
 from pyspark.sql.streaming import StreamingQuery
 
+from flow_jobs.java import java_class
+
 _OBSERVATION = "CollectMetrics"  # the nodeName of Spark's CollectMetricsExec
 
 
@@ -87,7 +89,8 @@ def _find(plan: Any, prefix: str) -> list[int]:
 def _empty(node: Any) -> None:
     """Empty an observation's accumulator, and only it: the node's ``resetMetrics``
     resets every metric of the plan below it too, the source's row count among them."""
-    held = _jvm().org.apache.spark.util.AccumulatorContext.get(node.accumulatorId())
+    context = java_class(_jvm(), "org.apache.spark.util.AccumulatorContext")
+    held = context.get(node.accumulatorId())
     if held.isEmpty():
         return
     accumulator = held.get()
@@ -98,7 +101,8 @@ def _empty(node: Any) -> None:
 
 def _python_row(jrow: Any) -> Any:
     """A JVM ``Row`` as a PySpark ``Row``, the way PySpark converts observed metrics."""
-    return cloudpickle.loads(_jvm().PythonSQLUtils.toPyRow(jrow))
+    utils = java_class(_jvm(), "org.apache.spark.sql.api.python.PythonSQLUtils")
+    return cloudpickle.loads(utils.toPyRow(jrow))
 
 
 def _jvm() -> Any:

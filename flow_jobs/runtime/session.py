@@ -20,6 +20,7 @@ from pyspark.sql import SparkSession
 
 from flow_jobs.errors import PlanError
 from flow_jobs.io.lookup_sources import DeltaTableSource, PostgresTableSource
+from flow_jobs.java import java_class
 from flow_jobs.kafka.source import KafkaDataSource
 from flow_jobs.locations import is_uri
 from flow_jobs.runtime.jvm_output import launch_filtered_gateway
@@ -66,11 +67,12 @@ def register_sources(spark: SparkSession) -> None:
     sc = spark.sparkContext
     jvm = sc._jvm
     assert jvm is not None
+    python_source = "org.apache.spark.sql.execution.datasources.v2.python"
     for source in DATA_SOURCES:
         if manager.dataSourceExists(source.name()):
             continue
-        python_source = jvm.org.apache.spark.sql.execution.datasources.v2.python
-        builder = python_source.UserDefinedPythonDataSource(_wrap_function(sc, source))
+        defined = java_class(jvm, f"{python_source}.UserDefinedPythonDataSource")
+        builder = defined(_wrap_function(sc, source))
         manager.registerDataSource(source.name(), builder)
 
 
@@ -325,7 +327,7 @@ def _session_setting(session: SparkSession, key: str) -> bool:
         return True
     jvm = session.sparkContext._jvm
     assert jvm is not None
-    static = jvm.org.apache.spark.sql.internal.SQLConf.isStaticConfigKey(key)
+    static = java_class(jvm, "org.apache.spark.sql.internal.SQLConf").isStaticConfigKey(key)
     return key.startswith("spark.sql.") and not static
 
 

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from flow_jobs.java import java_class
 from flow_jobs.runtime.sink import StopRequested
 
 
@@ -49,9 +50,9 @@ def quiet_expected_stop(spark: SparkSession) -> Iterator[None]:
     jvm = spark.sparkContext._jvm
     assert jvm is not None
     name = "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution"
-    configurator = jvm.org.apache.logging.log4j.core.config.Configurator
-    before = jvm.org.apache.logging.log4j.LogManager.getLogger(name).getLevel()
-    configurator.setLevel(name, jvm.org.apache.logging.log4j.Level.OFF)
+    configurator = java_class(jvm, "org.apache.logging.log4j.core.config.Configurator")
+    before = java_class(jvm, "org.apache.logging.log4j.LogManager").getLogger(name).getLevel()
+    configurator.setLevel(name, java_class(jvm, "org.apache.logging.log4j.Level").OFF)
     try:
         yield
     finally:
