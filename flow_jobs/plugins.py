@@ -44,6 +44,7 @@ BUILTIN = (
     "flow_jobs.sinks.delta",
     "flow_jobs.sinks.postgres",
     "flow_jobs.sinks.kafka",
+    "flow_jobs.sinks.iceberg",
 )
 ENTRY_POINT_GROUP = "flow_jobs.plugins"
 

@@ -1,4 +1,4 @@
-"""Test helpers: specs, generated streams, reading Delta results."""
+"""Test helpers: specs, generated streams, reading Delta and Iceberg results."""
 
 from __future__ import annotations
 
@@ -128,6 +128,46 @@ def read_windows(
 ) -> dict[tuple, dict[str, Any]]:
     """The target as {natural key: row}; fails on a duplicate natural key."""
     rows = read_delta(str(path), storage_options).to_pylist()
+    out: dict[tuple, dict[str, Any]] = {}
+    for row in rows:
+        key = tuple(row[c] for c in key_columns)
+        assert key not in out, f"duplicate natural key {key}"
+        out[key] = {c: v for c, v in row.items() if c not in key_columns}
+    return out
+
+
+def iceberg_target(workdir: Path, table: str, **keys: Any) -> dict[str, Any]:
+    """An Iceberg ``[target]`` in the default catalog (a SQL catalog in the state
+    store's database), its files under ``workdir``, its namespace the test's own
+    state-store schema (the catalog is shared by every test of the database)."""
+    namespace = os.environ["FLOW_STATE_STORE_SCHEMA"]
+    return {
+        "kind": "iceberg",
+        "table": f"{namespace}.{table}",
+        "catalog": {"warehouse": str(workdir / "iceberg")},
+        **keys,
+    }
+
+
+def iceberg_table(target: dict[str, Any], url: str | None = None) -> Any:
+    """The pyiceberg table of an Iceberg ``[target]`` of the default catalog, read with
+    pyiceberg's own SQL catalog (not flow-jobs' code)."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    libpq = url or os.environ["FLOW_STATE_STORE_URL"]
+    catalog = SqlCatalog(
+        "flow_jobs",
+        uri="postgresql+psycopg://" + libpq.split("://", 1)[1],
+        warehouse=Path(target["catalog"]["warehouse"]).resolve().as_uri(),
+    )
+    return catalog.load_table(target["table"])
+
+
+def read_iceberg(
+    target: dict[str, Any], key_columns: Sequence[str], url: str | None = None
+) -> dict[tuple, dict[str, Any]]:
+    """An Iceberg target as {natural key: row}; fails on a duplicate natural key."""
+    rows = iceberg_table(target, url).scan().to_arrow().to_pylist()
     out: dict[tuple, dict[str, Any]] = {}
     for row in rows:
         key = tuple(row[c] for c in key_columns)

@@ -27,7 +27,15 @@ from flow_jobs.ledger.store import LedgerStore
 from flow_jobs.spec.models import PipelineSpec
 from flow_jobs_dev.broker import EmbeddedBroker
 from tests.reference import reference_windows
-from tests.support import assert_same_windows, make_spec, random_clicks, read_windows, send
+from tests.support import (
+    assert_same_windows,
+    iceberg_target,
+    make_spec,
+    random_clicks,
+    read_iceberg,
+    read_windows,
+    send,
+)
 from tests.support import to_records as records_of
 from tests.test_state_store import read_postgres
 
@@ -122,17 +130,18 @@ def test_sigkill_at_random_moments_neither_loses_nor_doubles_a_window(
     embedded_postgres_url: str,
     state_store_env: str,
 ) -> None:
-    """The same stream into a Delta and a Postgres target, two pipelines crashed side by
-    side (concurrently, to halve the wall time of a JVM start per cycle). Both Postgres
-    paths are exercised: the Delta pipeline keeps its ledger in the embedded server, the
-    Postgres target (which shares its ledger's database) the machine's server when there
-    is one."""
+    """The same stream into a Delta, a Postgres and an Iceberg target, three pipelines
+    crashed side by side (concurrently, to share the wall time of a JVM start per
+    cycle). Both Postgres paths are exercised: the Delta pipeline keeps its ledger in the
+    embedded server, the Postgres target (which shares its ledger's database) and the
+    Iceberg target's catalog the machine's server when there is one."""
     events = random_clicks(random.Random(KILLS), 3_000, step_ms=100, disorder_ms=1_500)
     send(broker.bootstrap_servers, topic, records_of(events))
     table = f"crash_{state_store_env}"
     runs = {
         "delta": (embedded_postgres_url, {"kind": "delta", "path": str(workdir / "delta" / "t")}),
         "postgres": (postgres_url, {"kind": "postgres", "table": table}),
+        "iceberg": (postgres_url, iceberg_target(workdir / "iceberg", "crash")),
     }
     errors: dict[str, BaseException] = {}
 
@@ -168,6 +177,7 @@ def test_sigkill_at_random_moments_neither_loses_nor_doubles_a_window(
     key = ["window_start", "window_end", "user_id"]
     assert_same_windows(read_windows(workdir / "delta" / "t", key), expected)
     assert_same_windows(read_postgres(table, key, postgres_url), expected)  # no duplicates
+    assert_same_windows(read_iceberg(runs["iceberg"][1], key, postgres_url), expected)
 
     for name, (url, _target) in runs.items():
         ledger = LedgerStore(url, state_store_env)

@@ -24,6 +24,7 @@ from flow_jobs.plan.windows import STATE_STORE_PROVIDER
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.sinks import SINKS
 from flow_jobs.sinks.delta import DeltaMergeSink
+from flow_jobs.sinks.iceberg import IcebergSink
 from flow_jobs.sinks.kafka import KafkaProduceSink
 from flow_jobs.sinks.postgres import PostgresUpsertSink
 from flow_jobs.spec import load_spec
@@ -38,6 +39,7 @@ FOREIGN = {
     DeltaMergeSink: ("ON CONFLICT", "producer"),
     PostgresUpsertSink: ("MERGE", "producer", "deltalake"),
     KafkaProduceSink: ("MERGE", "ON CONFLICT", "deltalake"),
+    IcebergSink: ("MERGE", "ON CONFLICT", "producer", "deltalake"),
 }
 AVRO_CLICK = json.dumps(
     {
@@ -148,6 +150,10 @@ def check_plan_lines(runner: PipelineRunner, spark: SparkSession) -> dict[str, s
     if isinstance(target, PostgresUpsertSink):
         assert f"ON CONFLICT ({keys})" in written and target.description in written
         assert "one transaction with the batch's ledger row" in written  # once_by "ledger"
+    if isinstance(target, IcebergSink):
+        assert f"pyiceberg commit to {target.spec.describe()} on ({keys})" in written
+        assert "range of window_start, window_end" in written  # the region it reads
+        assert "table property flow-jobs.batch." in written  # once by the table's own record
     if isinstance(target, KafkaProduceSink):
         assert target.spec.topic in written and "enable.idempotence" in written
         assert f"natural key ({keys})" in written and "repeats the batch" in written
@@ -171,6 +177,7 @@ def _variant(path: Path, **changes: Any) -> PipelineSpec:
     [
         {"kind": "postgres", "table": "clicks_per_minute"},
         {"kind": "kafka", "topic": "clicks-per-minute", "bootstrap_servers": "127.0.0.1:9092"},
+        {"kind": "iceberg", "table": "analytics.clicks_per_minute"},
     ],
     ids=lambda t: t["kind"],
 )

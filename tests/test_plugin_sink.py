@@ -101,7 +101,7 @@ print(sorted(set(seen)))
         [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "[('delta', 'postgres', 'kafka')]", done.stdout
+    assert done.stdout.strip() == "[('delta', 'postgres', 'kafka', 'iceberg')]", done.stdout
 
 
 @pytest.mark.parametrize("per_batch", [None, 41], ids=["one-batch", "tiny-batches"])

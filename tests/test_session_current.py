@@ -1,6 +1,6 @@
 """Session windows with emit = "current": each micro-batch upserts the sessions it
 changed, and a session whose bounds moved (it grew, its start moved back, two sessions
-merged) replaces the rows it overlaps, in Delta and in Postgres. The target always holds
+merged) replaces the rows it overlaps, in Delta, Postgres and Iceberg. The target always holds
 each group's sessions as they stand: never two overlapping rows of one group."""
 
 from __future__ import annotations
@@ -28,7 +28,9 @@ from tests.support import (
     aggregation_specs,
     assert_same_windows,
     fresh_checkpoint,
+    iceberg_target,
     make_spec,
+    read_iceberg,
     read_windows,
     send,
     to_records,
@@ -120,24 +122,26 @@ def _no_overlap(rows: dict[tuple, dict]) -> None:
             assert end <= start, f"overlapping sessions of {user!r}: {spans}"
 
 
-@pytest.mark.parametrize("kind", ["delta", "postgres"])
+@pytest.mark.parametrize("kind", ["delta", "postgres", "iceberg"])
 def test_current_sessions_replace_what_they_overlap(
     kind: str, spark: SparkSession, broker: EmbeddedBroker, topic: str, workdir: Path
 ) -> None:
     table = f"sessions_{os.environ['FLOW_STATE_STORE_SCHEMA']}"
-    target = (
-        {"kind": "delta", "path": str(workdir / "target")}
-        if kind == "delta"
-        else {"kind": "postgres", "table": table}
-    )
+    target = {
+        "delta": {"kind": "delta", "path": str(workdir / "target")},
+        "postgres": {"kind": "postgres", "table": table},
+        "iceberg": iceberg_target(workdir, "sessions"),
+    }[kind]
     spec = _spec(workdir, broker, topic, target)
     key = spec.natural_key()
     assert key == ["window_start", "window_end", "user_id"]
 
     def read() -> dict[tuple, dict]:
-        rows = (
-            read_windows(workdir / "target", key) if kind == "delta" else read_postgres(table, key)
-        )
+        rows = {
+            "delta": lambda: read_windows(workdir / "target", key),
+            "postgres": lambda: read_postgres(table, key),
+            "iceberg": lambda: read_iceberg(target, key),
+        }[kind]()
         _no_overlap(rows)
         return rows
 

@@ -32,7 +32,10 @@ from flow_jobs_dev.broker import EmbeddedBroker
 from tests.reference import reference_windows
 from tests.support import (
     assert_same_windows,
+    iceberg_table,
+    iceberg_target,
     random_clicks,
+    read_iceberg,
     read_windows,
     send,
     to_records,
@@ -208,7 +211,8 @@ def _events(seed: str) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize(
-    ("emit", "kind"), [("final", "delta"), ("current", "delta"), ("current", "postgres")]
+    ("emit", "kind"),
+    [("final", "delta"), ("current", "delta"), ("current", "postgres"), ("current", "iceberg")],
 )
 def test_the_target_holds_the_top_n_of_each_window_under_any_cut(
     emit: str, kind: str, spark: SparkSession, broker: EmbeddedBroker, workdir: Path
@@ -228,11 +232,11 @@ def test_the_target_holds_the_top_n_of_each_window_under_any_cut(
         second.insert(random.Random(len(second)).randrange(len(second) + 1), row)
     schema = os.environ["FLOW_STATE_STORE_SCHEMA"]
     targets = {
-        tag: (
-            {"kind": "delta", "path": str(workdir / tag / "target")}
-            if kind == "delta"
-            else {"kind": "postgres", "table": f"top_{tag}_{schema}"}
-        )
+        tag: {
+            "delta": {"kind": "delta", "path": str(workdir / tag / "target")},
+            "postgres": {"kind": "postgres", "table": f"top_{tag}_{schema}"},
+            "iceberg": iceberg_target(workdir / tag, f"top_{tag}"),
+        }[kind]
         for tag in ("tiny", "one")
     }
     specs = {
@@ -271,22 +275,29 @@ def test_the_target_holds_the_top_n_of_each_window_under_any_cut(
     assert len(expected) < len(rows), "the top N must leave rows out"
     for tag, spec in specs.items():
         key = spec.natural_key()
-        got = (
-            read_windows(spec.target.path, key)
-            if kind == "delta"
-            else read_postgres(targets[tag]["table"], key)
-        )
+        if kind == "delta":
+            got = read_windows(spec.target.path, key)
+        elif kind == "postgres":
+            got = read_postgres(targets[tag]["table"], key)
+        else:
+            got = read_iceberg(targets[tag], key)
         assert_same_windows(got, {k: {a: v[a] for _, _, a in AGGREGATIONS} for k, v in
                                   expected.items()})  # fmt: skip
         # the Dagster check: no window over n rows; a row too many makes it fail
         ledger = LedgerStore.for_spec(spec)
         assert check_top_n_bounded(spec, ledger).passed
-    if kind == "postgres":
+    if kind in ("postgres", "iceberg"):
         sizes: dict[tuple, int] = {}
         for k in expected:
             sizes[k[:3]] = sizes.get(k[:3], 0) + 1
         full = next(k for k in expected if sizes[k[:3]] == N)  # a window at its n rows
         extra = dict(expected[full], user_id="zz")
+    if kind == "iceberg":
+        table = iceberg_table(targets["one"])
+        columns = table.schema().as_arrow()
+        table.append(pa.Table.from_pylist([{c: extra.get(c) for c in columns.names}], columns))
+        assert not check_top_n_bounded(specs["one"], ledger).passed
+    if kind == "postgres":
         with ledger.connect() as conn:
             conn.execute(
                 sql.SQL("INSERT INTO {} SELECT * FROM jsonb_populate_record(NULL::{}, %s)").format(

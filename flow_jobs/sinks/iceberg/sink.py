@@ -1,0 +1,296 @@
+"""The Iceberg target's writer and its read-back, through pyiceberg.
+
+Each batch is one catalog commit. pyiceberg has no MERGE with conditions, so the sink
+merges in Arrow: it reads the rows of the table a batch can touch (the *region*: the
+batch's range of each timestamp key column), applies the batch to them as the Delta and
+Postgres targets do (a matched row updated, a new one inserted, an earlier lineage's
+closed windows left alone, superseded sessions and rows that left a top N deleted),
+and replaces the region with the result: ``overwrite`` with the region's filter, in one
+transaction that also records the batch id in a table property. A replayed batch finds
+its id there and is skipped, as Delta's application transactions do; the property
+lives in the table's metadata, so expiring snapshots does not forget it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import reduce
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from flow_jobs.errors import TargetSchemaError, TargetUnavailable
+from flow_jobs.io.batch import BatchEntry, WriteResult
+from flow_jobs.io.delta import normalize_schema
+from flow_jobs.sinks.base import Crowded, NoTargetYet, Sink, SinkOutput, TargetUnreadable
+from flow_jobs.sinks.iceberg.catalog import load, partition_field
+from flow_jobs.sinks.iceberg.merge import Merged, merge_region
+from flow_jobs.sinks.iceberg.spec import IcebergTarget
+
+if TYPE_CHECKING:
+    import psycopg
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.expressions import BooleanExpression
+    from pyiceberg.table import Table
+
+    from flow_jobs.ledger.store import LedgerStore
+
+#: the table property holding the last batch id an application (a query) committed
+TXN_PROPERTY = "flow-jobs.batch.{app_id}"
+
+
+class IcebergSink(Sink):
+    """Commit each batch to an Iceberg table: the region of the table it touches
+    replaced by the region merged with the batch, in one snapshot commit."""
+
+    kind = "iceberg"
+    spec_model = IcebergTarget
+    once_by = "target"
+    WRITES = "Iceberg commit (pyiceberg)"
+    COMMIT = "Iceberg snapshot"
+    spec: IcebergTarget
+
+    def __init__(self, spec: IcebergTarget, output: SinkOutput, store: LedgerStore | None) -> None:
+        super().__init__(spec, output, store)
+        self.schema = normalize_schema(output.schema)
+        self.natural_key = list(output.natural_key)
+        missing = [c for c in spec.partition_columns() if c not in self.schema.names]
+        if missing:
+            raise TargetSchemaError(
+                f"target.partition_by names {', '.join(missing)}, not a column the pipeline "
+                f"writes ({', '.join(self.schema.names)})"
+            )
+        # the key's timestamp columns that never hold NULL bound the region a batch reads
+        self._bounded = [
+            c
+            for c in self.natural_key
+            if c not in output.nullable_key and pa.types.is_timestamp(self.schema.field(c).type)
+        ]
+        self._catalog: Catalog | None = None
+
+    # -- the writer ------------------------------------------------------------------
+
+    def catalog(self) -> Catalog:
+        if self._catalog is None:
+            self._catalog = load(self.spec, self.store.url if self.store is not None else None)
+        return self._catalog
+
+    def table(self) -> Table:
+        return self.catalog().load_table(self.spec.identifier)
+
+    def ensure(self) -> None:
+        from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError
+
+        catalog = self.catalog()
+        namespace, _ = self.spec.identifier
+        try:
+            catalog.create_namespace_if_not_exists(namespace)
+            try:
+                table = catalog.load_table(self.spec.identifier)
+            except NoSuchTableError:
+                table = self._create(catalog)
+        except NamespaceAlreadyExistsError:  # another run created it meanwhile
+            table = catalog.load_table(self.spec.identifier)
+        except (OSError, ValueError) as e:
+            raise TargetUnavailable(
+                f"Iceberg table {self.spec.describe()} cannot be created: {e}; check "
+                "target.catalog (its warehouse must be writable)"
+            ) from None
+        existing = normalize_schema(table.schema().as_arrow())
+        ours = pa.schema([pa.field(f.name, _plain(f.type)) for f in self.schema])
+        theirs = pa.schema([pa.field(f.name, _plain(f.type)) for f in existing])
+        if not theirs.equals(ours):
+            raise TargetSchemaError(
+                f"Iceberg table {self.spec.describe()} has columns {_describe(theirs)}, but "
+                f"the pipeline writes {_describe(ours)}; write to a new table, or migrate it"
+            )
+
+    def _create(self, catalog: Catalog) -> Table:
+        """The table with its partition spec, in one commit (a crash leaves none)."""
+        from pyiceberg.exceptions import TableAlreadyExistsError
+
+        try:
+            created = catalog.create_table_transaction(self.spec.identifier, self.schema)
+            if self.spec.partition_by:
+                with created.update_spec() as update:
+                    for entry in self.spec.partition_by:
+                        column, transform, name = partition_field(entry)
+                        update.add_field(column, transform, name)
+            created.commit_transaction()
+        except TableAlreadyExistsError:
+            pass
+        return catalog.load_table(self.spec.identifier)
+
+    def version(self) -> str | None:
+        snapshot = self.table().current_snapshot()
+        return None if snapshot is None else str(snapshot.snapshot_id)
+
+    def writing(self) -> str:
+        region = (
+            f"the table's rows in the batch's range of {', '.join(self._bounded)}"
+            if self._bounded
+            else "the whole table (the key has no timestamp column to bound it by)"
+        )
+        return (
+            f"pyiceberg commit to {self.spec.describe()} on ({', '.join(self.natural_key)}): "
+            f"{region} read, merged with the batch in Arrow (a matched row updated, a new "
+            "one inserted) and overwritten in one snapshot commit that records the batch id "
+            "in the table property flow-jobs.batch.<app id> (app id flow-jobs/<pipeline>/"
+            "<query id>): a replayed batch finds it there and is skipped"
+        )
+
+    def write(
+        self, rows: pa.Table, entry: BatchEntry, conn: psycopg.Connection | None
+    ) -> WriteResult:
+        table = self.table()
+        txn = TXN_PROPERTY.format(app_id=f"flow-jobs/{entry.pipeline}/{entry.query_id}")
+        done = table.properties.get(txn)
+        if done is not None and int(done) >= entry.batch_id:
+            return WriteResult(True, 0, 0, self._snapshot(table))
+        if rows.num_rows == 0:
+            return WriteResult(False, 0, 0, self._snapshot(table))
+        target_schema = table.schema().as_arrow()
+        batch = rows.select(self.schema.names).cast(self.schema)
+        region = self._region(batch)
+        held = table.scan(row_filter=region).to_arrow()
+        merged = self._merge(held.to_pylist(), batch.to_pylist())
+        result = pa.Table.from_pylist(merged.rows, schema=target_schema)
+        properties = {
+            "flow-jobs.pipeline": entry.pipeline,
+            "flow-jobs.query-id": entry.query_id,
+            "flow-jobs.batch-id": str(entry.batch_id),
+        }
+        with table.transaction() as tx:
+            if held.num_rows:
+                tx.overwrite(result, overwrite_filter=region, snapshot_properties=properties)
+            else:
+                tx.append(result, snapshot_properties=properties)
+            tx.set_properties({txn: str(entry.batch_id)})
+        return WriteResult(
+            False, merged.inserted, merged.updated, self._snapshot(self.table()), merged.deleted
+        )
+
+    @staticmethod
+    def _snapshot(table: Table) -> str | None:
+        snapshot = table.current_snapshot()
+        return None if snapshot is None else str(snapshot.snapshot_id)
+
+    def _region(self, batch: pa.Table) -> BooleanExpression:
+        """The table's rows a batch can match, supersede or push out of a top N."""
+        from pyiceberg.expressions import AlwaysTrue, And, GreaterThanOrEqual, LessThanOrEqual
+
+        bounds: list[BooleanExpression] = []
+        if self.supersede is not None:
+            # a row it supersedes overlaps one of its rows: it starts before the latest
+            # end and ends after the earliest start
+            first_start, _ = _range(batch.column(self.supersede.start))
+            _, last_end = _range(batch.column(self.supersede.end))
+            if first_start is not None and last_end is not None:
+                bounds.append(LessThanOrEqual(self.supersede.start, last_end))
+                bounds.append(GreaterThanOrEqual(self.supersede.end, first_start))
+        else:
+            for column in self._bounded:
+                low, high = _range(batch.column(column))
+                if low is not None and high is not None:
+                    bounds.append(GreaterThanOrEqual(column, low))
+                    bounds.append(LessThanOrEqual(column, high))
+        return reduce(And, bounds) if bounds else AlwaysTrue()
+
+    def _merge(self, held: list[dict[str, Any]], batch: list[dict[str, Any]]) -> Merged:
+        return merge_region(held, batch, self.natural_key, self.closed, self.supersede, self.ranked)
+
+    # -- read back -------------------------------------------------------------------
+
+    @classmethod
+    def location(cls, spec: IcebergTarget, store_place: str) -> str:  # type: ignore[override]
+        catalog = spec.catalog
+        where = (
+            f"the SQL catalog {catalog.name!r} in {store_place}"
+            if catalog.kind == "sql" and catalog.uri is None
+            else f"the {catalog.kind} catalog {catalog.name!r}"
+        )
+        return f"Iceberg table {spec.describe()} in {where}"
+
+    @classmethod
+    def newest_rows(  # type: ignore[override]
+        cls, spec: IcebergTarget, key: Sequence[str], store: LedgerStore | None, limit: int
+    ) -> list[dict[str, Any]]:
+        """Read batch by batch, keeping the ``limit`` newest: memory bounded by the
+        limit and one record batch, never the whole table."""
+        table = cls._open(spec, store)
+        newest: pa.Table | None = None
+        for batch in table.scan().to_arrow_batch_reader():
+            part = pa.Table.from_batches([batch])
+            newest = part if newest is None else pa.concat_tables([newest, part])
+            newest = _top(newest, key, limit)
+        return [] if newest is None else _top(newest, key, limit).to_pylist()
+
+    @classmethod
+    def crowded(  # type: ignore[override]
+        cls, spec: IcebergTarget, store: LedgerStore, columns: Sequence[str], limit: int
+    ) -> Crowded:
+        try:
+            table = cls._open(spec, store)
+            counts: list[pa.Table] = []
+            for batch in table.scan(selected_fields=tuple(columns)).to_arrow_batch_reader():
+                part = pa.Table.from_batches([batch]).group_by(list(columns), use_threads=False)
+                counts.append(part.aggregate([([], "count_all")]))
+        except NoTargetYet:
+            raise
+        except Exception as e:
+            raise TargetUnreadable(f"cannot read the target: {e}") from e
+        if not counts:
+            return Crowded(0, 0, 0)
+        total = pa.concat_tables(counts).group_by(list(columns)).aggregate([("count_all", "sum")])
+        k = total.column("count_all_sum")
+        over = pc.filter(k, pc.greater(k, limit))
+        if len(over) == 0:
+            return Crowded(0, 0, 0)
+        extra = int(pc.sum(over).as_py()) - limit * len(over)
+        return Crowded(len(over), extra, int(pc.max(over).as_py()))
+
+    @classmethod
+    def _open(cls, spec: IcebergTarget, store: LedgerStore | None) -> Table:
+        from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+        try:
+            return load(spec, store.url if store is not None else None).load_table(spec.identifier)
+        except (NoSuchTableError, NoSuchNamespaceError):
+            raise NoTargetYet(spec.describe()) from None
+
+
+def _range(column: pa.ChunkedArray) -> tuple[str | None, str | None]:
+    """The lowest and highest UTC instants of a timestamp column, as Iceberg literals."""
+    extremes = pc.min_max(column.cast(pa.timestamp("us", tz="UTC")))
+    low, high = extremes["min"].as_py(), extremes["max"].as_py()
+    if low is None or high is None:
+        return None, None
+    # pyiceberg's literal parser takes "+00:00", not "Z"
+    return low.isoformat(timespec="microseconds"), high.isoformat(timespec="microseconds")
+
+
+def _top(rows: pa.Table, key: Sequence[str], limit: int) -> pa.Table:
+    if not key:
+        return rows.slice(0, limit)
+    order = [(c, "descending", "at_end") for c in key]  # NULLs last
+    return rows.take(pc.sort_indices(rows, sort_keys=order)[:limit])
+
+
+def _plain(t: pa.DataType) -> pa.DataType:
+    """A type as Iceberg keeps it: strings and binaries of one width, lists of ones."""
+    if pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return pa.string()
+    if pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
+        return pa.binary()
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return pa.list_(_plain(t.value_type))
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(f.name, _plain(f.type)) for f in t])
+    if pa.types.is_map(t):
+        return pa.map_(_plain(t.key_type), _plain(t.item_type))
+    return t
+
+
+def _describe(schema: pa.Schema) -> str:
+    return "(" + ", ".join(f"{f.name} {f.type}" for f in schema) + ")"
