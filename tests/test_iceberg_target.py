@@ -11,12 +11,13 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from flow_jobs.errors import TargetSchemaError
+from flow_jobs.errors import TargetSchemaError, TargetUnavailable
 from flow_jobs.ledger.store import LedgerStore
 from flow_jobs.runtime.runner import PipelineRunner
 from flow_jobs.sinks import newest_rows
 from flow_jobs.spec.models import PipelineSpec
 from flow_jobs_dev.broker import EmbeddedBroker
+from flow_jobs_dev.service import free_port
 from tests.reference import reference_windows
 from tests.support import (
     assert_same_windows,
@@ -168,3 +169,26 @@ def test_a_table_with_other_columns_is_refused_at_start(
     )
     with pytest.raises(TargetSchemaError, match=r"Iceberg table .*\.other has columns"):
         PipelineRunner(narrower, spark).run(available_now=True)
+
+
+def test_an_unreachable_rest_catalog_stops_the_run_in_one_line_without_its_secret(
+    spark: SparkSession, broker: EmbeddedBroker, topic: str, workdir: Path
+) -> None:
+    secret = "S3cr3t-t0ken-51"
+    port = free_port()  # nothing answers there
+    target = {
+        "kind": "iceberg",
+        "table": "analytics.windows",
+        "catalog": {
+            "kind": "rest",
+            "uri": f"http://flow:{secret}@127.0.0.1:{port}/catalog",
+            "properties": {"token": secret},
+        },
+    }
+    spec = _spec(workdir, broker, topic, target, tiny=False)
+    with pytest.raises(TargetUnavailable) as raised:
+        PipelineRunner(spec, spark).run(available_now=True)
+    said = str(raised.value)
+    assert said.startswith("Iceberg rest catalog 'flow_jobs' cannot be opened: "), said
+    assert said.endswith("; check target.catalog") and "\n" not in said, said
+    assert secret not in said and secret not in repr(spec), said

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
@@ -31,7 +32,14 @@ from flow_jobs_dev.broker import EmbeddedBroker
 from flow_jobs_dev.producer import Record
 from tests.reference import reference_windows, window_starts
 from tests.spark_timers import SparkTimers
-from tests.support import assert_same_windows, make_spec, read_windows, send
+from tests.support import (
+    assert_same_windows,
+    iceberg_target,
+    make_spec,
+    read_iceberg,
+    read_windows,
+    send,
+)
 
 # -- the operator against the model ---------------------------------------------------
 
@@ -323,13 +331,24 @@ def _ledger(spec: PipelineSpec) -> list[dict[str, Any]]:
     return ledger.recent_batches(spec.name, 1_000)
 
 
+@pytest.mark.parametrize("kind", ["delta", "iceberg"])
 def test_reopen_corrects_closed_windows_across_restarts_and_drops_what_is_later(
-    spark: SparkSession, broker: EmbeddedBroker, topic: str, workdir: Path
+    kind: str, spark: SparkSession, broker: EmbeddedBroker, topic: str, workdir: Path
 ) -> None:
     """Three runs on one checkpoint (a restart between each), one data micro-batch
     each: a window emitted by an earlier run that gets rows in this one is revised once;
-    one this run emits first has revision 1, whatever rows it got."""
+    one this run emits first has revision 1, whatever rows it got. In a Delta table
+    and in an Iceberg one."""
     spec = _spec(workdir, broker, topic)
+    if kind == "iceberg":
+        target = iceberg_target(workdir, "reopened")
+        spec = PipelineSpec.model_validate({**spec.to_document(), "target": target})
+
+    def read() -> dict[tuple, dict[str, Any]]:
+        if kind == "iceberg":
+            return read_iceberg(target, spec.natural_key())
+        return read_windows(spec.target.path, spec.natural_key())
+
     counts = [0, 0]
     seen: list[dict[str, Any]] = []
     revisions: dict[tuple, int] = {}
@@ -343,7 +362,7 @@ def test_reopen_corrects_closed_windows_across_restarts_and_drops_what_is_later(
             k: revisions[k] + any(_inside(e, k) for e in on_time) if k in revisions else 1
             for k in expected
         }
-        actual = read_windows(spec.target.path, spec.natural_key())
+        actual = read()
         assert {k: row.pop("revision") for k, row in actual.items()} == revisions
         assert_same_windows(actual, expected)
         assert summary.late_rows == sum(1 for e in events if e.get("_late"))

@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 from flow_jobs.errors import TargetSchemaError, TargetUnavailable
 from flow_jobs.io.batch import BatchEntry, WriteResult
 from flow_jobs.io.delta import normalize_schema
+from flow_jobs.secrets import redact
 from flow_jobs.sinks.base import Crowded, NoTargetYet, Sink, SinkOutput, TargetUnreadable
 from flow_jobs.sinks.iceberg.catalog import load, partition_field
 from flow_jobs.sinks.iceberg.merge import Merged, merge_region
@@ -82,7 +83,13 @@ class IcebergSink(Sink):
     def ensure(self) -> None:
         from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError
 
-        catalog = self.catalog()
+        try:
+            catalog = self.catalog()
+        except Exception as e:  # any client's error: each is said in one line
+            raise TargetUnavailable(
+                f"Iceberg {self.spec.catalog.kind} catalog {self.spec.catalog.name!r} cannot "
+                f"be opened: {redact(_first_line(e))}; check target.catalog"
+            ) from None
         namespace, _ = self.spec.identifier
         try:
             catalog.create_namespace_if_not_exists(namespace)
@@ -94,8 +101,9 @@ class IcebergSink(Sink):
             table = catalog.load_table(self.spec.identifier)
         except (OSError, ValueError) as e:
             raise TargetUnavailable(
-                f"Iceberg table {self.spec.describe()} cannot be created: {e}; check "
-                "target.catalog (its warehouse must be writable)"
+                f"Iceberg table {self.spec.describe()} cannot be created: "
+                f"{redact(_first_line(e))}; check target.catalog (its warehouse must be "
+                "writable)"
             ) from None
         existing = normalize_schema(table.schema().as_arrow())
         ours = pa.schema([pa.field(f.name, _plain(f.type)) for f in self.schema])
@@ -290,6 +298,10 @@ def _plain(t: pa.DataType) -> pa.DataType:
     if pa.types.is_map(t):
         return pa.map_(_plain(t.key_type), _plain(t.item_type))
     return t
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 def _describe(schema: pa.Schema) -> str:
