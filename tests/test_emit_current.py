@@ -10,13 +10,16 @@ import pytest
 from pyspark.sql import SparkSession
 
 from flow_jobs.runtime.runner import PipelineRunner
+from flow_jobs.spec.models import PipelineSpec
 from flow_jobs_dev.broker import EmbeddedBroker
 from tests.reference import reference_windows
 from tests.support import (
     aggregation_specs,
     assert_same_windows,
+    iceberg_target,
     make_spec,
     random_clicks,
+    read_iceberg,
     read_windows,
     send,
     to_records,
@@ -41,9 +44,9 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize(("case", "kind"), [*((c, "delta") for c in CASES), ("hopping", "iceberg")])
 def test_current_windows_track_every_update(
-    case: str, spark: SparkSession, broker: EmbeddedBroker, topic: str, workdir: Path
+    case: str, kind: str, spark: SparkSession, broker: EmbeddedBroker, topic: str, workdir: Path
 ) -> None:
     lateness = 3_000
     events = random_clicks(random.Random(case), 600, step_ms=200, disorder_ms=2_000)
@@ -58,6 +61,14 @@ def test_current_windows_track_every_update(
         "aggregations": aggregation_specs(AGGREGATIONS),
     }
     spec = make_spec(workdir, broker.bootstrap_servers, topic, window)
+    if kind == "iceberg":
+        target = iceberg_target(workdir, f"current_{case}")
+        spec = PipelineSpec.model_validate({**spec.to_document(), "target": target})
+
+    def read() -> dict[tuple, dict]:
+        if kind == "iceberg":
+            return read_iceberg(target, spec.natural_key())
+        return read_windows(spec.target.path, spec.natural_key())
 
     def expected(seen: list[dict]) -> dict:
         # current: every window, closed or not, with its value over what has arrived
@@ -83,7 +94,7 @@ def test_current_windows_track_every_update(
     half = len(events) // 2
     send(broker.bootstrap_servers, topic, to_records(events[:half]))
     PipelineRunner(spec, spark).run(available_now=True)
-    assert_same_windows(read_windows(spec.target.path, spec.natural_key()), expected(events[:half]))
+    assert_same_windows(read(), expected(events[:half]))
 
     # Each key's next event lands in its last open window (within lateness), so the
     # second run must supersede windows the first one wrote, for every kind.
@@ -104,4 +115,4 @@ def test_current_windows_track_every_update(
     summary = PipelineRunner(spec, spark).run(available_now=True)
     assert summary.late_rows == 0
     assert summary.windows_updated > 0  # windows open across the restart were superseded
-    assert_same_windows(read_windows(spec.target.path, spec.natural_key()), expected(events))
+    assert_same_windows(read(), expected(events))
