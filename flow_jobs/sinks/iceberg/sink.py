@@ -77,6 +77,13 @@ class IcebergSink(Sink):
             self._catalog = load(self.spec, self.store.url if self.store is not None else None)
         return self._catalog
 
+    def close(self) -> None:
+        """Release a SQL catalog's connections (its SQLAlchemy engine's pool)."""
+        engine = getattr(self._catalog, "engine", None)
+        if engine is not None:
+            engine.dispose()
+        self._catalog = None
+
     def table(self) -> Table:
         return self.catalog().load_table(self.spec.identifier)
 
