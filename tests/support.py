@@ -127,7 +127,13 @@ def read_windows(
     path: Path | str, key_columns: Sequence[str], storage_options: dict[str, str] | None = None
 ) -> dict[tuple, dict[str, Any]]:
     """The target as {natural key: row}; fails on a duplicate natural key."""
-    rows = read_delta(str(path), storage_options).to_pylist()
+    return by_natural_key(read_delta(str(path), storage_options).to_pylist(), key_columns)
+
+
+def by_natural_key(
+    rows: Sequence[dict[str, Any]], key_columns: Sequence[str]
+) -> dict[tuple, dict[str, Any]]:
+    """A target's rows as {natural key: the other columns}; fails on a duplicate key."""
     out: dict[tuple, dict[str, Any]] = {}
     for row in rows:
         key = tuple(row[c] for c in key_columns)
@@ -167,13 +173,7 @@ def read_iceberg(
     target: dict[str, Any], key_columns: Sequence[str], url: str | None = None
 ) -> dict[tuple, dict[str, Any]]:
     """An Iceberg target as {natural key: row}; fails on a duplicate natural key."""
-    rows = iceberg_table(target, url).scan().to_arrow().to_pylist()
-    out: dict[tuple, dict[str, Any]] = {}
-    for row in rows:
-        key = tuple(row[c] for c in key_columns)
-        assert key not in out, f"duplicate natural key {key}"
-        out[key] = {c: v for c, v in row.items() if c not in key_columns}
-    return out
+    return by_natural_key(iceberg_table(target, url).scan().to_arrow().to_pylist(), key_columns)
 
 
 def assert_same_windows(actual: dict[tuple, dict], expected: dict[tuple, dict]) -> None:

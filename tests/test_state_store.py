@@ -34,6 +34,7 @@ from tests.reference import reference_windows
 from tests.support import (
     aggregation_specs,
     assert_same_windows,
+    by_natural_key,
     fresh_checkpoint,
     make_spec,
     random_clicks,
@@ -87,12 +88,7 @@ def read_postgres(
         cur = conn.execute(sql.SQL("SELECT * FROM {}").format(sql.Identifier(table)))
         names = [d.name for d in cur.description or []]
         rows = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
-    out: dict[tuple, dict[str, Any]] = {}
-    for row in rows:
-        k = tuple(row[c] for c in key)
-        assert k not in out, f"duplicate natural key {k}"
-        out[k] = {c: v for c, v in row.items() if c not in key}
-    return out
+    return by_natural_key(rows, key)
 
 
 def drop_last_commit(spec: PipelineSpec) -> int:
