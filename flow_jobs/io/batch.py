@@ -6,6 +6,7 @@ rows a write must leave alone or delete besides its own (``ClosedWindows``,
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Protocol
@@ -92,3 +93,11 @@ class ClosedWindows:
             start = rows.column(self.start_column)
             mask = pc.or_(mask, pc.greater_equal(start, pa.scalar(self.replay_from, start.type)))
         return mask
+
+
+def row_key(row: dict[str, Any], columns: Iterable[str]) -> tuple[Any, ...]:
+    """A row's values of ``columns`` as one comparable key: NULL equals NULL, as in the
+    targets' NULL-safe keys, and NaN equals NaN (``float('nan') != float('nan')``)."""
+    return tuple(
+        ("NaN",) if isinstance(row[c], float) and row[c] != row[c] else row[c] for c in columns
+    )

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from flow_jobs.instants import iso
-from flow_jobs.io.batch import BatchEntry, ClosedWindows, WriteResult
+from flow_jobs.io.batch import BatchEntry, ClosedWindows, WriteResult, row_key
 from flow_jobs.io.delta import DeltaMergeTable, query_delta, quoted, read_delta
 from flow_jobs.sinks.base import Crowded, NoTargetYet, Sink, SinkOutput, TargetUnreadable
 from flow_jobs.sinks.delta.spec import DeltaTarget
@@ -96,13 +96,13 @@ class DeltaMergeSink(Sink):
         held = dataset.to_table(filter=pc.field(start).isin(pc.unique(starts)))
         if held.num_rows == 0:
             return held
-        partitions = {_row_key(r, self.ranked) for r in rows.select(self.ranked).to_pylist()}
-        kept = {_row_key(r, self.table.natural_key) for r in rows.to_pylist()}
+        partitions = {row_key(r, self.ranked) for r in rows.select(self.ranked).to_pylist()}
+        kept = {row_key(r, self.table.natural_key) for r in rows.to_pylist()}
         gone = [
             i
             for i, r in enumerate(held.to_pylist())
-            if _row_key(r, self.ranked) in partitions
-            and _row_key(r, self.table.natural_key) not in kept
+            if row_key(r, self.ranked) in partitions
+            and row_key(r, self.table.natural_key) not in kept
         ]
         return held.take(pa.array(gone, pa.int64()))
 
@@ -150,10 +150,3 @@ def open_window(closed: ClosedWindows, alias: str) -> str:
         replayed = f"{alias}.`{closed.start_column}` >= '{iso(closed.replay_from)}'"
         condition = f"({condition} OR {replayed})"
     return condition
-
-
-def _row_key(row: dict[str, Any], columns: Sequence[str]) -> tuple[Any, ...]:
-    """A row's values of ``columns``, comparable (NaN equals NaN)."""
-    return tuple(
-        ("NaN",) if isinstance(row[c], float) and row[c] != row[c] else row[c] for c in columns
-    )

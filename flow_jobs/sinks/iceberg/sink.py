@@ -26,7 +26,7 @@ from flow_jobs.io.delta import normalize_schema
 from flow_jobs.secrets import redact
 from flow_jobs.sinks.base import Crowded, NoTargetYet, Sink, SinkOutput, TargetUnreadable
 from flow_jobs.sinks.iceberg.catalog import load, partition_field
-from flow_jobs.sinks.iceberg.merge import Merged, merge_region
+from flow_jobs.sinks.iceberg.merge import merge_region
 from flow_jobs.sinks.iceberg.spec import IcebergTarget
 
 if TYPE_CHECKING:
@@ -169,7 +169,16 @@ class IcebergSink(Sink):
         batch = rows.select(self.schema.names).cast(self.schema)
         region = self._region(batch)
         held = table.scan(row_filter=region).to_arrow()
-        merged = self._merge(held.to_pylist(), batch.to_pylist())
+        closed = self.closed
+        merged = merge_region(
+            held.to_pylist(),
+            batch.to_pylist(),
+            self.natural_key,
+            self.supersede,
+            self.ranked,
+            held_open=None if closed is None else closed.arrow_open(held).to_pylist(),
+            batch_open=None if closed is None else closed.arrow_open(batch).to_pylist(),
+        )
         result = pa.Table.from_pylist(merged.rows, schema=target_schema)
         properties = {
             "flow-jobs.pipeline": entry.pipeline,
@@ -211,9 +220,6 @@ class IcebergSink(Sink):
                     bounds.append(GreaterThanOrEqual(column, low))
                     bounds.append(LessThanOrEqual(column, high))
         return reduce(And, bounds) if bounds else AlwaysTrue()
-
-    def _merge(self, held: list[dict[str, Any]], batch: list[dict[str, Any]]) -> Merged:
-        return merge_region(held, batch, self.natural_key, self.closed, self.supersede, self.ranked)
 
     # -- read back -------------------------------------------------------------------
 
