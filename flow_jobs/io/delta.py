@@ -251,8 +251,8 @@ class DeltaMergeTable:
         (flagged false: the target rows ``predicate`` matches them to are deleted)."""
         flagged = pa.concat_tables(
             [
-                upserts.append_column(_UPSERT, pa.array([True] * upserts.num_rows)),
-                deletes.append_column(_UPSERT, pa.array([False] * deletes.num_rows)),
+                upserts.append_column(_UPSERT, pa.array([True] * upserts.num_rows, pa.bool_())),
+                deletes.append_column(_UPSERT, pa.array([False] * deletes.num_rows, pa.bool_())),
             ]
         )
         columns = {quoted(c): f"s.{quoted(c)}" for c in self.schema.names}
