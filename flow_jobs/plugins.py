@@ -39,6 +39,7 @@ BUILTIN = (
     "flow_jobs.temporal_join.plugin",
     "flow_jobs.window_join.plugin",
     "flow_jobs.append.plugin",
+    "flow_jobs.mirror.plugin",
     "flow_jobs.top_n.plugin",
     "flow_jobs.dedup.plugin",
     "flow_jobs.sinks.delta",

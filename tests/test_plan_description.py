@@ -97,7 +97,9 @@ def check_plan_lines(runner: PipelineRunner, spark: SparkSession) -> dict[str, s
         options, read = scans[source.name], by_part[f"source {source.name}"]
         in_reader = "json_schema" in options or "payload_format" in options
         assert ("decoded in the reader" in read) == in_reader, read
-        assert ("from_json in the JVM" in read) == (source.format == "json"), read
+        by_from_json = source.format == "json" or (source.changes and not source.registry_format)
+        assert ("from_json in the JVM" in read) == by_from_json, read
+        assert ("Debezium change events" in read) == source.changes, read
         assert ("folded into partials in the reader" in read) == bool(folds(options)), read
         assert source.topic in read
 
@@ -144,6 +146,8 @@ def check_plan_lines(runner: PipelineRunner, spark: SparkSession) -> dict[str, s
     for word in FOREIGN[type(target)]:
         assert word not in written, (word, written)
     keys = ", ".join(runner.compiled.natural_key)
+    deletes = "the rows a batch's deletes name by their key deleted in the same write"
+    assert (deletes in written) == runner.deletes_flagged, written
     if isinstance(target, DeltaMergeSink):
         assert f"deltalake MERGE into {target.table.path} on ({keys})" in written
         assert "application transaction" in written  # once by the table's own txn id
@@ -152,7 +156,12 @@ def check_plan_lines(runner: PipelineRunner, spark: SparkSession) -> dict[str, s
         assert "one transaction with the batch's ledger row" in written  # once_by "ledger"
     if isinstance(target, IcebergSink):
         assert f"pyiceberg commit to {target.spec.describe()} on ({keys})" in written
-        assert "range of window_start, window_end" in written  # the region it reads
+        region = (  # what it reads of the table
+            "rows of the keys the batch names"
+            if runner.deletes_flagged
+            else "range of window_start, window_end"
+        )
+        assert region in written
         assert "table property flow-jobs.batch." in written  # once by the table's own record
     if isinstance(target, KafkaProduceSink):
         assert target.spec.topic in written and "enable.idempotence" in written

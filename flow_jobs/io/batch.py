@@ -95,6 +95,20 @@ class ClosedWindows:
         return mask
 
 
+#: A batch's rows may hold this column (a change feed: ``[transform.mirror]``): a row
+#: with TRUE there takes its natural key's row out of the target instead of writing
+#: itself. It never reaches a target: ``Sink.deletes_flagged`` says a pipeline has it.
+DELETE = "__flow_delete"
+
+
+def split_deletes(rows: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """A batch's rows written (upserted), and those deleting their key's row, both
+    without ``DELETE``."""
+    flag = pc.fill_null(rows.column(DELETE), False)
+    plain = rows.drop_columns([DELETE])
+    return plain.filter(pc.invert(flag)), plain.filter(flag)
+
+
 def row_key(row: dict[str, Any], columns: Iterable[str]) -> tuple[Any, ...]:
     """A row's values of ``columns`` as one comparable key: NULL equals NULL, as in the
     targets' NULL-safe keys, and NaN equals NaN (``float('nan') != float('nan')``)."""

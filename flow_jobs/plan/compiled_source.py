@@ -62,7 +62,9 @@ class CompiledSource:
         )
         if self.folds:
             read += "; then folded into partials in the reader (pre-aggregation)"
-        if self.tombstones:
+        if self.tombstones and self.source.changes:
+            read += "; a delete ends its keys' version"
+        elif self.tombstones:
             read += "; a record with no value is a tombstone, its keys from the Kafka key"
         lines = [PlanLine(f"source {name}", read)]
         if self.checked_time is not None:
@@ -70,6 +72,23 @@ class CompiledSource:
         return lines
 
     def _decoding(self) -> str:
+        if not self.source.changes:
+            return self._payloads()
+        how = (
+            f"Confluent-framed Avro envelopes decoded in the reader (each record's writer "
+            f"schema from the registry, resolved to {self.source.reader_subject}'s)"
+            if self.registry
+            else "JSON envelopes, bare or as Kafka Connect's schema/payload, decoded by "
+            "from_json in the JVM"
+        )
+        return (
+            f"Debezium change events: {how}; each change is its row (the after-image, a "
+            "delete's before-image) with _op and _source_ts; a change that does not decode, "
+            "is not c/r/u/d or lacks its image is a dead letter; Debezium's tombstones "
+            "(after a delete) are skipped"
+        )
+
+    def _payloads(self) -> str:
         fmt = self.options.get("payload_format")
         if fmt is not None:
             from flow_jobs.formats import format_module

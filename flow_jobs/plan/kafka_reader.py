@@ -77,7 +77,7 @@ def reader_options(
     if (json_schema or reader_schema) and combine is not None:
         options["combine"] = combine.to_json()
     if reader_schema is not None:
-        options["payload_format"] = source.format
+        options["payload_format"] = source.payload_format
         options["reader_schema"] = reader_schema
     if reader_schema is not None and source.schema_registry is not None:
         for key, value in source.schema_registry.client_config().items():

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pyspark.sql.types import DataType, StructType
+import pyarrow as pa
+from pyspark.sql.types import DataType, StringType, StructField, StructType, TimestampType
 
 from flow_jobs.errors import PlanError
+from flow_jobs.formats.debezium import CHANGE_COLUMNS, change_fields
 from flow_jobs.spec.ddl import Column as DeclaredColumn
 from flow_jobs.spec.ddl import parse_schema
 from flow_jobs.spec.models import KafkaSource
@@ -33,7 +35,7 @@ def registry_reader(source: KafkaSource, index: int) -> str:
     config = source.schema_registry.client_config()
     subject = source.reader_subject
     try:
-        return reader_schema(config, subject, source.version, source.format, source.message)
+        return reader_schema(config, subject, source.version, source.payload_format, source.message)
     except RegistryUnreachable as e:
         raise PlanError(f"sources[{index}].schema_registry.url", str(e)) from None
     except SubjectNotFound as e:
@@ -52,11 +54,16 @@ def registry_payload(reader: str, source: KafkaSource, index: int) -> StructType
 
     where = "avro_schema" if source.avro_schema is not None else "subject"
     try:
-        derived = from_arrow_schema(format_module(source.format).payload_schema(reader))
+        arrow = format_module(source.payload_format).payload_schema(reader)
+        if source.changes:  # the view holds the row's columns and the change's
+            arrow = pa.schema(list(change_fields(arrow).items()))
+        derived = from_arrow_schema(arrow)
     except PayloadSchemaError as e:
         raise PlanError(f"sources[{index}].{where}", f"{source.reader_subject}: {e}") from None
     if source.schema_ddl:  # read as the spec read it (flow_jobs.spec.ddl): no JVM
         declared = parse_schema(source.schema_ddl).columns
+        if source.changes:
+            declared = [*declared, *(DeclaredColumn(n, t) for n, t in CHANGE_COLUMNS.items())]
         origin = "avro_schema" if where == "avro_schema" else f"subject {source.reader_subject}"
         difference = schema_difference(declared, derived, origin)
         if difference:
@@ -90,7 +97,18 @@ def payload_schema(source: KafkaSource, index: int) -> StructType:
     DDL), or of a registry format's source as its reader schema reads it."""
     if source.registry_format:
         return registry_payload(registry_reader(source, index), source, index)
-    return _declared_schema(source, index)
+    declared = _declared_schema(source, index)
+    if source.changes:  # the view holds the row's columns and the change's
+        return StructType([*declared.fields, *change_struct().fields])
+    return declared
+
+
+def change_struct() -> StructType:
+    """The columns a Debezium change adds to its row's (``flow_jobs.formats.debezium``)."""
+    return StructType([StructField(n, _SPARK_TYPES[t]()) for n, t in CHANGE_COLUMNS.items()])
+
+
+_SPARK_TYPES = {"string": StringType, "timestamp": TimestampType}
 
 
 def _declared_schema(source: KafkaSource, index: int) -> StructType:

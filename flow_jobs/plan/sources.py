@@ -27,7 +27,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from functools import reduce
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -37,6 +36,11 @@ from pyspark.sql.utils import AnalysisException
 from flow_jobs.aggregations.partials import PARTIAL_VIEW
 from flow_jobs.dead_letters import DeadLetterTap, Reason, divert, record_fields
 from flow_jobs.errors import PlanError
+from flow_jobs.formats.debezium import (
+    CHANGE_COLUMNS,
+    OP,
+    envelope_ddl,
+)
 from flow_jobs.kafka.combine import PARTIAL, CombinePlan
 from flow_jobs.kafka.json_decode import arrow_schema
 from flow_jobs.kafka.schema import (
@@ -47,6 +51,9 @@ from flow_jobs.kafka.schema import (
     LATE_WATERMARK,
     UNDECODED,
 )
+from flow_jobs.plan.changelogs import CHANGE as _CHANGE
+from flow_jobs.plan.changelogs import PAYLOAD as _PAYLOAD
+from flow_jobs.plan.changelogs import changes, tombstones
 from flow_jobs.plan.compiled_source import CompiledSource, public_options
 from flow_jobs.plan.event_time import (
     EPOCH_MILLIS_TYPES,
@@ -54,15 +61,18 @@ from flow_jobs.plan.event_time import (
     epoch_ms_out_of_range,
     event_time_of,
 )
-from flow_jobs.plan.json_reasons import NULL_PAYLOAD, decode_reasons, missing_field_reason
+from flow_jobs.plan.json_reasons import (
+    decode_reasons,
+    missing_field_reason,
+)
 from flow_jobs.plan.kafka_reader import load_kafka, reader_options
 from flow_jobs.plan.late_rows import LATE, late_condition, late_reason
 from flow_jobs.plan.source_schemas import payload_schema, registry_payload, registry_reader
 from flow_jobs.plan.time_reasons import out_of_range_reason, time_reasons
 from flow_jobs.records import EVENT_TS, RECORD_SCHEMA
+from flow_jobs.spec.ddl import DdlError, parse_schema
 from flow_jobs.spec.models import KAFKA_COLUMN, KafkaSource
 
-_PAYLOAD = "__flow_payload"
 _CORRUPT = CORRUPT_RECORD  # the reader decodes into the same shape
 _WATERMARKED = "__flow_source_watermark"
 #: A changelog's view: TRUE for a tombstone (``tombstone_keys``).
@@ -125,21 +135,30 @@ def compile_source(
     )
     folds = (in_reader is not None or reader is not None) and combine is not None
     if source.format != "raw":
+        # a change's envelope is decoded apart: the view's payload is its row (changes)
+        decoded = _CHANGE if source.changes else _PAYLOAD
         if reader is not None:  # decoded in the reader; a failed record has a reason
             payload = registry_payload(reader, source, index)
-            frame = frame.withColumn(_PAYLOAD, F.col(DECODED)).drop(DECODED, UNDECODED)
-            failed = F.col(f"{_PAYLOAD}.{_CORRUPT}")
+            frame = frame.withColumn(decoded, F.col(DECODED)).drop(DECODED, UNDECODED)
+            failed = F.col(f"{decoded}.{_CORRUPT}")
             reasons: list[Reason] = [(failed.isNotNull(), failed)]
         else:
-            frame, payload = _decode_json(frame, source, index, in_reader is not None)
-            reasons = decode_reasons(F.col("value"), F.col(_PAYLOAD), payload, index)
-            if tombstone_keys is not None:
-                frame, reasons = _tombstones(frame, tombstone_keys, event_time.column, reasons)
+            frame, payload = _decode_json(frame, source, index, in_reader is not None, decoded)
+            reasons = decode_reasons(F.col("value"), F.col(decoded), payload, index)
+            if tombstone_keys is not None and not source.changes:
+                frame, reasons = tombstones(frame, tombstone_keys, event_time.column, reasons)
+        if source.changes:
+            frame, payload, reasons = changes(frame, event_time.column, reasons)
+        deleted = F.col(f"{_PAYLOAD}.{OP}") == F.lit("d")
         view = [
             *(F.col(f"{_PAYLOAD}.{f.name}").alias(f.name) for f in payload.fields),
             F.col(EVENT_TS),
             F.struct(*(F.col(c) for c in KAFKA_METADATA)).alias(KAFKA_COLUMN),
-            *([F.col("value").isNull().alias(TOMBSTONE)] if tombstone_keys is not None else []),
+            *(
+                [(deleted if source.changes else F.col("value").isNull()).alias(TOMBSTONE)]
+                if tombstone_keys is not None
+                else []
+            ),
         ]
     else:
         payload = StructType()
@@ -251,6 +270,8 @@ def source_carries(spark: SparkSession, source: KafkaSource, column: str) -> boo
             return column in payload_schema(source, 0).fieldNames()
         except PlanError:  # compile_source reports it with the source's index
             return False
+    if source.changes and column in CHANGE_COLUMNS:
+        return True
     try:
         schema = DataType.fromDDL(source.schema_ddl or "")
     except Exception:  # compile_source reports the bad schema with its key
@@ -270,62 +291,40 @@ def source_event_time(view: DataFrame, event_time: EventTime) -> Column | None:
 
 
 def _decode_json(
-    frame: DataFrame, source: KafkaSource, index: int, in_reader: bool = False
+    frame: DataFrame,
+    source: KafkaSource,
+    index: int,
+    in_reader: bool = False,
+    into: str = _PAYLOAD,
 ) -> tuple[DataFrame, StructType]:
-    """The frame with the payload struct ``_PAYLOAD``: ``from_json``'s, or the reader's
+    """The frame with the payload struct ``into``: ``from_json``'s, or the reader's
     where it decoded the record (``in_reader``: ``_undecoded`` is FALSE) and ``from_json``
-    only for the rest; the CASE evaluates ``from_json`` for those rows alone."""
+    only for the rest; the CASE evaluates ``from_json`` for those rows alone. A Debezium
+    source's payload is its change envelope (``flow_jobs.formats.debezium``)."""
     assert source.schema_ddl is not None
+    schema = source.schema_ddl
+    if source.changes:
+        try:
+            columns = [(c.name, c.type) for c in parse_schema(schema).columns]
+        except DdlError as e:
+            raise PlanError(f"sources[{index}].schema", str(e)) from None
+        schema = envelope_ddl(columns)
     # on a line of its own: a schema may end in a "-- comment", which would swallow it
-    ddl = f"{source.schema_ddl.strip().rstrip(',')}\n, {_CORRUPT} STRING"
+    ddl = f"{schema.strip().rstrip(',')}\n, {_CORRUPT} STRING"
     try:
         payload = F.from_json(
             F.col("value").cast("string"), ddl, {"columnNameOfCorruptRecord": _CORRUPT}
         )
         if in_reader:
             payload = F.when(F.col(UNDECODED), payload).otherwise(F.col(DECODED))
-        decoded = frame.withColumn(_PAYLOAD, payload).drop(
-            *([DECODED, UNDECODED] if in_reader else [])
-        )
-        fields = decoded.schema[_PAYLOAD].dataType
+        decoded = frame.withColumn(into, payload).drop(*([DECODED, UNDECODED] if in_reader else []))
+        fields = decoded.schema[into].dataType
     except AnalysisException as e:
         raise PlanError(
             f"sources[{index}].schema", f"not a valid Spark DDL schema: {e.getMessage()}"
         ) from None
     assert isinstance(fields, StructType)
     return decoded, StructType([f for f in fields.fields if f.name != _CORRUPT])
-
-
-def _tombstones(
-    frame: DataFrame, keys: Sequence[str], time: str, reasons: list[Reason]
-) -> tuple[DataFrame, list[Reason]]:
-    """A changelog's tombstones (NULL values) as rows: the key columns from the Kafka
-    key's JSON object, the event-time column from the Kafka timestamp, the rest NULL.
-    One without its keys there is a bad record."""
-    payload = frame.schema[_PAYLOAD].dataType
-    assert isinstance(payload, StructType)
-    key_fields = StructType([payload[k] for k in keys if k in payload.fieldNames()])
-    from_key = F.from_json(F.col("key").cast("string"), key_fields)
-
-    def field(name: str, data_type: DataType) -> Column:
-        if name in key_fields.fieldNames():
-            return from_key.getField(name)
-        if name == time and isinstance(data_type, EPOCH_MILLIS_TYPES):
-            return F.unix_millis(F.col("timestamp")).cast(data_type)
-        if name == time:
-            return F.col("timestamp").cast(data_type)
-        return F.lit(None).cast(data_type)
-
-    tombstone = F.struct(*(field(f.name, f.dataType).alias(f.name) for f in payload.fields))
-    null = F.col("value").isNull()
-    frame = frame.withColumn(_PAYLOAD, F.when(null, tombstone).otherwise(F.col(_PAYLOAD)))
-    missing = (from_key.getField(k).isNull() for k in key_fields.names)
-    keyless = null & reduce(lambda a, b: a | b, missing, F.lit(len(key_fields) < len(keys)))
-    reason = "tombstone without its keys: the Kafka key must be a JSON object with " + ", ".join(
-        keys
-    )
-    # the null-payload reason is the tombstone's now
-    return frame, [(keyless, reason), *(r for r in reasons if r[1] is not NULL_PAYLOAD)]
 
 
 def _event_time_reasons(

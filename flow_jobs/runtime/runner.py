@@ -14,9 +14,10 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.types import StructType
 
 from flow_jobs.dead_letters import DeadLetterTable
-from flow_jobs.io.batch import Supersede
+from flow_jobs.io.batch import DELETE, Supersede
 from flow_jobs.io.checkpoint_files import checkpoint_files
 from flow_jobs.io.checkpoint_gateway import publish_driver_gateway, withdraw_driver_gateway
 from flow_jobs.ledger.batch_ledger import BatchLedger
@@ -25,6 +26,7 @@ from flow_jobs.ledger.run_lock import RunLock
 from flow_jobs.ledger.store import LedgerStore
 from flow_jobs.locations import local_path
 from flow_jobs.plan.compile import CompiledPipeline, compile_pipeline
+from flow_jobs.plan.frame_columns import INTERNAL_PREFIX
 from flow_jobs.plan_lines import PlanLine
 from flow_jobs.runtime.batch_steps import batch_steps
 from flow_jobs.runtime.caps import GroupCap, WindowStateCapHit
@@ -98,7 +100,13 @@ class PipelineRunner:
         self.compiled: CompiledPipeline = compile_pipeline(
             self.spark, spec, self.dead_letters, self.checkpoint
         )
-        self.output_schema = to_arrow_schema(self.compiled.frame.schema, timezone="UTC")
+        # the plan's own columns (a delete's flag, a change's order) never reach a target
+        frame_schema = self.compiled.frame.schema
+        self.deletes_flagged = DELETE in frame_schema.names
+        self.output_schema = to_arrow_schema(
+            StructType([f for f in frame_schema if not f.name.startswith(INTERNAL_PREFIX)]),
+            timezone="UTC",
+        )
         self.ledger: LedgerStore | None = None  # opened by run(): validate needs none
         self.sink: WindowBatchSink | None = None
         self.run_lock: RunLock | None = None  # held while run() runs
@@ -134,6 +142,7 @@ class PipelineRunner:
             target.supersede = Supersede(
                 tuple(w.group_by), w.window_start_column, w.window_end_column
             )
+        target.deletes_flagged = self.deletes_flagged
         for step in batch_steps(self.spec):  # top_n emitted "current" deletes
             if step.deletes_within is not None:
                 target.ranked = step.deletes_within

@@ -102,6 +102,9 @@ class Sink(ABC):
         #: top_n emitted "current": a batch holds the whole top N of each partition it
         #: touches, and the target's other rows of those partitions are deleted
         self.ranked: tuple[str, ...] | None = None  # the partition columns
+        #: a batch's rows hold ``flow_jobs.io.batch.DELETE``: a flagged row deletes its
+        #: key's row (a change feed: ``[transform.mirror]``)
+        self.deletes_flagged = False
 
     # -- the writer ------------------------------------------------------------------
 
@@ -142,6 +145,8 @@ class Sink(ABC):
                 f"the rows each row supersedes (its group's overlapping {self.supersede.start}"
                 f" to {self.supersede.end}) deleted in the same write"
             )
+        if self.deletes_flagged:
+            deletes.append("the rows a batch's deletes name by their key deleted in the same write")
         if self.ranked is not None:
             deletes.append(
                 f"the rows of each ({', '.join(self.ranked)}) it touches that left the top "

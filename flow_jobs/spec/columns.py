@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from flow_jobs.formats.debezium import CHANGE_COLUMNS
 from flow_jobs.records import EVENT_TS
 from flow_jobs.spec.aggregation import AGGREGATOR_RULES
 from flow_jobs.spec.base import KAFKA_COLUMN, key_error
@@ -42,7 +43,8 @@ def declared_types(spec: PipelineSpec) -> dict[str, dict[str, str]]:
                 columns = parse_schema(source.schema_ddl).columns
             except DdlError:  # the source's own rule names it
                 continue
-            out[source.name] = {c.name: c.type for c in columns} | {EVENT_TS: "timestamp"}
+            changes = CHANGE_COLUMNS if source.changes else {}
+            out[source.name] = {c.name: c.type for c in columns} | changes | {EVENT_TS: "timestamp"}
     return out
 
 

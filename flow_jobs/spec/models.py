@@ -169,7 +169,9 @@ class PipelineSpec(SpecModel):
                     f"lookups[{i}].name = {lookup.name!r} is also {seen[lookup.name]}: "
                     "views need distinct names",
                 )
-        self.transform.stages()[0].check_sources(self.sources, self.transform.sql)
+        first = self.transform.stages()[0]
+        first.check_sources(self.sources, self.transform.sql)
+        check_changes(self, first)
         check_operators(self)
         check_columns(self)
         check_event_time_types(self)
@@ -180,6 +182,12 @@ class PipelineSpec(SpecModel):
                 f'kind = "{kind}" cannot take top_n with emit = "current": a row that '
                 f"leaves the top N is deleted, which {append_only} cannot do; use "
                 f'{deleting_kinds()}, or emit = "final"',
+            )
+        if getattr(first, "DELETES", False) and append_only:
+            raise key_error(
+                "target.kind",
+                f'kind = "{kind}" cannot take {first.NOUN}: a change may delete a row, which '
+                f"{append_only} cannot do; use {deleting_kinds()}",
             )
         if self.supersedes_overlapping and append_only:
             raise key_error(
@@ -316,3 +324,23 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list):
         return [_plain(v) for v in value]
     return value
+
+
+def check_changes(spec: PipelineSpec, first: Any) -> None:
+    """A Debezium source's rows are changes of a table's rows: only a stage that takes
+    changes (``takes_changes(source)``: the mirror, a temporal join's versions) reads
+    them. A window, a join or an append would count an update as one more row and never
+    take back what a delete removed: they need retracting operators, which flow-jobs
+    has not."""
+    takes = getattr(first, "takes_changes", None)
+    for i, source in enumerate(spec.sources):
+        if not source.changes or (takes is not None and takes(source.name)):
+            continue
+        raise key_error(
+            f"sources[{i}].format",
+            f'{source.name!r} is format = "debezium": its records are changes of a table\'s '
+            f"rows (an update replaces a row, a delete takes one back), and {type(first).NOUN} "
+            "would read each as one more event: it has no retraction. Read changes with "
+            "[transform.mirror] (the table kept by its primary key) or as the versions_source "
+            "of [transform.temporal_join]",
+        )

@@ -17,6 +17,7 @@ from pydantic import (
     model_validator,
 )
 
+from flow_jobs.formats.debezium import CHANGE_COLUMNS
 from flow_jobs.instants import epoch_ms
 from flow_jobs.records import EVENT_TS
 from flow_jobs.secrets import redact
@@ -176,7 +177,9 @@ class KafkaSource(SpecModel):
     #: writer schema's id, the body), each read with its writer schema from
     #: ``schema_registry`` and resolved to the reader schema (``subject`` at ``version``),
     #: which is the view's schema too; "avro" also as bare bodies of ``avro_schema``.
-    format: Literal["json", "raw", "avro", "protobuf", "json_schema"] = "json"
+    #: "debezium": Debezium change events, JSON (``schema`` is the table row's) or, with
+    #: ``schema_registry``, Confluent-framed Avro (``flow_jobs.formats.debezium``).
+    format: Literal["json", "raw", "avro", "protobuf", "json_schema", "debezium"] = "json"
     schema_ddl: str | None = Field(default=None, alias="schema")
     schema_registry: SchemaRegistrySpec | None = None
     #: a registry format: the subject of the reader schema (default ``<topic>-value``)
@@ -216,7 +219,19 @@ class KafkaSource(SpecModel):
     @property
     def registry_format(self) -> bool:
         """Whether the payloads are read through ``flow_jobs.formats``."""
-        return self.format in REGISTRY_FORMATS
+        return self.format in REGISTRY_FORMATS or (
+            self.format == "debezium" and self.schema_registry is not None
+        )
+
+    @property
+    def payload_format(self) -> str:
+        """The format of a registry source's payloads (a Debezium envelope is Avro)."""
+        return "avro" if self.format == "debezium" else self.format
+
+    @property
+    def changes(self) -> bool:
+        """Whether each record is a change of a table's row (Debezium), not an event."""
+        return self.format == "debezium"
 
     @field_validator("avro_schema", mode="after")
     @classmethod
@@ -258,6 +273,13 @@ class KafkaSource(SpecModel):
     def _rules(self) -> KafkaSource:
         _identifier("name", self.name)
         ddl = self.schema_ddl
+        if self.changes and not self.registry_format and not (ddl and ddl.strip()):
+            raise key_error(
+                "schema",
+                'schema is required when format = "debezium" has no schema_registry: the '
+                "Spark DDL of the table's row (the fields of before and after), e.g. "
+                'schema = "id BIGINT, name STRING, updated_at BIGINT"',
+            )
         if self.format == "json" and not (ddl and ddl.strip()):
             raise key_error(
                 "schema",
@@ -279,10 +301,11 @@ class KafkaSource(SpecModel):
             schema = parse_schema(ddl)
         except DdlError as e:
             raise key_error("schema", str(e)) from None
-        if self.format == "json" and schema.not_json:
+        if self.format in ("json", "debezium") and schema.not_json:
             raise key_error("schema", schema.not_json[0])
+        reserved = (EVENT_TS, KAFKA_COLUMN, *(CHANGE_COLUMNS if self.changes else ()))
         for column in schema.columns:
-            if column.name in (EVENT_TS, KAFKA_COLUMN):
+            if column.name in reserved:
                 raise key_error(
                     "schema",
                     f"schema declares a payload column named {column.name!r}, which "
@@ -310,9 +333,16 @@ class KafkaSource(SpecModel):
             )
         keys: tuple[tuple[str, Any], ...] = (
             ("schema_registry", None), ("subject", None), ("version", "latest"))  # fmt: skip
+        registry = fmt in REGISTRY_FORMATS or fmt == "debezium"
         for key, unset in keys:
-            if (fmt not in REGISTRY_FORMATS or self.avro_schema) and getattr(self, key) != unset:
+            if (not registry or self.avro_schema) and getattr(self, key) != unset:
                 raise key_error(key, f"{key} is only for a format read through a registry")
+        if fmt == "debezium" and self.schema_registry is None:
+            for key, unset in keys[1:]:
+                if getattr(self, key) != unset:
+                    raise key_error(
+                        key, f"{key} is only for Debezium's Avro, read through a schema_registry"
+                    )
         if self.message is not None and fmt != "protobuf":
             raise key_error("message", 'message is only for format = "protobuf"')
 

@@ -94,12 +94,16 @@ class TransformSpec(SpecModel):
     temporal_join: SerializeAsAny[Any] | None = None
     window_join: SerializeAsAny[Any] | None = None
     append: SerializeAsAny[Any] | None = None
+    mirror: SerializeAsAny[Any] | None = None
     chain: list[Literal["join", "window"]] | None = None
 
     def stages(self) -> list[Stage]:
         """Its stages in the order rows flow through them: the first reads the sources
         (after their operators and the SQL), e.g. ``[join, window]`` with a chain."""
-        ordered = [self.join, self.temporal_join, self.window_join, self.append, self.window]
+        ordered = [
+            self.join, self.temporal_join, self.window_join, self.append, self.mirror,
+            self.window,
+        ]  # fmt: skip
         return [stage for stage in ordered if stage is not None]
 
     @field_validator("window", mode="before")
@@ -108,7 +112,7 @@ class TransformSpec(SpecModel):
         # the kinds registered now (``WINDOW_FAMILIES``: the built-ins, the plug-ins)
         return WindowSpec.model_validate(v, context=info.context) if isinstance(v, dict) else v
 
-    @field_validator("join", "temporal_join", "window_join", "append", mode="before")
+    @field_validator("join", "temporal_join", "window_join", "append", "mirror", mode="before")
     @classmethod
     def _stage_model(cls, v: Any, info: ValidationInfo) -> Any:
         assert info.field_name is not None
@@ -146,12 +150,14 @@ class TransformSpec(SpecModel):
                 '"drop" (the default) for a window after a join',
             )
         alone = [
-            k for k in ("temporal_join", "window_join", "append") if getattr(self, k) is not None
+            k
+            for k in ("temporal_join", "window_join", "append", "mirror")
+            if getattr(self, k) is not None
         ]
         if alone:
             # the append stage runs the SQL itself
             reads = ("sql",) if alone[0] == "append" else ()
-            stages = ("window", "join", "temporal_join", "window_join", "append")
+            stages = ("window", "join", "temporal_join", "window_join", "append", "mirror")
             others = [
                 k
                 for k in (*stages, "sql", "lookups")
@@ -168,8 +174,9 @@ class TransformSpec(SpecModel):
             raise key_error(
                 "window",
                 "[transform.window], [transform.join], [transform.temporal_join], "
-                "[transform.window_join] or [transform.append] (each row of [transform].sql "
-                "written once) is required: what should run?",
+                "[transform.window_join], [transform.append] (each row of [transform].sql "
+                "written once) or [transform.mirror] (a table kept equal to a Debezium "
+                "source's) is required: what should run?",
             )
         if self.join is not None and (self.sql or self.lookups):
             raise key_error(

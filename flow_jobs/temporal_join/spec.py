@@ -35,7 +35,8 @@ class TemporalJoinSpec(SpecModel):
     stream_source: str
     #: the changelog: a JSON source whose records are versions of its keys; a record
     #: with a NULL value (a tombstone) ends its key's version, its keys read from the
-    #: Kafka key (a JSON object), its time from the Kafka timestamp
+    #: Kafka key (a JSON object), its time from the Kafka timestamp; or a Debezium
+    #: source, whose update is a new version and whose delete ends one
     versions_source: str
     stream_keys: list[str]
     version_keys: list[str]
@@ -145,9 +146,22 @@ class TemporalJoinSpec(SpecModel):
                 "stream_source and its versions_source",
             )
         versions = by_name[self.versions_source]
-        if versions.format != "json" or versions.schema_ddl is None:
+        stream = by_name[self.stream_source]
+        if stream.changes:
+            raise key_error(
+                "transform.temporal_join.stream_source",
+                f'{stream.name!r} is format = "debezium": a change event joins as the '
+                "versions_source only (an update is a new version, a delete ends one); the "
+                "stream's rows are events",
+            )
+        if not versions.changes and (versions.format != "json" or versions.schema_ddl is None):
             raise key_error(
                 "transform.temporal_join.versions_source",
                 f"{versions.name!r} is format = {versions.format!r}: the versions are read as "
-                "JSON with a declared schema (a tombstone's keys from its Kafka key)",
+                "JSON with a declared schema (a tombstone's keys from its Kafka key), or as "
+                'Debezium changes (format = "debezium")',
             )
+
+    def takes_changes(self, source: str) -> bool:
+        """A Debezium source may be the versions (a change is a new version)."""
+        return source == self.versions_source

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from flow_jobs.instants import iso
-from flow_jobs.io.batch import BatchEntry, ClosedWindows, WriteResult, row_key
+from flow_jobs.io.batch import BatchEntry, ClosedWindows, WriteResult, row_key, split_deletes
 from flow_jobs.io.delta import DeltaMergeTable, query_delta, quoted, read_delta
 from flow_jobs.sinks.base import Crowded, NoTargetYet, Sink, SinkOutput, TargetUnreadable
 from flow_jobs.sinks.delta.spec import DeltaTarget
@@ -69,13 +69,18 @@ class DeltaMergeSink(Sink):
             if self.closed is not None:
                 update_if = open_window(self.closed, "s")
                 delete_if = open_window(self.closed, "t")
+            deletes = None
+            if self.deletes_flagged:
+                rows, deletes = split_deletes(rows)
+            elif self.ranked is not None:
+                deletes = self._left_the_top(rows)
             merged = self.table.merge(
                 rows,
                 txn=(app_id, entry.batch_id),
                 update_if=update_if,
                 supersede=self.supersede,
                 delete_if=delete_if,
-                deletes=self._left_the_top(rows) if self.ranked is not None else None,
+                deletes=deletes,
             )
             return WriteResult(
                 merged.skipped,

@@ -28,13 +28,15 @@ def merge_region(
     ranked: Sequence[str] | None,
     held_open: Sequence[bool | None] | None = None,
     batch_open: Sequence[bool | None] | None = None,
+    deletes: Sequence[dict[str, Any]] = (),
 ) -> Merged:
     """The region's rows (``held``) after the batch's, as Delta's MERGE and the
     Postgres upsert leave them: a matched row updated, a new one inserted; the rows a
     session row supersedes and those that left a top N of ``ranked`` partitions
     deleted. ``held_open``/``batch_open``: per row, whether its window may be written
     (``ClosedWindows.arrow_open``: an earlier lineage's closed windows stay as they
-    are); None: every window may."""
+    are); None: every window may. ``deletes``: the keys of held rows a change feed's
+    deletes take out."""
 
     def writable(mask: Sequence[bool | None] | None, i: int) -> bool:
         return mask is None or bool(mask[i])
@@ -75,5 +77,9 @@ def merge_region(
                 and writable(held_open, i)
             ):
                 gone.add(i)
+    deleted = {row_key(r, key) for r in deletes}
+    for i, row in enumerate(held):
+        if row_key(row, key) in deleted:
+            gone.add(i)
     rows = [r for i, r in enumerate(kept) if i not in gone]
     return Merged(rows, inserted, updated, len(gone))

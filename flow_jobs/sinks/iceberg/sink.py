@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from flow_jobs.errors import TargetSchemaError, TargetUnavailable
-from flow_jobs.io.batch import BatchEntry, WriteResult
+from flow_jobs.io.batch import BatchEntry, WriteResult, row_key, split_deletes
 from flow_jobs.io.delta import normalize_schema
 from flow_jobs.secrets import redact
 from flow_jobs.sinks.base import Crowded, NoTargetYet, Sink, SinkOutput, TargetUnreadable
@@ -142,11 +142,12 @@ class IcebergSink(Sink):
         return None if snapshot is None else str(snapshot.snapshot_id)
 
     def writing(self) -> str:
-        region = (
-            f"the table's rows in the batch's range of {', '.join(self._bounded)}"
-            if self._bounded
-            else "the whole table (the key has no timestamp column to bound it by)"
-        )
+        if self.deletes_flagged:
+            region = "the table's rows of the keys the batch names"
+        elif self._bounded:
+            region = f"the table's rows in the batch's range of {', '.join(self._bounded)}"
+        else:
+            region = "the whole table (the key has no timestamp column to bound it by)"
         return (
             f"pyiceberg commit to {self.spec.describe()} on ({', '.join(self.natural_key)}): "
             f"{region} read, merged with the batch in Arrow (a matched row updated, a new "
@@ -166,8 +167,12 @@ class IcebergSink(Sink):
         if rows.num_rows == 0:
             return WriteResult(False, 0, 0, self._snapshot(table))
         target_schema = table.schema().as_arrow()
+        gone: list[dict[str, Any]] = []
+        if self.deletes_flagged:
+            rows, deleted = split_deletes(rows)
+            gone = deleted.select(self.natural_key).to_pylist()
         batch = rows.select(self.schema.names).cast(self.schema)
-        region = self._region(batch)
+        region = self._region(batch) if not self.deletes_flagged else self._keys(batch, gone)
         held = table.scan(row_filter=region).to_arrow()
         closed = self.closed
         merged = merge_region(
@@ -178,6 +183,7 @@ class IcebergSink(Sink):
             self.ranked,
             held_open=None if closed is None else closed.arrow_open(held).to_pylist(),
             batch_open=None if closed is None else closed.arrow_open(batch).to_pylist(),
+            deletes=gone,
         )
         result = pa.Table.from_pylist(merged.rows, schema=target_schema)
         properties = {
@@ -186,9 +192,11 @@ class IcebergSink(Sink):
             "flow-jobs.batch-id": str(entry.batch_id),
         }
         with table.transaction() as tx:
-            if held.num_rows:
+            if held.num_rows and merged.rows:
                 tx.overwrite(result, overwrite_filter=region, snapshot_properties=properties)
-            else:
+            elif held.num_rows:  # the batch deleted every row of its region
+                tx.delete(region, snapshot_properties=properties)
+            elif merged.rows:
                 tx.append(result, snapshot_properties=properties)
             tx.set_properties({txn: str(entry.batch_id)})
         return WriteResult(
@@ -220,6 +228,27 @@ class IcebergSink(Sink):
                     bounds.append(GreaterThanOrEqual(column, low))
                     bounds.append(LessThanOrEqual(column, high))
         return reduce(And, bounds) if bounds else AlwaysTrue()
+
+    def _keys(self, batch: pa.Table, gone: list[dict[str, Any]]) -> BooleanExpression:
+        """A change feed's region: the table's rows of the keys its batch names."""
+        from pyiceberg.expressions import AlwaysFalse, And, EqualTo, In, IsNull, Or
+
+        keys = {row_key(r, self.natural_key) for r in batch.select(self.natural_key).to_pylist()}
+        keys |= {row_key(r, self.natural_key) for r in gone}
+        if not keys:
+            return AlwaysFalse()
+        if len(self.natural_key) == 1:
+            (column,) = self.natural_key
+            values = [k[0] for k in keys if k[0] is not None]
+            found: BooleanExpression = In(column, values) if values else AlwaysFalse()
+            return Or(found, IsNull(column)) if len(values) < len(keys) else found
+
+        def equal(column: str, value: Any) -> BooleanExpression:
+            return IsNull(column) if value is None else EqualTo(column, value)
+
+        rows = (reduce(And, (equal(c, v) for c, v in zip(self.natural_key, k, strict=True)))
+                for k in keys)  # fmt: skip
+        return reduce(Or, rows)
 
     # -- read back -------------------------------------------------------------------
 

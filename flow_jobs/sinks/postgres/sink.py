@@ -12,7 +12,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from flow_jobs.errors import TargetSchemaError
-from flow_jobs.io.batch import BatchEntry, ClosedWindows, Supersede, WriteResult
+from flow_jobs.io.batch import BatchEntry, ClosedWindows, Supersede, WriteResult, split_deletes
 from flow_jobs.sinks.base import Crowded, NoTargetYet, Sink, SinkOutput
 from flow_jobs.sinks.postgres.spec import PostgresTarget
 
@@ -125,6 +125,10 @@ class PostgresUpsertSink(Sink):
         assert conn is not None, "a Postgres target writes in its ledger row's transaction"
         names = self.schema.names
         inserted = updated = superseded = 0
+        if rows.num_rows and self.deletes_flagged:
+            rows, gone = split_deletes(rows)
+            if gone.num_rows:
+                superseded = self._delete_keys(conn, gone.select(names))
         if rows.num_rows:
             self._stage(conn, rows.select(names))
             if self.supersede is not None:
@@ -135,20 +139,33 @@ class PostgresUpsertSink(Sink):
         xid = conn.execute("SELECT pg_current_xact_id()::text").fetchone()
         return WriteResult(False, inserted, updated, xid[0] if xid else None, superseded)
 
-    def _stage(self, conn: Any, rows: pa.Table) -> None:
+    def _stage(self, conn: Any, rows: pa.Table, name: str = "flow_batch") -> None:
         """The batch's rows in a temporary table (``flow_batch``) of the transaction."""
         names = rows.column_names
         cols = sql.SQL(", ").join(map(sql.Identifier, names))
+        staged = sql.Identifier(name)
         conn.execute(
-            sql.SQL(
-                "CREATE TEMP TABLE flow_batch ON COMMIT DROP AS SELECT {} FROM {} WITH NO DATA"
-            ).format(cols, self._table)
+            sql.SQL("CREATE TEMP TABLE {} ON COMMIT DROP AS SELECT {} FROM {} WITH NO DATA").format(
+                staged, cols, self._table
+            )
         )
-        with conn.cursor().copy(sql.SQL("COPY flow_batch ({}) FROM STDIN").format(cols)) as copy:
+        with conn.cursor().copy(sql.SQL("COPY {} ({}) FROM STDIN").format(staged, cols)) as copy:
             for row in rows.to_pylist():
                 copy.write_row(
                     [Jsonb(row[n]) if n in self._json_columns else row[n] for n in names]
                 )
+
+    def _delete_keys(self, conn: Any, gone: pa.Table) -> int:
+        """Delete the rows keyed as ``gone``'s (a change feed's deletes)."""
+        staged = "flow_batch_deletes"
+        self._stage(conn, gone, staged)
+        same = sql.SQL(" AND ").join(_not_distinct(c) for c in self.natural_key)
+        deleted = conn.execute(
+            sql.SQL("DELETE FROM {} AS t USING {} AS s WHERE {}").format(
+                self._table, sql.Identifier(staged), same
+            )
+        )
+        return deleted.rowcount
 
     def _delete_superseded(self, conn: Any, supersede: Supersede) -> int:
         """Delete the rows the batch's rows supersede (before their upsert)."""
