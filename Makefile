@@ -105,6 +105,10 @@ bench-compare: $(STAMP) $(QUIX_STAMP)
 bench-nexmark: $(STAMP)
 	$(PY) -m bench.nexmark.run $(if $(N),--events $(N),)
 
+## bench-inserts: a join's Delta inserts written by the driver and by the executors on a 2-worker standalone cluster (driver CPU and peak memory per row, events/s; ORDERS=300000)
+bench-inserts: $(STAMP)
+	$(PY) -m bench.executor_inserts $(if $(ORDERS),--orders $(ORDERS),)
+
 ## bench-state: state at scale, 1k / 100k / 1M keys in one window (keys -> events/s -> peak state -> RSS)
 bench-state: $(STAMP)
 	$(PY) -m bench.state_scale $(if $(KEYS),--keys $(KEYS),)

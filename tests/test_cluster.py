@@ -26,13 +26,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
+from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from flow_jobs.io.delta import read_delta
 from flow_jobs.ledger.store import LedgerStore
 from flow_jobs.runtime.pack import pack
 from flow_jobs.runtime.runner import PipelineRunner
+from flow_jobs.sinks.delta.files import WRITTEN_BY
 from flow_jobs.spec.models import PipelineSpec
 from flow_jobs_dev.broker import EmbeddedBroker
 from flow_jobs_dev.producer import Record
@@ -183,8 +186,8 @@ def _join_spec(name: str, where: Path, broker: EmbeddedBroker, topics: tuple[str
     }
 
 
-def _rows(path: Path) -> list[tuple]:
-    table = read_delta(str(path))
+def _rows(path: str) -> list[tuple]:
+    table = read_delta(path)
     return sorted(tuple(sorted(r.items())) for r in table.to_pylist())
 
 
@@ -222,11 +225,11 @@ def test_three_pipeline_shapes_on_a_cluster_equal_local(
     remote: dict[str, PipelineSpec] = {}
     for shape in shapes:
         where = workdir / "cluster" / shape
+        spec_doc = doc(shape, where, f"cluster-{shape}")
+        if shape == "join":  # a URI: the executors write its inserts (shared storage)
+            spec_doc["target"]["path"] = (where / "cluster-join_target").as_uri()
         spec = PipelineSpec.model_validate(
-            {
-                **doc(shape, where, f"cluster-{shape}"),
-                "checkpoint": {"location": (where / "cp").as_uri()},
-            }
+            {**spec_doc, "checkpoint": {"location": (where / "cp").as_uri()}}
         )
         (specs / f"{shape}.toml").write_text(spec.to_toml())
         remote[shape] = spec
@@ -266,8 +269,23 @@ def test_three_pipeline_shapes_on_a_cluster_equal_local(
             read_windows(remote[shape].target.path, key),
             read_windows(local[shape].target.path, key),
         )
-    assert _rows(Path(remote["join"].target.path)) == _rows(Path(local["join"].target.path))
-    assert len(_rows(Path(local["join"].target.path))) > 100
+    assert _rows(remote["join"].target.path) == _rows(local["join"].target.path)
+    assert len(_rows(local["join"].target.path)) > 100
+    # The join only inserts: its rows never came to the driver. Every commit is an
+    # insert of files (no MERGE of rows the driver held), each file written by an
+    # executor process in a worker's folder.
+    joined = DeltaTable(remote["join"].target.path)
+    writes = [c for c in joined.history() if c["operation"] != "CREATE TABLE"]
+    assert writes and {c["operation"] for c in writes} == {"WRITE"}, writes
+    writers = set()
+    for uri in joined.file_uris():
+        footer = pq.ParquetFile(uri.removeprefix("file://")).metadata.metadata
+        written_by = json.loads(footer[WRITTEN_BY.encode()])
+        writers.add(Path(written_by["cwd"]).relative_to(standalone.root).parts[0])
+    assert writers <= {"worker-0", "worker-1"} and writers, writers
+    # the windows (a plain path on a cluster) are the driver's to write: MERGEs
+    windows = DeltaTable(remote["tumbling"].target.path).history()
+    assert {c["operation"] for c in windows} == {"CREATE TABLE", "MERGE"}
 
     # Both dead letters of the tumbling run: in its table, counted in its ledger.
     dead = read_delta(remote["tumbling"].dead_letter_path()).to_pylist()

@@ -46,13 +46,25 @@ class WriteResult:
     superseded: int = 0  # rows an overlapping session row replaced (Supersede)
 
 
+@dataclass(frozen=True)
+class StagedFiles:
+    """A batch's rows as data files the executors wrote, to commit (``Sink.inserts``):
+    what the driver holds of them, one dict per file (its name, size, rows, statistics)."""
+
+    files: tuple[dict[str, Any], ...]
+
+    @property
+    def num_rows(self) -> int:
+        return sum(int(f["rows"]) for f in self.files)
+
+
 class BatchWriter(Protocol):
     """What the ledger asks of a target's sink (``flow_jobs.sinks.base.Sink``): how it
     writes a batch at most once, and the write."""
 
     once_by: Literal["ledger", "ledger-first", "target"]
 
-    def write(self, rows: pa.Table, entry: BatchEntry, conn: Any) -> WriteResult: ...
+    def write(self, rows: pa.Table | StagedFiles, entry: BatchEntry, conn: Any) -> WriteResult: ...
 
 
 @dataclass(frozen=True)

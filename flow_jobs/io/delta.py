@@ -98,11 +98,11 @@ class DeltaMergeTable:
             for c in columns
         )
 
-    def _uri(self) -> str:
+    def uri(self) -> str:
         return self.path if is_uri(self.path) else str(Path(self.path).resolve())
 
     def open(self) -> DeltaTable:
-        return DeltaTable(self._uri(), storage_options=self.storage_options)
+        return DeltaTable(self.uri(), storage_options=self.storage_options)
 
     def ensure(self) -> DeltaTable:
         """Create the table if missing; refuse one whose columns differ."""
@@ -111,9 +111,9 @@ class DeltaMergeTable:
         except TableNotFoundError:
             try:
                 if not is_uri(self.path):
-                    Path(self._uri()).mkdir(parents=True, exist_ok=True)
+                    Path(self.uri()).mkdir(parents=True, exist_ok=True)
                 return DeltaTable.create(
-                    self._uri(), self.schema, mode="ignore", storage_options=self.storage_options
+                    self.uri(), self.schema, mode="ignore", storage_options=self.storage_options
                 )
             except (OSError, DeltaError) as e:
                 reason = getattr(e, "strerror", None) or str(e).splitlines()[0]

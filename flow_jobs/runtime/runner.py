@@ -41,8 +41,13 @@ from flow_jobs.runtime.metrics import serve
 from flow_jobs.runtime.outages import BrokerWatch
 from flow_jobs.runtime.preflight import check_sources
 from flow_jobs.runtime.progress import IdleHeartbeat, ProgressTracker, RunSummary
-from flow_jobs.runtime.session import pipeline_session, refuse_unshared_paths, session_for
-from flow_jobs.runtime.sink import StopRequested, WindowBatchSink, last_progress
+from flow_jobs.runtime.session import (
+    pipeline_session,
+    plain_paths_shared,
+    refuse_unshared_paths,
+    session_for,
+)
+from flow_jobs.runtime.sink import StopRequested, WindowBatchSink, inserts_only, last_progress
 from flow_jobs.runtime.stopping import await_trigger_end, quiet_expected_stop, stop_if_active
 from flow_jobs.secrets import redact
 from flow_jobs.settings import Settings
@@ -196,6 +201,8 @@ class PipelineRunner:
             state.state_version,
             state.replay_from,
             self.run_lock,
+            inserts_only(self.spec, self.compiled.output_mode, self.compiled.frame.columns),
+            plain_paths_shared(self.spark.sparkContext.master),
         )
         for warning in self.spec.warnings():
             log.warning("%s: %s", self.spec.name, warning)

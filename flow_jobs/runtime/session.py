@@ -346,8 +346,9 @@ def refuse_unshared_paths(spec: PipelineSpec, master: str) -> None:
     Delta tables; a plain path there means each node's own disk, where state would
     scatter and a restarted task would not find it. As a URI (``file:///`` for a mount
     every node shares, ``hdfs://``, ``s3a://``) the spec says the storage is shared.
-    The target and the dead-letter table are written by the driver (dead letters reach
-    it with the micro-batch): any path works for them."""
+    The dead-letter table is written by the driver (dead letters reach it with the
+    micro-batch), and so is a target at a plain path: any path works for them (a Delta
+    target's executors write a batch's files only to a URI there: ``plain_paths_shared``)."""
     if master.startswith("local"):
         return
     plain = [("checkpoint.location", spec.checkpoint_location())] + [
@@ -364,3 +365,9 @@ def refuse_unshared_paths(spec: PipelineSpec, master: str) -> None:
                 "shares as a URI: file:///mnt/shared/... for a shared mount, hdfs://..., "
                 "s3a://...",
             )
+
+
+def plain_paths_shared(master: str) -> bool:
+    """Whether every process of the session reaches a plain path as the driver does: a
+    local master's executors run on the driver's machine."""
+    return master.startswith("local")

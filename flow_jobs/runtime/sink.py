@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import DataFrame
 
 from flow_jobs.dead_letters import OBSERVATION_PREFIX, DeadLetterTable
-from flow_jobs.io.batch import BatchEntry, ClosedWindows, WriteResult
+from flow_jobs.io.batch import DELETE, BatchEntry, ClosedWindows, StagedFiles, WriteResult
 from flow_jobs.io.waits import wait_out
 from flow_jobs.ledger.batch_ledger import BatchLedger
 from flow_jobs.ledger.run_lock import RunLock
@@ -24,7 +25,7 @@ from flow_jobs.runtime.checkpoint import read_offset_log
 from flow_jobs.runtime.metrics import metrics
 from flow_jobs.runtime.observations import Observations
 from flow_jobs.runtime.reports import as_dict
-from flow_jobs.sinks.base import Sink
+from flow_jobs.sinks.base import ExecutorInserts, Sink
 from flow_jobs.spec.models import PipelineSpec
 
 log = logging.getLogger(__name__)
@@ -64,8 +65,15 @@ class WindowBatchSink:
         state_version: int,
         replay_from: datetime | None = None,
         run_lock: RunLock | None = None,
+        inserts_only: bool = False,
+        plain_paths_shared: bool = True,
     ) -> None:
         self.spec = spec
+        #: each batch's rows are new ones (``inserts_only``): the target's executors may
+        #: write them (``Sink.inserts``), asked once the query id is known
+        self.inserts_only = inserts_only
+        self.plain_paths_shared = plain_paths_shared
+        self._inserts: ExecutorInserts | None = None
         #: held before each write; taken again after a state-store restart
         self.run_lock = run_lock
         self.pipeline = spec.name
@@ -130,6 +138,10 @@ class WindowBatchSink:
                     until.isoformat(),
                     replayed,
                 )
+        if self.inserts_only:
+            self._inserts = self.target.inserts(str(query.id), self.plain_paths_shared)
+            if self._inserts is not None:
+                log.info("%s: each batch's data files are written by the executors", self.pipeline)
         self._query_id = str(query.id)  # last: a batch runs only once all is set
 
     @property
@@ -144,8 +156,9 @@ class WindowBatchSink:
         lines = [
             PlanLine(
                 "micro-batch",
-                f"foreachBatch on the driver, {trigger}: one action (toArrow) runs the "
-                "batch (the sources, the taps, the operators, the state store's commit); "
+                f"foreachBatch on the driver, {trigger}: one action runs the batch (the "
+                "sources, the taps, the operators, the state store's commit): toArrow, or "
+                "where the target's executors write a batch that only inserts, theirs; "
                 "then its dead letters, then the target write and its ledger row, each "
                 f"tried again while a store is away (retry_for_ms = {spec.runtime.retry_for_ms})",
             )
@@ -183,7 +196,9 @@ class WindowBatchSink:
             # version and the dead-letter taps collect the bad rows. It must run even
             # when the batch was already written, or the next batch finds no state
             # version.
-            rows = frame.toArrow()
+            rows: pa.Table | StagedFiles = (
+                frame.toArrow() if self._inserts is None else self._inserts.stage(frame, batch_id)
+            )
             tapped = self._taps.take(self._query)
             computed = time.monotonic()
             end = read_offset_log(self.checkpoint, batch_id, self.spec)
@@ -205,7 +220,8 @@ class WindowBatchSink:
             what = f"writing batch {batch_id}"
             if self.run_lock is not None:  # this run still holds the pipeline: no write else
                 self.run_lock.ensure(what)
-            for step in self.steps:
+            for step in self.steps:  # none where the executors wrote the rows
+                assert isinstance(rows, pa.Table)
                 rows = step(rows, start.watermark if start else None)
             # Dead letters first: their count goes into the ledger row.
             # (in the state store with [dead_letter] kind = "state_store": ON CONFLICT on
@@ -233,6 +249,21 @@ class WindowBatchSink:
                 done - computed,
                 written.version,
             )
+
+
+def inserts_only(spec: PipelineSpec, output_mode: str, columns: list[str]) -> bool:
+    """Whether each batch's rows are new ones, never written before in this checkpoint's
+    lineage: each window once when it closes (emit "final", no reopening), each joined
+    row once, each appended record once (named by its Kafka position); no batch step
+    reshapes them (a top N) and none takes a row back (a change feed's deletes)."""
+    t = spec.transform
+    return (
+        output_mode == "append"
+        and not batch_steps(spec)
+        and not (spec.has_window and spec.window.reopens)
+        and DELETE not in columns
+        and not (t.append is not None and t.append.row_id is not None)
+    )
 
 
 def last_progress(query: Any) -> dict[str, Any] | None:

@@ -10,16 +10,17 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 import pyarrow as pa
 
-from flow_jobs.io.batch import BatchEntry, ClosedWindows, Supersede, WriteResult
+from flow_jobs.io.batch import BatchEntry, ClosedWindows, StagedFiles, Supersede, WriteResult
 from flow_jobs.plan_lines import PlanLine
 from flow_jobs.spec.targets import TargetSpec
 
 if TYPE_CHECKING:
     import psycopg
+    from pyspark.sql import DataFrame
 
     from flow_jobs.ledger.store import LedgerStore
 
@@ -60,6 +61,14 @@ class Crowded:
     groups: int  # how many
     extra: int  # their rows beyond the limit, summed
     most: int  # the largest group's rows (0: none over)
+
+
+class ExecutorInserts(Protocol):
+    """A target's writer of a batch's data files on the executors (``Sink.inserts``)."""
+
+    def stage(self, frame: DataFrame, batch_id: int) -> StagedFiles:
+        """Run the micro-batch (its one action), each task writing its rows' file."""
+        ...
 
 
 class Sink(ABC):
@@ -118,14 +127,24 @@ class Sink(ABC):
 
     @abstractmethod
     def write(
-        self, rows: pa.Table, entry: BatchEntry, conn: psycopg.Connection | None
+        self, rows: pa.Table | StagedFiles, entry: BatchEntry, conn: psycopg.Connection | None
     ) -> WriteResult:
         """Write one batch's rows (never its ledger row); ``conn`` is the ledger row's
         transaction when ``once_by`` is "ledger", else None. The result's ``version``
-        is the commit the ledger row keeps."""
+        is the commit the ledger row keeps. ``StagedFiles``: the data files its
+        ``inserts`` writer's executors wrote, to commit."""
 
     def version(self) -> str | None:
         """The target's commit as it stands (none: None)."""
+        return None
+
+    def inserts(self, query_id: str, plain_paths_shared: bool) -> ExecutorInserts | None:
+        """For a pipeline whose batches only insert rows no earlier write holds (the
+        runtime asks only then: ``flow_jobs.runtime.sink``): the writer whose executors
+        write each batch's data files, whose list ``write`` then commits (a
+        ``StagedFiles``). None: the batch's rows come to the driver, as for every other
+        pipeline. ``plain_paths_shared``: the executors reach a plain path as the driver
+        does (a local master); else only a URI is shared storage."""
         return None
 
     def close(self) -> None:  # noqa: B027 - optional hook; most sinks hold no client

@@ -10,9 +10,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from flow_jobs.instants import iso
-from flow_jobs.io.batch import BatchEntry, ClosedWindows, WriteResult, row_key, split_deletes
+from flow_jobs.io.batch import (
+    BatchEntry,
+    ClosedWindows,
+    StagedFiles,
+    WriteResult,
+    row_key,
+    split_deletes,
+)
 from flow_jobs.io.delta import DeltaMergeTable, query_delta, quoted, read_delta
+from flow_jobs.locations import is_uri
 from flow_jobs.sinks.base import Crowded, NoTargetYet, Sink, SinkOutput, TargetUnreadable
+from flow_jobs.sinks.delta.files import DeltaFileInserts, inserted_only_by, local_root
 from flow_jobs.sinks.delta.spec import DeltaTarget
 from flow_jobs.spec.base import revealed
 
@@ -37,6 +46,7 @@ class DeltaMergeSink(Sink):
 
     def __init__(self, spec: DeltaTarget, output: SinkOutput, store: LedgerStore | None) -> None:
         super().__init__(spec, output, store)
+        self._files: DeltaFileInserts | None = None
         self.table = DeltaMergeTable(
             spec.path,
             output.schema,
@@ -53,17 +63,46 @@ class DeltaMergeSink(Sink):
 
     def writing(self) -> str:
         t = self.table
-        return (
+        merge = (
             f"deltalake MERGE into {t.path} on ({', '.join(t.natural_key)}), a matched row "
             "updated, a new one inserted, in one Delta commit carrying the application "
             "transaction (app id flow-jobs/<pipeline>/<query id>, version = batch id): a "
             "replayed batch finds its version there and is skipped"
         )
+        if self.spec.inserts_from == "driver" or local_root(t.uri()) is None:
+            return merge
+        return (
+            f"{merge}; a batch that only inserts, on a table only this checkpoint's inserts "
+            "wrote: each task writes its rows as a Parquet file into the table's folder, and "
+            "the driver commits their add actions (delta-rs write transaction) with the same "
+            "application transaction"
+        )
+
+    def inserts(self, query_id: str, plain_paths_shared: bool) -> DeltaFileInserts | None:
+        """The executors write a batch's files where the table is in a folder every
+        process reaches (a plain path on a local master, a ``file://`` URI) and holds
+        only this query's inserts (its history says so: no MERGE, no other lineage), so
+        no insert can repeat a row in it."""
+        self._files = None
+        takes_back = (self.supersede, self.ranked, self.closed)
+        if self.spec.inserts_from != "executors" or self.deletes_flagged or any(takes_back):
+            return None
+        if not plain_paths_shared and not is_uri(self.spec.path):
+            return None
+        root = local_root(self.table.uri())
+        table = self.table.open()
+        if root is None or not inserted_only_by(table.history(), table.version(), query_id):
+            return None
+        self._files = DeltaFileInserts(self.table.uri(), root, self.table.schema)
+        return self._files
 
     def write(
-        self, rows: pa.Table, entry: BatchEntry, conn: psycopg.Connection | None
+        self, rows: pa.Table | StagedFiles, entry: BatchEntry, conn: psycopg.Connection | None
     ) -> WriteResult:
         app_id = f"flow-jobs/{entry.pipeline}/{entry.query_id}"
+        if isinstance(rows, StagedFiles):
+            assert self._files is not None, "files staged without an inserts writer"
+            return self._files.commit(rows, entry, app_id, self.table.open)
         if rows.num_rows:
             update_if = delete_if = None
             if self.closed is not None:

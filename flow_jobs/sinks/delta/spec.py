@@ -23,6 +23,12 @@ class DeltaTarget(TargetSpec):
     path: str = Field(min_length=1)
     #: delta-rs storage options of the table (credentials, endpoint): secrets.
     storage_options: dict[str, SecretStr] = Field(default_factory=dict)
+    #: Where a batch that only inserts (windows emitted "final", joins, appends, on a
+    #: table only this checkpoint's inserts wrote) writes its data files: "executors"
+    #: (each task its file, the driver commits their list: its rows never reach the
+    #: driver) or "driver" (one MERGE, as every other batch). A table on an object store
+    #: is written by the driver.
+    inserts_from: Literal["executors", "driver"] = "executors"
 
     def describe(self) -> str:
         return self.path
