@@ -32,10 +32,10 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from flow_jobs.io.delta import read_delta
+from flow_jobs.io.task_files import WRITTEN_BY
 from flow_jobs.ledger.store import LedgerStore
 from flow_jobs.runtime.pack import pack
 from flow_jobs.runtime.runner import PipelineRunner
-from flow_jobs.sinks.delta.files import WRITTEN_BY
 from flow_jobs.spec.models import PipelineSpec
 from flow_jobs_dev.broker import EmbeddedBroker
 from flow_jobs_dev.producer import Record

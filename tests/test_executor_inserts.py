@@ -17,13 +17,15 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
+from flow_jobs.io.task_files import WRITTEN_BY
 from flow_jobs.runtime.runner import PipelineRunner
-from flow_jobs.sinks.delta.files import QUERY_ID, WRITTEN_BY, file_stats
+from flow_jobs.sinks.delta.files import QUERY_ID, file_stats
 from flow_jobs.spec.models import PipelineSpec
 from flow_jobs_dev.broker import EmbeddedBroker
 from tests.support import (
     assert_same_windows,
     fresh_checkpoint,
+    iceberg_target,
     make_spec,
     random_clicks,
     read_windows,
@@ -116,6 +118,42 @@ def test_executors_write_the_windows_the_driver_would_and_a_replay_adds_nothing(
     assert read_windows(path, key) == windows
     # the fresh lineage's batches went the MERGE way: no insert of its own
     assert {c[QUERY_ID] for c in _written(path)[0] if c["operation"] == "WRITE"} == lineage
+
+
+def test_executors_write_an_iceberg_table_s_inserts_once(
+    spark: SparkSession, broker: EmbeddedBroker, topic: str, workdir: Path
+) -> None:
+    """The same windows into Iceberg: every snapshot adds the executors' files (read back
+    with pyiceberg, equal to the Delta MERGE's windows), and a replayed batch adds none."""
+    from flow_jobs.sinks.iceberg.files import WRITE
+    from tests.support import iceberg_table, read_iceberg
+
+    events = random_clicks(random.Random("ice-inserts"), 400, step_ms=100, disorder_ms=800)
+    send(broker.bootstrap_servers, topic, to_records(events))
+    delta = _spec(workdir / "delta", broker.bootstrap_servers, topic, "driver")
+    doc = _spec(workdir / "ice", broker.bootstrap_servers, topic, "executors").to_document()
+    doc["target"] = iceberg_target(workdir, "inserted")
+    ice = PipelineSpec.model_validate(doc)
+    for spec in (delta, ice):
+        PipelineRunner(spec, spark).run(available_now=True)
+    key = delta.natural_key()
+    assert_same_windows(read_iceberg(doc["target"], key), read_windows(delta.target.path, key))
+    table = iceberg_table(doc["target"])
+    snapshots = table.snapshots()
+    assert len(snapshots) > 3
+    assert {s.summary.get(WRITE) for s in snapshots} == {"files"}
+    assert {s.summary.operation.value for s in snapshots} == {"append"}
+
+    commit_log = Path(ice.checkpoint_location(), "commits")
+    last = max(int(p.name) for p in commit_log.glob("[0-9]*"))
+    (commit_log / str(last)).unlink()
+    (commit_log / f".{last}.crc").unlink(missing_ok=True)
+    data = Path(table.location().removeprefix("file://"), "data")
+    files = {p.name for p in data.glob("*.parquet")}
+    replay = PipelineRunner(ice, spark).run(available_now=True)
+    assert replay.batches >= 1 and replay.windows_inserted == 0
+    assert len(iceberg_table(doc["target"]).snapshots()) == len(snapshots)
+    assert {p.name for p in data.glob("*.parquet")} == files
 
 
 def test_a_file_s_statistics_bound_its_rows_as_delta_compares_them(tmp_path: Path) -> None:

@@ -12,72 +12,19 @@ commit names: Delta readers never see them, and ``VACUUM`` removes them.
 from __future__ import annotations
 
 import json
-import os
-import uuid
-from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from flow_jobs.io.batch import BatchEntry, StagedFiles, WriteResult
+from flow_jobs.io.task_files import remove_files, stage_files
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-#: what each task hands the driver: one row per data file it wrote
-FILE_SCHEMA = "path STRING, size BIGINT, rows BIGINT, stats STRING, modified BIGINT"
-#: the key of a data file's footer metadata naming the process that wrote it
-WRITTEN_BY = "flow-jobs.written-by"
 #: the custom commit metadata naming the query whose batch a commit holds
 QUERY_ID = "flow-jobs.query-id"
-
-
-def write_task_files(
-    root: str, schema_ipc: bytes, prefix: str
-) -> Any:  # a function for mapInArrow, shipped to the executors
-    """The function each task runs: its Arrow batches into one Parquet file under
-    ``root`` (none for a task without rows), then the file's row for the driver."""
-
-    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import pyarrow.parquet as pq
-
-        schema = pa.ipc.read_schema(pa.py_buffer(schema_ipc))
-        # who wrote the file, in its footer: an executor, not the driver (tests/test_cluster.py)
-        writer_of = json.dumps({"pid": os.getpid(), "cwd": os.getcwd()}).encode()
-        schema = schema.with_metadata({WRITTEN_BY: writer_of})
-        name = f"{prefix}-{uuid.uuid4().hex}.parquet"
-        path = os.path.join(root, name)
-        writer = None
-        rows = 0
-        try:
-            for batch in batches:
-                if batch.num_rows == 0:
-                    continue
-                if writer is None:
-                    writer = pq.ParquetWriter(path, schema)
-                writer.write_batch(batch.select(schema.names).cast(schema))
-                rows += batch.num_rows
-        finally:
-            if writer is not None:
-                writer.close()
-        if writer is None:
-            return
-        stats = file_stats(pq.ParquetFile(path).metadata, rows)
-        yield pa.RecordBatch.from_pylist(
-            [
-                {
-                    "path": name,
-                    "size": os.path.getsize(path),
-                    "rows": rows,
-                    "stats": stats,
-                    "modified": int(os.path.getmtime(path) * 1000),
-                }
-            ]
-        )
-
-    return write
 
 
 def file_stats(metadata: Any, rows: int) -> str:
@@ -156,13 +103,7 @@ class DeltaFileInserts:
 
     def stage(self, frame: DataFrame, batch_id: int) -> StagedFiles:
         """Run the micro-batch (its one action): each task writes its file."""
-        from pyspark.sql.types import StructType
-
-        function = write_task_files(
-            self.root, self.schema.serialize().to_pybytes(), f"part-b{batch_id:08d}"
-        )
-        files = frame.mapInArrow(function, StructType.fromDDL(FILE_SCHEMA)).collect()
-        return StagedFiles(tuple(f.asDict() for f in files))
+        return stage_files(frame, self.root, self.schema, f"part-b{batch_id:08d}", file_stats)
 
     def commit(
         self, staged: StagedFiles, entry: BatchEntry, app_id: str, open_table: Any
@@ -174,7 +115,7 @@ class DeltaFileInserts:
         table = open_table()
         done = table.transaction_version(app_id)
         if done is not None and done >= entry.batch_id:
-            self.discard(staged)
+            remove_files(self.root, staged)
             return WriteResult(True, 0, 0, str(table.version()))
         if not staged.files:
             return WriteResult(False, 0, 0, str(table.version()))
@@ -192,20 +133,6 @@ class DeltaFileInserts:
             ),
         )
         return WriteResult(False, staged.num_rows, 0, str(open_table().version()))
-
-    def discard(self, staged: StagedFiles) -> None:
-        for f in staged.files:
-            Path(self.root, f["path"]).unlink(missing_ok=True)
-
-
-def local_root(uri: str) -> str | None:
-    """The table's folder where every process reaches it by a path (None: an object
-    store, which the driver writes)."""
-    if uri.startswith("file://"):
-        return uri.removeprefix("file://")
-    if "://" in uri:
-        return None
-    return str(Path(uri).resolve())
 
 
 def inserted_only_by(history: list[dict[str, Any]], version: int, query_id: str) -> bool:

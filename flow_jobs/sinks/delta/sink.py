@@ -19,9 +19,10 @@ from flow_jobs.io.batch import (
     split_deletes,
 )
 from flow_jobs.io.delta import DeltaMergeTable, query_delta, quoted, read_delta
+from flow_jobs.io.task_files import local_root
 from flow_jobs.locations import is_uri
 from flow_jobs.sinks.base import Crowded, NoTargetYet, Sink, SinkOutput, TargetUnreadable
-from flow_jobs.sinks.delta.files import DeltaFileInserts, inserted_only_by, local_root
+from flow_jobs.sinks.delta.files import DeltaFileInserts, inserted_only_by
 from flow_jobs.sinks.delta.spec import DeltaTarget
 from flow_jobs.spec.base import revealed
 

@@ -15,17 +15,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import reduce
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from flow_jobs.errors import TargetSchemaError, TargetUnavailable
-from flow_jobs.io.batch import BatchEntry, WriteResult, row_key, split_deletes
+from flow_jobs.io.batch import BatchEntry, StagedFiles, WriteResult, row_key, split_deletes
 from flow_jobs.io.delta import normalize_schema
+from flow_jobs.io.task_files import local_root
+from flow_jobs.locations import is_uri
 from flow_jobs.secrets import redact
 from flow_jobs.sinks.base import Crowded, NoTargetYet, Sink, SinkOutput, TargetUnreadable
 from flow_jobs.sinks.iceberg.catalog import load, partition_field
+from flow_jobs.sinks.iceberg.files import IcebergFileInserts, inserted_only_by
 from flow_jobs.sinks.iceberg.merge import merge_region
 from flow_jobs.sinks.iceberg.spec import IcebergTarget
 
@@ -69,6 +73,7 @@ class IcebergSink(Sink):
             if c not in output.nullable_key and pa.types.is_timestamp(self.schema.field(c).type)
         ]
         self._catalog: Catalog | None = None
+        self._files: IcebergFileInserts | None = None
 
     # -- the writer ------------------------------------------------------------------
 
@@ -154,16 +159,48 @@ class IcebergSink(Sink):
             "one inserted) and overwritten in one snapshot commit that records the batch id "
             "in the table property flow-jobs.batch.<app id> (app id flow-jobs/<pipeline>/"
             "<query id>): a replayed batch finds it there and is skipped"
+            + (
+                "; a batch that only inserts, into an unpartitioned table only this "
+                "checkpoint's inserts wrote: each task writes its rows as a Parquet file into "
+                "the table's data folder, and the driver adds the files (pyiceberg add_files) "
+                "in the same kind of commit"
+                if self.spec.inserts_from == "executors" and not self.spec.partition_by
+                else ""
+            )
         )
 
+    def inserts(self, query_id: str, plain_paths_shared: bool) -> IcebergFileInserts | None:
+        """The executors write a batch's files into an unpartitioned table of a local
+        warehouse every process reaches (a plain path with a local master, a ``file://``
+        URI on a cluster), whose every snapshot is one of this query's inserts."""
+        self._files = None
+        takes_back = (self.supersede, self.ranked, self.closed)
+        if self.spec.inserts_from != "executors" or self.deletes_flagged or any(takes_back):
+            return None
+        warehouse = self.spec.catalog.warehouse
+        if self.spec.partition_by or not (plain_paths_shared or is_uri(warehouse or "")):
+            return None
+        table = self.table()
+        root = local_root(table.location())
+        if root is None or not inserted_only_by(table, query_id):
+            return None
+        self._files = IcebergFileInserts(str(Path(root, "data")), self.schema)
+        return self._files
+
     def write(
-        self, rows: pa.Table, entry: BatchEntry, conn: psycopg.Connection | None
+        self, rows: pa.Table | StagedFiles, entry: BatchEntry, conn: psycopg.Connection | None
     ) -> WriteResult:
         table = self.table()
         txn = TXN_PROPERTY.format(app_id=f"flow-jobs/{entry.pipeline}/{entry.query_id}")
         done = table.properties.get(txn)
         if done is not None and int(done) >= entry.batch_id:
+            if isinstance(rows, StagedFiles) and self._files is not None:
+                self._files.discard(rows)
             return WriteResult(True, 0, 0, self._snapshot(table))
+        if isinstance(rows, StagedFiles):
+            assert self._files is not None, "files staged without an inserts writer"
+            self._files.commit(table, rows, {txn: str(entry.batch_id)}, _summary(entry))
+            return WriteResult(False, rows.num_rows, 0, self._snapshot(self.table()))
         if rows.num_rows == 0:
             return WriteResult(False, 0, 0, self._snapshot(table))
         target_schema = table.schema().as_arrow()
@@ -186,11 +223,7 @@ class IcebergSink(Sink):
             deletes=gone,
         )
         result = pa.Table.from_pylist(merged.rows, schema=target_schema)
-        properties = {
-            "flow-jobs.pipeline": entry.pipeline,
-            "flow-jobs.query-id": entry.query_id,
-            "flow-jobs.batch-id": str(entry.batch_id),
-        }
+        properties = _summary(entry)
         with table.transaction() as tx:
             if held.num_rows and merged.rows:
                 tx.overwrite(result, overwrite_filter=region, snapshot_properties=properties)
@@ -308,6 +341,15 @@ class IcebergSink(Sink):
             return load(spec, store.url if store is not None else None).load_table(spec.identifier)
         except (NoSuchTableError, NoSuchNamespaceError):
             raise NoTargetYet(spec.describe()) from None
+
+
+def _summary(entry: BatchEntry) -> dict[str, str]:
+    """A batch's snapshot summary properties."""
+    return {
+        "flow-jobs.pipeline": entry.pipeline,
+        "flow-jobs.query-id": entry.query_id,
+        "flow-jobs.batch-id": str(entry.batch_id),
+    }
 
 
 def _range(column: pa.ChunkedArray) -> tuple[str | None, str | None]:

@@ -61,6 +61,10 @@ class IcebergTarget(TargetSpec):
     #: the table's partition spec when flow-jobs creates it, e.g. ``["day(window_start)"]``:
     #: identity, year, month, day, hour, ``bucket(N, column)``, ``truncate(W, column)``
     partition_by: list[str] = Field(default_factory=list)
+    #: Where a batch that only inserts writes its data files, as for a Delta target:
+    #: "executors" (an unpartitioned table in a local warehouse, written only by this
+    #: checkpoint's inserts) or "driver" (the read, merge and overwrite of every batch)
+    inserts_from: Literal["executors", "driver"] = "executors"
 
     @model_validator(mode="after")
     def _rules(self) -> IcebergTarget:
