@@ -8,7 +8,9 @@ materializes three pipelines through Dagster with the Spark resource pointed at 
 cluster: a tumbling window, a sliding window (the state API) and a stream-stream join.
 Their targets must equal the same specs run on the suite's local session, and a
 malformed record must land in the dead-letter table and the ledger, with no folder
-shared between executors and the driver.
+shared between executors and the driver. The join only inserts: its executors write its
+Delta files (a shared ``file://`` table), and its last batch, replayed on the cluster,
+commits nothing.
 
 The executors' PATH holds only the archive's ``bin`` and the system folders, and the
 driver's Python is not in them: an executor that started anything but the archive's
@@ -239,6 +241,7 @@ def test_three_pipeline_shapes_on_a_cluster_equal_local(
         "archive": str(archive),
         "executors": standalone.workers,
         "specs": [str(specs / f"{shape}.toml") for shape in shapes],
+        "replay": [[str(specs / "join.toml"), str(workdir / "cluster" / "join" / "cp")]],
     }
     log = workdir / "driver.log"
     with log.open("w") as stderr:
@@ -283,6 +286,12 @@ def test_three_pipeline_shapes_on_a_cluster_equal_local(
         written_by = json.loads(footer[WRITTEN_BY.encode()])
         writers.add(Path(written_by["cwd"]).relative_to(standalone.root).parts[0])
     assert writers <= {"worker-0", "worker-1"} and writers, writers
+    # its last batch replayed on the cluster (its commit log entry lost) committed nothing
+    before, after, replayed = report["replayed"]["cluster-join"]
+    assert replayed and before == after == joined.version(), report["replayed"]
+    folder = Path(remote["join"].target.path.removeprefix("file://"))
+    named = {uri.rsplit("/", 1)[-1] for uri in joined.file_uris()}
+    assert {p.name for p in folder.glob("*.parquet")} == named  # the replay's files removed
     # the windows (a plain path on a cluster) are the driver's to write: MERGEs
     windows = DeltaTable(remote["tumbling"].target.path).history()
     assert {c["operation"] for c in windows} == {"CREATE TABLE", "MERGE"}

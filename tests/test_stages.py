@@ -11,6 +11,7 @@ from pathlib import Path
 
 from flow_jobs.append.spec import AppendSpec
 from flow_jobs.joins.spec import JoinSpec
+from flow_jobs.mirror.spec import MirrorSpec
 from flow_jobs.plan.pipelines import PIPELINES
 from flow_jobs.runtime.batch_steps import BATCH_STEPS
 from flow_jobs.runtime.inspect import READINGS
@@ -38,17 +39,18 @@ CORE = (
 #: How code names a join stage or top-N: its spec table, its spec model, its package,
 #: top-N's ranking.
 NAMING = re.compile(
-    r"transform\.(join|temporal_join|window_join)\b|\b(JoinSpec|TemporalJoinSpec|WindowJoinSpec)\b"
-    r"|flow_jobs\.(joins|temporal_join|window_join|top_n)\b|\b(Ranking|Standings)\b"
+    r"transform\.(join|temporal_join|window_join|mirror)\b"
+    r"|\b(JoinSpec|TemporalJoinSpec|WindowJoinSpec|MirrorSpec)\b"
+    r"|flow_jobs\.(joins|temporal_join|window_join|top_n|mirror)\b|\b(Ranking|Standings)\b"
 )
 
 
 def test_every_built_in_stage_compiles_and_is_inspected_through_its_registries() -> None:
     stages = {
         WindowSpec.STAGE, JoinSpec.STAGE, TemporalJoinSpec.STAGE, WindowJoinSpec.STAGE,
-        AppendSpec.STAGE,
+        AppendSpec.STAGE, MirrorSpec.STAGE,
     }  # fmt: skip
-    assert stages == {"window", "join", "temporal_join", "window_join", "append"}
+    assert stages == {"window", "join", "temporal_join", "window_join", "append", "mirror"}
     assert stages <= set(PIPELINES.names())
     assert stages <= set(READINGS.names())
     assert "top_n" in BATCH_STEPS.names()

@@ -25,6 +25,8 @@ class MirrorSpec(SpecModel):
     TAKES_OPERATORS: ClassVar[bool] = False
     #: a batch may take rows back: the target must delete (``flow_jobs.spec.models``)
     DELETES: ClassVar[bool] = True
+    #: how it reads a Debezium source, for the refusal of the stages that cannot
+    TAKES_CHANGES: ClassVar[str] = "with [transform.mirror] (the table kept by its primary key)"
     #: changes are applied in their order, not placed in windows: none is ever late
     time_mode: ClassVar[str] = "processing"
     lateness_ms: ClassVar[int] = 0

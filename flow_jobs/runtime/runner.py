@@ -12,12 +12,10 @@ from typing import Any
 
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming import StreamingQuery
-from pyspark.sql.types import StructType
 
 from flow_jobs.dead_letters import DeadLetterTable
-from flow_jobs.io.batch import DELETE, Supersede
+from flow_jobs.io.batch import Supersede
 from flow_jobs.io.checkpoint_files import checkpoint_files
 from flow_jobs.io.checkpoint_gateway import publish_driver_gateway, withdraw_driver_gateway
 from flow_jobs.ledger.batch_ledger import BatchLedger
@@ -26,7 +24,6 @@ from flow_jobs.ledger.run_lock import RunLock
 from flow_jobs.ledger.store import LedgerStore
 from flow_jobs.locations import local_path
 from flow_jobs.plan.compile import CompiledPipeline, compile_pipeline
-from flow_jobs.plan.frame_columns import INTERNAL_PREFIX
 from flow_jobs.plan_lines import PlanLine
 from flow_jobs.runtime.batch_steps import batch_steps
 from flow_jobs.runtime.caps import GroupCap, WindowStateCapHit
@@ -41,13 +38,14 @@ from flow_jobs.runtime.metrics import serve
 from flow_jobs.runtime.outages import BrokerWatch
 from flow_jobs.runtime.preflight import check_sources
 from flow_jobs.runtime.progress import IdleHeartbeat, ProgressTracker, RunSummary
-from flow_jobs.runtime.session import (
-    pipeline_session,
-    plain_paths_shared,
-    refuse_unshared_paths,
-    session_for,
+from flow_jobs.runtime.session import pipeline_session, refuse_unshared_paths, session_for
+from flow_jobs.runtime.sink import (
+    StopRequested,
+    WindowBatchSink,
+    inserts_only,
+    last_progress,
+    target_columns,
 )
-from flow_jobs.runtime.sink import StopRequested, WindowBatchSink, inserts_only, last_progress
 from flow_jobs.runtime.stopping import await_trigger_end, quiet_expected_stop, stop_if_active
 from flow_jobs.secrets import redact
 from flow_jobs.settings import Settings
@@ -105,13 +103,7 @@ class PipelineRunner:
         self.compiled: CompiledPipeline = compile_pipeline(
             self.spark, spec, self.dead_letters, self.checkpoint
         )
-        # the plan's own columns (a delete's flag, a change's order) never reach a target
-        frame_schema = self.compiled.frame.schema
-        self.deletes_flagged = DELETE in frame_schema.names
-        self.output_schema = to_arrow_schema(
-            StructType([f for f in frame_schema if not f.name.startswith(INTERNAL_PREFIX)]),
-            timezone="UTC",
-        )
+        self.output_schema, self.deletes_flagged = target_columns(self.compiled.frame)
         self.ledger: LedgerStore | None = None  # opened by run(): validate needs none
         self.sink: WindowBatchSink | None = None
         self.run_lock: RunLock | None = None  # held while run() runs
@@ -202,7 +194,7 @@ class PipelineRunner:
             state.replay_from,
             self.run_lock,
             inserts_only(self.spec, self.compiled.output_mode, self.compiled.frame.columns),
-            plain_paths_shared(self.spark.sparkContext.master),
+            self.spark.sparkContext.master,
         )
         for warning in self.spec.warnings():
             log.warning("%s: %s", self.spec.name, warning)

@@ -25,6 +25,7 @@ from flow_jobs.runtime.checkpoint import read_offset_log
 from flow_jobs.runtime.metrics import metrics
 from flow_jobs.runtime.observations import Observations
 from flow_jobs.runtime.reports import as_dict
+from flow_jobs.runtime.session import plain_paths_shared
 from flow_jobs.sinks.base import ExecutorInserts, Sink
 from flow_jobs.spec.models import PipelineSpec
 
@@ -66,13 +67,13 @@ class WindowBatchSink:
         replay_from: datetime | None = None,
         run_lock: RunLock | None = None,
         inserts_only: bool = False,
-        plain_paths_shared: bool = True,
+        master: str = "local",
     ) -> None:
         self.spec = spec
         #: each batch's rows are new ones (``inserts_only``): the target's executors may
         #: write them (``Sink.inserts``), asked once the query id is known
         self.inserts_only = inserts_only
-        self.plain_paths_shared = plain_paths_shared
+        self.plain_paths_shared = plain_paths_shared(master)  # the session's master
         self._inserts: ExecutorInserts | None = None
         #: held before each write; taken again after a state-store restart
         self.run_lock = run_lock
@@ -249,6 +250,18 @@ class WindowBatchSink:
                 done - computed,
                 written.version,
             )
+
+
+def target_columns(frame: DataFrame) -> tuple[pa.Schema, bool]:
+    """The target's columns (the plan's own, a delete's flag or a change's order, never
+    reach it), and whether the batches flag deletes (``DELETE``)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    from flow_jobs.plan.frame_columns import INTERNAL_PREFIX
+
+    fields = [f for f in frame.schema if not f.name.startswith(INTERNAL_PREFIX)]
+    return to_arrow_schema(StructType(fields), timezone="UTC"), DELETE in frame.columns
 
 
 def inserts_only(spec: PipelineSpec, output_mode: str, columns: list[str]) -> bool:

@@ -64,6 +64,7 @@ from flow_jobs.spec.running import (
     StateStoreSpec,
 )
 from flow_jobs.spec.sources import KafkaSource, StartingOffsets, StartingTimestamp
+from flow_jobs.spec.stages import STAGE_SPECS
 from flow_jobs.spec.targets import DeadLetterSpec, TargetSpec, deleting_kinds, validate_target
 from flow_jobs.spec.transform import LookupKind, LookupSpec, TransformSpec
 from flow_jobs.spec.windows import WindowSpec
@@ -328,19 +329,18 @@ def _plain(value: Any) -> Any:
 
 def check_changes(spec: PipelineSpec, first: Any) -> None:
     """A Debezium source's rows are changes of a table's rows: only a stage that takes
-    changes (``takes_changes(source)``: the mirror, a temporal join's versions) reads
-    them. A window, a join or an append would count an update as one more row and never
-    take back what a delete removed: they need retracting operators, which flow-jobs
-    has not."""
+    changes (``takes_changes(source)``; its ``TAKES_CHANGES`` says how) reads them. A
+    window, a join or an append would count an update as one more row and never take
+    back what a delete removed: they need retracting operators, which flow-jobs has not."""
     takes = getattr(first, "takes_changes", None)
     for i, source in enumerate(spec.sources):
         if not source.changes or (takes is not None and takes(source.name)):
             continue
+        ways = [m.TAKES_CHANGES for _, m in STAGE_SPECS.items() if hasattr(m, "TAKES_CHANGES")]
         raise key_error(
             f"sources[{i}].format",
             f'{source.name!r} is format = "debezium": its records are changes of a table\'s '
             f"rows (an update replaces a row, a delete takes one back), and {type(first).NOUN} "
-            "would read each as one more event: it has no retraction. Read changes with "
-            "[transform.mirror] (the table kept by its primary key) or as the versions_source "
-            "of [transform.temporal_join]",
+            "would read each as one more event: it has no retraction. Read changes "
+            + " or ".join(ways),
         )

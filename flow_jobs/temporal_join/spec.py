@@ -31,6 +31,10 @@ class TemporalJoinSpec(SpecModel):
     time_mode: ClassVar[str] = "event"
     #: late rows go to the dead-letter table only
     dead_letter_topic: ClassVar[None] = None
+    #: how it reads a Debezium source, for the refusal of the stages that cannot
+    TAKES_CHANGES: ClassVar[str] = (
+        "as the versions_source of [transform.temporal_join] (an update a new version)"
+    )
 
     stream_source: str
     #: the changelog: a JSON source whose records are versions of its keys; a record
