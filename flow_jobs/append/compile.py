@@ -21,11 +21,10 @@ from sqlglot import exp
 from flow_jobs.append.spec import ROW_ID, AppendSpec
 from flow_jobs.errors import PlanError
 from flow_jobs.plan.compiled_source import CompiledSource
-from flow_jobs.plan.event_time import EventTime
 from flow_jobs.plan.frame_columns import require_column
 from flow_jobs.plan.keyed_sides import kafka_position
 from flow_jobs.plan.pipelines import CompiledPipeline, PipelineInput
-from flow_jobs.plan.sources import compile_source
+from flow_jobs.plan.sources import compile_lone_source
 from flow_jobs.plan_lines import PlanLine
 from flow_jobs.records import EVENT_TS
 from flow_jobs.spec.models import KAFKA_COLUMN
@@ -105,11 +104,7 @@ def compile_append(given: PipelineInput) -> CompiledAppend:
     append = spec.transform.append
     assert append is not None
     source = spec.sources[0]
-    settings = EventTime(EVENT_TS, "processing", append.max_event_time_skew_ms, "transform.append")
-    compiled = compile_source(
-        spark, source, 0, settings, spec.name, given.dead_letters.tap(source.name),
-        checkpoint=given.checkpoint,
-    )  # fmt: skip
+    compiled = compile_lone_source(given, "transform.append", append.max_event_time_skew_ms)
     view = compiled.frame
     sql = spec.transform.sql
     drop = {KAFKA_COLUMN}
@@ -141,5 +136,7 @@ def compile_append_pipeline(given: PipelineInput) -> CompiledPipeline:
     """The rows of the SQL (or of the source), appended once each."""
     compiled = compile_append(given)
     return CompiledPipeline(
-        given.spec, compiled.frame, "append", (compiled,), compiled.natural_key, ()
-    )
+        given.spec, compiled.frame, "append", (compiled,), compiled.natural_key, (),
+        # each record once, by its Kafka position; a row_id of the spec's may repeat
+        writes_new_rows=compiled.append.row_id is None,
+    )  # fmt: skip

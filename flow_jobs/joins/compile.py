@@ -263,6 +263,7 @@ def compile_join_pipeline(given: PipelineInput) -> CompiledPipeline:
             (joined,),
             joined.natural_key,
             joined.nullable_key,
+            writes_new_rows=True,
         )
     window = spec.window
     join = spec.transform.join

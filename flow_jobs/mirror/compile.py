@@ -24,10 +24,9 @@ from flow_jobs.formats.debezium import OP, SOURCE_TS
 from flow_jobs.io.batch import DELETE
 from flow_jobs.mirror.spec import MirrorSpec
 from flow_jobs.plan.compiled_source import CompiledSource
-from flow_jobs.plan.event_time import EventTime
 from flow_jobs.plan.frame_columns import require_column, user_columns
 from flow_jobs.plan.pipelines import CompiledPipeline, PipelineInput
-from flow_jobs.plan.sources import compile_source
+from flow_jobs.plan.sources import compile_lone_source
 from flow_jobs.plan_lines import PlanLine
 from flow_jobs.records import EVENT_TS
 from flow_jobs.spec.models import KAFKA_COLUMN
@@ -58,15 +57,11 @@ class CompiledMirror:
 
 
 def compile_mirror(given: PipelineInput) -> CompiledMirror:
-    spark, spec = given.spark, given.spec
+    spec = given.spec
     mirror = spec.transform.mirror
     assert mirror is not None
     source = spec.sources[0]
-    settings = EventTime(EVENT_TS, "processing", mirror.max_event_time_skew_ms, "transform.mirror")
-    compiled = compile_source(
-        spark, source, 0, settings, spec.name, given.dead_letters.tap(source.name),
-        checkpoint=given.checkpoint,
-    )  # fmt: skip
+    compiled = compile_lone_source(given, "transform.mirror", mirror.max_event_time_skew_ms)
     view = compiled.frame
     row = [c for c in user_columns(view.columns) if c not in (OP, SOURCE_TS, EVENT_TS)]
     for i, column in enumerate(mirror.key):

@@ -55,6 +55,10 @@ class CompiledPipeline:
     #: what the run does to the checkpoint before the query starts on it (e.g. mark
     #: that its state merges partials: ``flow_jobs.combine.decide.mark_checkpoint``)
     before_start: tuple[Callable[[CheckpointFiles], None], ...] = ()
+    #: each output row is written once in a checkpoint's lineage, never again (a window
+    #: emitted "final", a join's rows): a batch of them only inserts
+    #: (``flow_jobs.runtime.sink.inserts_only``)
+    writes_new_rows: bool = False
 
     def describe(self) -> list[PlanLine]:
         """``validate --plan``'s lines of the compiled parts (the runner adds the dead
@@ -124,4 +128,5 @@ def windowed(
         idle,
         pre_aggregates,
         tuple(before_start),
+        writes_new_rows=spec.window.emit == "final" and not spec.window.reopens,
     )

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -72,6 +73,9 @@ from flow_jobs.plan.time_reasons import out_of_range_reason, time_reasons
 from flow_jobs.records import EVENT_TS, RECORD_SCHEMA
 from flow_jobs.spec.ddl import DdlError, parse_schema
 from flow_jobs.spec.models import KAFKA_COLUMN, KafkaSource
+
+if TYPE_CHECKING:
+    from flow_jobs.plan.pipelines import PipelineInput
 
 _CORRUPT = CORRUPT_RECORD  # the reader decodes into the same shape
 _WATERMARKED = "__flow_source_watermark"
@@ -204,6 +208,18 @@ def compile_source(
         frame=watermark.apply(frame, time),
         watermark_ms=watermark.lateness_ms,
         heartbeats=watermark.idle_file is not None,
+    )
+
+
+def compile_lone_source(given: PipelineInput, key: str, max_skew_ms: int) -> CompiledSource:
+    """The view of a pipeline's one source read in processing time (no window, no
+    watermark: an append, a mirror), bad records diverted; ``key``: the stage's spec
+    table, which the event-time checks name."""
+    source = given.spec.sources[0]
+    settings = EventTime(EVENT_TS, "processing", max_skew_ms, key)
+    tap = given.dead_letters.tap(source.name)
+    return compile_source(
+        given.spark, source, 0, settings, given.spec.name, tap, checkpoint=given.checkpoint
     )
 
 

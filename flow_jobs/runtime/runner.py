@@ -193,7 +193,7 @@ class PipelineRunner:
             state.state_version,
             state.replay_from,
             self.run_lock,
-            inserts_only(self.spec, self.compiled.output_mode, self.compiled.frame.columns),
+            inserts_only(self.spec, self.compiled),
             self.spark.sparkContext.master,
         )
         for warning in self.spec.warnings():

@@ -19,6 +19,7 @@ from flow_jobs.io.batch import DELETE, BatchEntry, ClosedWindows, StagedFiles, W
 from flow_jobs.io.waits import wait_out
 from flow_jobs.ledger.batch_ledger import BatchLedger
 from flow_jobs.ledger.run_lock import RunLock
+from flow_jobs.plan.pipelines import CompiledPipeline
 from flow_jobs.plan_lines import PlanLine
 from flow_jobs.runtime.batch_steps import batch_steps
 from flow_jobs.runtime.checkpoint import read_offset_log
@@ -264,19 +265,12 @@ def target_columns(frame: DataFrame) -> tuple[pa.Schema, bool]:
     return to_arrow_schema(StructType(fields), timezone="UTC"), DELETE in frame.columns
 
 
-def inserts_only(spec: PipelineSpec, output_mode: str, columns: list[str]) -> bool:
+def inserts_only(spec: PipelineSpec, compiled: CompiledPipeline) -> bool:
     """Whether each batch's rows are new ones, never written before in this checkpoint's
-    lineage: each window once when it closes (emit "final", no reopening), each joined
-    row once, each appended record once (named by its Kafka position); no batch step
-    reshapes them (a top N) and none takes a row back (a change feed's deletes)."""
-    t = spec.transform
-    return (
-        output_mode == "append"
-        and not batch_steps(spec)
-        and not (spec.has_window and spec.window.reopens)
-        and DELETE not in columns
-        and not (t.append is not None and t.append.row_id is not None)
-    )
+    lineage: the compiled pipeline says so of its rows (``writes_new_rows``: a window
+    emitted "final", a join's rows, an append's records), and no batch step reshapes them
+    (a top N) or takes one back."""
+    return compiled.writes_new_rows and not batch_steps(spec)
 
 
 def last_progress(query: Any) -> dict[str, Any] | None:

@@ -33,6 +33,8 @@ class Stage(Protocol):
     lateness_ms: int
     #: "event" or "processing": the time its rows are placed by
     time_mode: str
+    # Optional, read with getattr: ``DELETES`` (a batch may take rows back),
+    # ``TAKES_CHANGES`` and ``takes_changes(source)`` (it reads Debezium sources, and how).
 
     @property
     def watermark_delay_ms(self) -> int:

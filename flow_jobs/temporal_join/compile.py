@@ -233,4 +233,5 @@ def compile_temporal_pipeline(given: PipelineInput) -> CompiledPipeline:
         joined.natural_key,
         (),
         idle_file=joined.idle_file,
+        writes_new_rows=True,  # each joined row once, when the watermark reaches it
     )

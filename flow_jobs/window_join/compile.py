@@ -263,4 +263,5 @@ def compile_window_join_pipeline(given: PipelineInput) -> CompiledPipeline:
         joined.natural_key,
         (),
         idle_file=joined.idle_file,
+        writes_new_rows=True,  # each joined row once, when the watermark reaches it
     )

@@ -96,8 +96,7 @@ def _shown(value: Any, up: bool) -> Any:
 class DeltaFileInserts:
     """A Delta table's inserts written by the executors (``root``: its local folder)."""
 
-    def __init__(self, uri: str, root: str, schema: pa.Schema) -> None:
-        self.uri = uri
+    def __init__(self, root: str, schema: pa.Schema) -> None:
         self.root = root
         self.schema = schema
 

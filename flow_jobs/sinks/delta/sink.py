@@ -94,7 +94,7 @@ class DeltaMergeSink(Sink):
         table = self.table.open()
         if root is None or not inserted_only_by(table.history(), table.version(), query_id):
             return None
-        self._files = DeltaFileInserts(self.table.uri(), root, self.table.schema)
+        self._files = DeltaFileInserts(root, self.table.schema)
         return self._files
 
     def write(
