@@ -83,12 +83,11 @@ def main() -> int:
         # runs again on the cluster, and must commit nothing
         from deltalake import DeltaTable
 
+        from tests.support import drop_last_commit
+
         spec = load_spec(Path(spec_path))
         before = DeltaTable(spec.target.path).version()  # type: ignore[attr-defined]
-        commits = Path(checkpoint, "commits")
-        last = max(int(p.name) for p in commits.glob("[0-9]*"))
-        (commits / str(last)).unlink()
-        (commits / f".{last}.crc").unlink(missing_ok=True)
+        drop_last_commit(checkpoint)
         again = materialize(
             [pipeline_asset(spec, Path(spec_path))], resources=resources, raise_on_error=False
         )

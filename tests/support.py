@@ -119,6 +119,18 @@ def to_records(events: Sequence[dict[str, Any]], partitions: int = 2) -> list[Re
     ]
 
 
+def drop_last_commit(checkpoint: PipelineSpec | str) -> int:
+    """Simulate a crash after the target write and before Spark's commit log: the
+    checkpoint's (a spec's, or a folder) last commit log entry is gone, so the next run
+    replays that batch."""
+    where = checkpoint.checkpoint_location() if isinstance(checkpoint, PipelineSpec) else checkpoint
+    commits = Path(where, "commits")
+    last = max(int(p.name) for p in commits.glob("[0-9]*"))
+    (commits / str(last)).unlink()
+    (commits / f".{last}.crc").unlink(missing_ok=True)
+    return last
+
+
 def send(bootstrap: str, topic: str, records: Sequence[Record]) -> None:
     assert produce(bootstrap, topic, records) == len(records)
 

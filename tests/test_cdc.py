@@ -37,6 +37,7 @@ from tests.support import (
     send,
 )
 from tests.test_poison_pills import _dead_letters
+from tests.test_state_store import read_postgres
 
 PARTITIONS = 3
 ROW_DDL = "id BIGINT, name STRING, email STRING, balance DOUBLE, updated_at BIGINT"
@@ -181,23 +182,12 @@ def _mirror_spec(
     )
 
 
-def _postgres_rows(spec: PipelineSpec, url: str) -> list[Row]:
-    import psycopg
-    from psycopg.rows import dict_row
-
-    target = spec.target
-    with psycopg.connect(url, row_factory=dict_row) as conn:
-        return conn.execute(
-            f'SELECT * FROM "{target.schema_name}"."{target.table}"'  # type: ignore[attr-defined]
-        ).fetchall()
-
-
 def _read(spec: PipelineSpec, target: dict[str, Any], url: str) -> dict[tuple, Row]:
     if target["kind"] == "delta":
         return by_natural_key(read_delta(target["path"]).to_pylist(), ["id"])
     if target["kind"] == "iceberg":
         return read_iceberg(target, ["id"])
-    return by_natural_key(_postgres_rows(spec, url), ["id"])
+    return read_postgres(f"{spec.target.schema_name}.{spec.target.table}", ["id"], url)  # type: ignore[attr-defined]
 
 
 def _expected(table: Table) -> dict[tuple, Row]:

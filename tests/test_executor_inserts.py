@@ -24,6 +24,7 @@ from flow_jobs.spec.models import PipelineSpec
 from flow_jobs_dev.broker import EmbeddedBroker
 from tests.support import (
     assert_same_windows,
+    drop_last_commit,
     fresh_checkpoint,
     iceberg_target,
     make_spec,
@@ -102,10 +103,7 @@ def test_executors_write_the_windows_the_driver_would_and_a_replay_adds_nothing(
     assert sum(stats["num_records"]) == len(windows)
 
     # a crash after the commit, before Spark's commit log: the batch runs again
-    commit_log = Path(specs["executors"].checkpoint_location(), "commits")
-    last = max(int(p.name) for p in commit_log.glob("[0-9]*"))
-    (commit_log / str(last)).unlink()
-    (commit_log / f".{last}.crc").unlink(missing_ok=True)
+    drop_last_commit(specs["executors"])
     version = DeltaTable(path).version()
     replay = PipelineRunner(specs["executors"], spark).run(available_now=True)
     assert replay.batches >= 1 and replay.windows_inserted == 0
@@ -144,10 +142,7 @@ def test_executors_write_an_iceberg_table_s_inserts_once(
     assert {s.summary.get(WRITE) for s in snapshots} == {"files"}
     assert {s.summary.operation.value for s in snapshots} == {"append"}
 
-    commit_log = Path(ice.checkpoint_location(), "commits")
-    last = max(int(p.name) for p in commit_log.glob("[0-9]*"))
-    (commit_log / str(last)).unlink()
-    (commit_log / f".{last}.crc").unlink(missing_ok=True)
+    drop_last_commit(ice)
     data = Path(table.location().removeprefix("file://"), "data")
     files = {p.name for p in data.glob("*.parquet")}
     replay = PipelineRunner(ice, spark).run(available_now=True)

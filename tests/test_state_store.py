@@ -35,6 +35,7 @@ from tests.support import (
     aggregation_specs,
     assert_same_windows,
     by_natural_key,
+    drop_last_commit,
     fresh_checkpoint,
     make_spec,
     random_clicks,
@@ -85,19 +86,12 @@ def read_postgres(
 ) -> dict[tuple, dict[str, Any]]:
     """The Postgres target as {natural key: row}; fails on a duplicate natural key."""
     with psycopg.connect(url or os.environ["FLOW_STATE_STORE_URL"]) as conn:
-        cur = conn.execute(sql.SQL("SELECT * FROM {}").format(sql.Identifier(table)))
+        # "schema.table", or a table on the search path (the test's state-store schema)
+        name = sql.Identifier(*table.split("."))
+        cur = conn.execute(sql.SQL("SELECT * FROM {}").format(name))
         names = [d.name for d in cur.description or []]
         rows = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
     return by_natural_key(rows, key)
-
-
-def drop_last_commit(spec: PipelineSpec) -> int:
-    """Simulate a crash after the target write and before Spark's commit log."""
-    commits = Path(spec.checkpoint_location(), "commits")
-    last = max(int(p.name) for p in commits.glob("[0-9]*"))
-    (commits / str(last)).unlink()
-    (commits / f".{last}.crc").unlink(missing_ok=True)
-    return last
 
 
 def test_the_ledger_records_every_batch(
