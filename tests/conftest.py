@@ -109,6 +109,26 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
 
 
+#: The shared session evaluates with Spark's interpreted operators and expressions, not
+#: generated code. Its queries are many and small: compiling each one's classes (in the
+#: stream thread and again in tasks) cost more than it gave back, 9% of the CPU of the
+#: files measured (BENCHMARKS.md, "The shared session interprets"). Spark holds both paths to
+#: the same results (its own suite runs each expression both ways). What users run
+#: stays covered: every process the suite starts (the CLI, Dagster, the demo, the
+#: cluster's driver) generates code as Spark does by default, and the Spark contracts
+#: (tests/test_spark_contracts.py) set the default back for themselves (CODEGEN_DEFAULTS).
+INTERPRETED = {
+    "spark.sql.codegen.wholeStage": "false",
+    # internal to Spark, "for tests": NO_CODEGEN skips the expressions' code generation
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+}
+#: Spark's defaults of the two settings above.
+CODEGEN_DEFAULTS = {
+    "spark.sql.codegen.wholeStage": "true",
+    "spark.sql.codegen.factoryMode": "FALLBACK",
+}
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     session = build_spark_session(
@@ -117,11 +137,24 @@ def spark() -> Iterator[SparkSession]:
             "spark.sql.shuffle.partitions": "2",
             "spark.ui.enabled": "false",
             "spark.driver.memory": "2g",
+            **INTERPRETED,
         },
         app_name="flow-jobs-tests",
     )
     yield session
     session.stop()
+
+
+@pytest.fixture
+def generated_code(spark: SparkSession) -> Iterator[None]:
+    """Spark's default code path on the shared session, for a test of Spark itself."""
+    for key, value in CODEGEN_DEFAULTS.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key in CODEGEN_DEFAULTS:
+            spark.conf.unset(key)  # back to the session's INTERPRETED
 
 
 @pytest.fixture(scope="session")

@@ -28,7 +28,8 @@ from flow_jobs.runtime.observations import Observations
 from flow_jobs.runtime.reports import batches_after, executed
 from tests.contract_sources import OffsetLogProbe
 
-pytestmark = pytest.mark.spark
+# Spark as users run it: generated code (the suite's session interprets: conftest.py)
+pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("generated_code")]
 
 _SCHEMA = "k STRING, t TIMESTAMP"
 _INPUT = "k STRING, ms BIGINT, register BIGINT, delete BIGINT"
@@ -793,6 +794,14 @@ def test_a_filter_above_an_observation_is_not_pushed_below_it(spark: SparkSessio
     observation = next(i for i, line in enumerate(lines) if line.startswith("CollectMetrics"))
     assert any("(id#" in line and "> 5)" in line for line in lines[:observation])
     assert not any("> 5)" in line for line in lines[observation + 1 :])
+
+
+def test_these_contracts_run_on_generated_code(spark: SparkSession) -> None:
+    """The suite's session interprets (tests/conftest.py, INTERPRETED); these tests hold
+    Spark as users run it, on whole-stage generated code (the ``generated_code``
+    fixture). Checked on the plan of a filter: its stage is a generated one."""
+    plan = spark.range(10).filter("id > 5")._jdf.queryExecution().executedPlan().toString()
+    assert "*(" in plan and "Filter" in plan
 
 
 def test_python_workers_take_pyspark_from_spark_home_first(spark: SparkSession) -> None:
