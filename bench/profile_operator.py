@@ -22,7 +22,9 @@ from flow_jobs.aggregations.count import Count
 from flow_jobs.aggregations.extremes import Extreme
 from flow_jobs.aggregations.sum import Sum
 from flow_jobs.kernels.frame import LANE, NULL_SUFFIX, POSITION, TIME, VALUE_PREFIX, ColumnKind
+from flow_jobs.windows.count import Count as CountFamily
 from flow_jobs.windows.processor import WindowOperatorPlan, WindowProcessor
+from flow_jobs.windows.sliding import Sliding
 
 
 class _State:
@@ -74,20 +76,28 @@ class _Timers:
         return self.watermark
 
 
-def main() -> int:
+class _Expired:
+    """The timer that fired (Spark's ExpiredTimerInfo): here, at the closing watermark."""
+
+    def __init__(self, ms: int) -> None:
+        self.ms = ms
+
+    def getExpiryTimeInMs(self) -> int:
+        return self.ms
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench.profile_operator", description=__doc__)
     parser.add_argument("--kind", default="sliding", choices=["sliding", "count_tumbling"])
     parser.add_argument("--keys", type=int, default=200)
     parser.add_argument("--events-per-key", type=int, default=2_000)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     count = args.kind == "count_tumbling"
     plan = WindowOperatorPlan(
         pipeline="profile",
         kind=args.kind,
-        duration_ms=None if count else 60_000,
-        count=100 if count else None,
-        stride=100 if count else None,
+        family=CountFamily(100, 100) if count else Sliding(60_000),
         emit="final",
         group_columns=("user_id",),
         columns=(ColumnKind("amount", "float"),),
@@ -136,7 +146,7 @@ def main() -> int:
     # the closing batch: every group's timer fires (count windows number their events)
     for k in frames:
         handle.key = k
-        out = processor.handleExpiredTimer((f"u{k}",), _Timers(2**62), None)
+        out = processor.handleExpiredTimer((f"u{k}",), _Timers(2**62), _Expired(2**62))
         windows += sum(len(o) for o in out)
     profile.disable()
     elapsed = time.perf_counter() - started
