@@ -224,6 +224,12 @@ def build_spark_session(
     # this interpreter's packages (pyarrow, confluent-kafka, flow_jobs).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # Every Python process this driver's JVM starts (each query's source planner; in
+    # local mode the workers too) imports numpy, whose OpenBLAS starts a thread per core
+    # at import, and their start-up is CPU a few cores share (BENCHMARKS.md, "The
+    # planners' numpy"); nothing of flow-jobs multiplies matrices. One thread, as Spark
+    # gives its workers OMP_NUM_THREADS = spark.task.cpus. (This process has its numpy.)
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     builder = SparkSession.builder.appName(app_name).master(master)
     settings = {
         **DEFAULT_CONF,
