@@ -20,7 +20,7 @@ from pyspark.sql import SparkSession
 
 from flow_jobs.errors import PlanError
 from flow_jobs.io.lookup_sources import DeltaTableSource, PostgresTableSource
-from flow_jobs.java import java_class
+from flow_jobs.java import java_class, keep_lookups
 from flow_jobs.kafka.source import KafkaDataSource
 from flow_jobs.locations import is_uri
 from flow_jobs.runtime.jvm_output import launch_filtered_gateway
@@ -251,6 +251,7 @@ def build_spark_session(
     spark = builder.getOrCreate()
     if starting:
         _keep_interrupt_handler(interrupt)
+    keep_lookups(spark.sparkContext._jvm)
     spark.sparkContext.setLogLevel(env.spark_log_level)
     _quiet_query_context_logs(env.spark_log_level)
     register_sources(spark)
