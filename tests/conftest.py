@@ -12,7 +12,7 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from pyspark.sql import SparkSession
 from flow_jobs.runtime.session import build_spark_session
 from flow_jobs_dev.broker import EmbeddedBroker
 from flow_jobs_dev.service import free_port
+from tests.forked_workers import ForkedWorkers
 from tests.jvm_classes import JVM_OPTIONS, SHARED_CLASSES
 
 # pytest-xdist runs its workers with COLUMNS=80 for their own reports; the CLI sizes
@@ -130,19 +131,30 @@ CODEGEN_DEFAULTS = {
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
-    session = build_spark_session(
-        "local[2]",
-        {
-            "spark.sql.shuffle.partitions": "2",
-            "spark.ui.enabled": "false",
-            "spark.driver.memory": "2g",
-            **INTERPRETED,
-        },
-        app_name="flow-jobs-tests",
-    )
-    yield session
-    session.stop()
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+    """The suite's session. Its queries' planners and state-schema workers are forked
+    from a process that has imported them (tests/forked_workers.py) unless
+    ``FLOW_TEST_FORKED_WORKERS=0``."""
+    forked = None
+    if os.environ.get("FLOW_TEST_FORKED_WORKERS", "1") != "0":
+        forked = ForkedWorkers(tmp_path_factory.mktemp("forked-workers"))
+    try:
+        with forked.as_python() if forked else nullcontext():
+            session = build_spark_session(
+                "local[2]",
+                {
+                    "spark.sql.shuffle.partitions": "2",
+                    "spark.ui.enabled": "false",
+                    "spark.driver.memory": "2g",
+                    **INTERPRETED,
+                },
+                app_name="flow-jobs-tests",
+            )
+        yield session
+        session.stop()
+    finally:
+        if forked:
+            forked.close()
 
 
 @pytest.fixture
