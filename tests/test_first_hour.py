@@ -252,12 +252,15 @@ def test_a_run_that_fails_midway_ends_in_one_line_without_a_traceback(
 ) -> None:
     """A continuous run whose broker is killed once it has read (``retries = 0``): the
     failure is its last line, naming the source, the brokers and the setting, and no
-    stack trace, task failure or traceback comes before it (``-v`` shows them)."""
+    stack trace, task failure or traceback comes before it (``-v`` shows them); it comes
+    about ``request_timeout_ms`` after the kill, not after the default 30 s."""
     broker = EmbeddedBroker().start()
     try:
         broker.create_topic("clicks", partitions=2)
         _plain_producer(broker.bootstrap_servers, "clicks", _clicks("midway", 200))
-        spec = _spec_file(workdir, broker.bootstrap_servers, "clicks", retries=0)
+        spec = _spec_file(
+            workdir, broker.bootstrap_servers, "clicks", retries=0, request_timeout_ms=2_000
+        )
         doc = tomllib.loads(spec.read_text())
         doc["runtime"] = {"trigger_interval_ms": 200}
         spec.write_text(tomli_w.dumps(doc))
@@ -288,7 +291,9 @@ def test_a_run_that_fails_midway_ends_in_one_line_without_a_traceback(
         assert read.wait(180), "".join(seen)[-3000:]
         assert broker._process is not None
         broker._process.kill()
+        killed = time.monotonic()
         code = process.wait(timeout=180)
+        failed_after = time.monotonic() - killed
         watcher.join(timeout=10)
     finally:
         broker.stop()
@@ -305,6 +310,8 @@ def test_a_run_that_fails_midway_ends_in_one_line_without_a_traceback(
     assert "RuntimeError" not in last
     for noise in ("Traceback", " ERROR ", " WARN ", "Exception in task", "at org.apache"):
         assert noise not in text, (noise, text[-4000:])
+    # the bound, the batch in flight and the JVM's stop; the default alone would be 30 s
+    assert failed_after < 25, f"{failed_after:.1f} s"
 
 
 def test_a_target_that_cannot_be_created_is_one_line(

@@ -153,7 +153,9 @@ def _marks(options: KafkaSourceOptions, consumer: Any, rng: KafkaRange) -> tuple
     partition = TopicPartition(rng.topic, rng.partition)
 
     def ask() -> tuple[int, int]:
-        low, high = consumer.get_watermark_offsets(partition, timeout=30)
+        low, high = consumer.get_watermark_offsets(
+            partition, timeout=options.request_timeout_ms / 1000
+        )
         _low, fetched = consumer.get_watermark_offsets(partition, cached=True)
         return low, max(high, fetched)
 

@@ -31,7 +31,8 @@ def read_watermarks(consumer: Any, options: KafkaSourceOptions) -> dict[int, tup
     from confluent_kafka import TopicPartition
 
     topic = options.topic
-    metadata = consumer.list_topics(topic, timeout=30)
+    timeout_s = options.request_timeout_ms / 1000
+    metadata = consumer.list_topics(topic, timeout=timeout_s)
     topic_md = metadata.topics.get(topic)
     if topic_md is None or topic_md.error is not None or not topic_md.partitions:
         reason = topic_md.error if topic_md is not None else "not found"
@@ -39,7 +40,7 @@ def read_watermarks(consumer: Any, options: KafkaSourceOptions) -> dict[int, tup
             f"Kafka topic {topic!r} on {options.bootstrap_servers} is not readable: {reason}"
         )
     marks = {
-        p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+        p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)
         for p in sorted(topic_md.partitions)
     }
     return confirm_ends(consumer, topic, marks)
@@ -130,6 +131,7 @@ def _driver_options(source: Any, group_id: str) -> KafkaSourceOptions:
         group_id=group_id,
         retries=source.retries,
         retry_backoff_ms=source.retry_backoff_ms,
+        request_timeout_ms=source.request_timeout_ms,
         client_config=tuple(
             sorted((k, v.get_secret_value()) for k, v in source.client_config.items())
         ),

@@ -36,6 +36,7 @@ class KafkaSourceOptions:
     read_timeout_ms: int = 120_000
     retries: int = 6
     retry_backoff_ms: int = 250
+    request_timeout_ms: int = 30_000
     group_id: str = "flow-jobs"
     client_config: tuple[tuple[str, str], ...] = ()
     checkpoint_location: str | None = None  # the query's, to read its offset log
@@ -79,6 +80,7 @@ class KafkaSourceOptions:
             read_timeout_ms=int(options.get("read_timeout_ms", "120000")),
             retries=int(options.get("retries", "6")),
             retry_backoff_ms=int(options.get("retry_backoff_ms", "250")),
+            request_timeout_ms=int(options.get("request_timeout_ms", "30000")),
             group_id=options.get("group_id", "flow-jobs"),
             checkpoint_location=options.get("checkpoint_location") or None,
             idle_file=options.get("idle_file") or None,

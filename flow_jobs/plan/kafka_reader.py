@@ -64,6 +64,7 @@ def reader_options(
         "fail_on_data_loss": str(source.fail_on_data_loss).lower(),
         "retries": str(source.retries),
         "retry_backoff_ms": str(source.retry_backoff_ms),
+        "request_timeout_ms": str(source.request_timeout_ms),
         "time_mode": time_mode,
         "group_id": f"flow-jobs-{pipeline}",
         "source_name": source.name,

@@ -18,7 +18,7 @@ resumed under:
   ``schema_registry`` (same topic or schemas on another address, credentials);
 * throughput and runtime knobs: ``spark``, ``runtime``, sources'
   ``max_offsets_per_trigger``, ``fail_on_data_loss``, ``retries``, ``retry_backoff_ms``,
-  ``connect_timeout_ms``,
+  ``connect_timeout_ms``, ``request_timeout_ms``,
   ``decoder`` (Arrow or ``from_json``: the same rows either way, proven by
   ``tests/test_json_decode.py``);
 * ``starting_offsets``: only read by a fresh checkpoint;
@@ -76,6 +76,7 @@ SAFE_SOURCE_KEYS = frozenset(
         "retries",
         "retry_backoff_ms",
         "connect_timeout_ms",
+        "request_timeout_ms",
         "starting_offsets",
         "decoder",
         "schema_registry",  # where the schemas are read from, and its credentials

@@ -208,6 +208,10 @@ class KafkaSource(SpecModel):
     #: How long a run waits, before it starts, for the brokers to answer; a broker that
     #: goes away after that is an outage, waited out by ``retries``.
     connect_timeout_ms: Annotated[int, Field(gt=0)] = 15_000
+    #: How long one question to the brokers (the topic's metadata, a partition's
+    #: offsets) may wait for its answer; one that does not come is a failed try of
+    #: ``retries``.
+    request_timeout_ms: Annotated[int, Field(gt=0)] = 30_000
     #: Extra librdkafka client properties (e.g. ``security.protocol``); kept secret.
     client_config: dict[str, SecretStr] = Field(default_factory=dict)
 
