@@ -153,9 +153,7 @@ def _marks(options: KafkaSourceOptions, consumer: Any, rng: KafkaRange) -> tuple
     partition = TopicPartition(rng.topic, rng.partition)
 
     def ask() -> tuple[int, int]:
-        low, high = consumer.get_watermark_offsets(
-            partition, timeout=options.request_timeout_ms / 1000
-        )
+        low, high = consumer.get_watermark_offsets(partition, timeout=options.request_timeout_s)
         _low, fetched = consumer.get_watermark_offsets(partition, cached=True)
         return low, max(high, fetched)
 

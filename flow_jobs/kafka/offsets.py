@@ -31,7 +31,7 @@ def read_watermarks(consumer: Any, options: KafkaSourceOptions) -> dict[int, tup
     from confluent_kafka import TopicPartition
 
     topic = options.topic
-    timeout_s = options.request_timeout_ms / 1000
+    timeout_s = options.request_timeout_s
     metadata = consumer.list_topics(topic, timeout=timeout_s)
     topic_md = metadata.topics.get(topic)
     if topic_md is None or topic_md.error is not None or not topic_md.partitions:

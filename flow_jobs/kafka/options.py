@@ -55,6 +55,11 @@ class KafkaSourceOptions:
     reader_schema: str | None = None
     registry_config: tuple[tuple[str, str], ...] = ()
 
+    @property
+    def request_timeout_s(self) -> float:
+        """``request_timeout_ms`` as confluent-kafka's calls take it (seconds)."""
+        return self.request_timeout_ms / 1000
+
     @classmethod
     def from_options(cls, options: dict[str, str]) -> KafkaSourceOptions:
         def required(key: str) -> str:
