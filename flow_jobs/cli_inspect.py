@@ -157,7 +157,7 @@ def _window_table(report: StateReport, spec: PipelineSpec, console: Console) -> 
             *(_cell(x.aggregates.get(a.as_)) for a in w.aggregations),
             x.closes_when,
         )
-    console.print(table)
+    tables.print_on(console, table)
 
 
 def _join_table(report: StateReport, console: Console) -> None:
@@ -177,7 +177,7 @@ def _join_table(report: StateReport, console: Console) -> None:
             ", ".join(f"{k}={_cell(v)}" for k, v in r.row.items()),
             r.evicted_when,
         )
-    console.print(table)
+    tables.print_on(console, table)
 
 
 def _cell(value: Any) -> str:

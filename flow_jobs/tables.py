@@ -12,6 +12,7 @@ from typing import IO, Any
 from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 
 def console(file: IO[str] | None = None) -> Console:
@@ -41,4 +42,27 @@ def show(*renderables: Any, file: IO[str] | None = None) -> None:
     """Print text and tables on ``file`` (stdout by default)."""
     out = console(file)
     for renderable in renderables:
+        print_on(out, renderable)
+
+
+def print_on(out: Console, renderable: Any) -> None:
+    """Print ``renderable`` on ``out``; a table wider than ``out`` as one block per row,
+    a line per column (psql's expanded display, ``\\x auto``): squeezed to the width,
+    rich would cut every cell to an ellipsis, numbers included."""
+    unbounded = out.options.update_width(1 << 20)  # its natural width, not the terminal's
+    if not isinstance(renderable, Table) or (
+        out.measure(renderable, options=unbounded).maximum <= out.width
+    ):
         out.print(renderable)
+        return
+    names = [str(c.header) for c in renderable.columns]
+    cells = [[str(cell) for cell in c.cells] for c in renderable.columns]
+    for i, row in enumerate(zip(*cells, strict=True), start=1):
+        out.print(f"-[ row {i} ]-", style="dim", highlight=False)
+        record = Table.grid(padding=(0, 1))
+        record.add_column(no_wrap=True)
+        record.add_column(no_wrap=True)
+        record.add_column(overflow="fold")  # a long value wraps in its own column
+        for name, value in zip(names, row, strict=True):
+            record.add_row(Text(name), "|", Text(value))
+        out.print(record)
