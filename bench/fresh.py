@@ -85,6 +85,27 @@ def hand_written_run(
     return seconds
 
 
+def first_run_archive(spec_for: SpecFor, bootstrap: str, shape: str, empty_topic: str) -> str:
+    """What flow-jobs' timed runs start with: the driver's class archive a user's first
+    run leaves (``flow_jobs.runtime.class_archive``), written here by one untimed run on
+    an empty topic when there is none; ``FLOW_JOBS_CLASS_ARCHIVE=off`` times runs
+    without one, as before it."""
+    import os
+
+    from flow_jobs.runtime import class_archive
+    from flow_jobs.settings import Settings
+
+    chosen = Settings.from_env().class_archive
+    options = class_archive.java_options(chosen, os.environ, {})
+    if not options.startswith("-XX:ArchiveClassesAtExit="):
+        return options.split()[0].split("=", 1)[-1] if options else "off"
+    with tempfile.TemporaryDirectory(prefix="flow-bench-archive-") as work:
+        # the run's stdout is the JVM's too: _timed returns once the JVM wrote it and exited
+        seconds = flow_jobs_run(spec_for, bootstrap, shape, empty_topic, Path(work))
+    archive = class_archive.java_options(chosen, os.environ, {})
+    return f"written by an untimed first run ({seconds:.1f} s): {archive.split()[0]}"
+
+
 def fresh_runs(
     spec_for: SpecFor,
     bootstrap: str,
@@ -100,6 +121,8 @@ def fresh_runs(
     full topic, its events); ``spec_for`` makes flow-jobs' spec of a shape
     (``bench.compare.fresh_spec``)."""
     runs: list[ProcessRun] = []
+    first_shape, (first_empty, _topic, _events) = next(iter(topics.items()))
+    print(f"  class archive: {first_run_archive(spec_for, bootstrap, first_shape, first_empty)}")
 
     def ours(bootstrap: str, shape: str, topic: str, workdir: Path) -> float:
         return flow_jobs_run(spec_for, bootstrap, shape, topic, workdir)

@@ -48,6 +48,9 @@ class Settings:
     spark_archive: str | None
     #: FLOW_JOBS_SPARK_LOG_LEVEL: Spark's log level
     spark_log_level: str
+    #: FLOW_JOBS_CLASS_ARCHIVE: the folder of the driver's class archives, or "off"
+    #: (``flow_jobs.runtime.class_archive``; None: the user's cache)
+    class_archive: str | None
     #: FLOW_JOBS_PIPELINES_DIR: the specs Dagster's code location loads
     pipelines_dir: Path | None
     #: FLOW_JOBS_DEPLOYMENT: Dagster's resource set, "local" or "cluster"
@@ -77,6 +80,7 @@ class Settings:
             spark_master=get("FLOW_JOBS_SPARK_MASTER"),
             spark_archive=get("FLOW_JOBS_SPARK_ARCHIVE"),
             spark_log_level=get("FLOW_JOBS_SPARK_LOG_LEVEL") or "WARN",
+            class_archive=get("FLOW_JOBS_CLASS_ARCHIVE"),
             pipelines_dir=None if pipelines_dir is None else Path(pipelines_dir),
             deployment=get("FLOW_JOBS_DEPLOYMENT") or "local",
             delta_root=get("FLOW_DELTA_ROOT"),

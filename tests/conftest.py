@@ -49,6 +49,10 @@ os.environ.setdefault(
     if CLASS_ARCHIVE.exists()
     else JVM_OPTIONS,
 )
+# Without the suite's archive, the CLI runs it starts would each write one of their own
+# into the user's cache as their JVM exits (flow_jobs.runtime.class_archive): not here;
+# tests/test_class_archive.py gives its runs a folder of their own.
+os.environ.setdefault("FLOW_JOBS_CLASS_ARCHIVE", "off")
 
 # A suite started in the background (as CI may start it) has SIGINT ignored, and every
 # process it starts would inherit that: its tests would not see what a user's terminal

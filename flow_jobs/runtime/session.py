@@ -23,6 +23,7 @@ from flow_jobs.io.lookup_sources import DeltaTableSource, PostgresTableSource
 from flow_jobs.java import java_class, keep_lookups
 from flow_jobs.kafka.source import KafkaDataSource
 from flow_jobs.locations import is_uri
+from flow_jobs.runtime import class_archive
 from flow_jobs.runtime.jvm_output import launch_filtered_gateway
 from flow_jobs.runtime.pack import ARCHIVE_ALIAS, PYTHON_NAME
 from flow_jobs.settings import Settings
@@ -242,6 +243,10 @@ def build_spark_session(
     starting = SparkContext._active_spark_context is None
     if starting:
         settings.update(_quiet_start(settings, master, env.spark_log_level))
+        shared = class_archive.java_options(env.class_archive, os.environ, settings)
+        given = settings.get("spark.driver.extraJavaOptions", "")
+        if shared:
+            settings["spark.driver.extraJavaOptions"] = f"{given} {shared}".strip()
         if not _verbose(env.spark_log_level):
             conf = SparkConf().setAll(list(settings.items()))
             launch_filtered_gateway(conf.setAppName(app_name).setMaster(master))
