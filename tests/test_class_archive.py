@@ -30,7 +30,13 @@ def test_off_or_chosen_by_the_user_adds_nothing(tmp_path: Path) -> None:
     assert java_options(chosen, _env(SPARK_SUBMIT_OPTS=own), {}) == ""
     assert java_options(chosen, _env(JAVA_TOOL_OPTIONS="-Xshare:off"), {}) == ""
     assert java_options(chosen, _env(), {"spark.driver.extraJavaOptions": own}) == ""
-    assert list(tmp_path.iterdir()) == []
+    jdk = tmp_path / "jdk"  # a JDK without its own classes' archive (a jlink image)
+    (jdk / "bin").mkdir(parents=True)
+    (jdk / "lib" / "server").mkdir(parents=True)
+    assert java_options(chosen, _env(JAVA_HOME=str(jdk)), {}) == ""
+    assert list(tmp_path.iterdir()) == [jdk]
+    (jdk / "lib" / "server" / "classes.jsa").write_bytes(b"")
+    assert java_options(chosen, _env(JAVA_HOME=str(jdk)), {}).startswith("-XX:ArchiveClasses")
 
 
 def test_the_default_folder_is_the_users_cache(tmp_path: Path) -> None:

@@ -85,6 +85,14 @@ def _stat(path: Path) -> tuple[int, int]:
     return (st.st_size, st.st_mtime_ns)
 
 
+def _has_base_archive(env: Mapping[str, str]) -> bool:
+    """Whether the JDK ships its own classes' archive (``lib/server/classes*.jsa``), on
+    which an application's archive is layered: a JDK without one (a jlink image, some
+    minimal builds) would print a warning on stdout for ``-XX:ArchiveClassesAtExit``."""
+    server = Path(_java(env)).parent.parent / "lib" / "server"
+    return any(server.glob("classes*.jsa"))
+
+
 def _chosen_by_user(env: Mapping[str, str], settings: Mapping[str, str]) -> bool:
     given = [env.get(v, "") for v in JAVA_OPTION_VARIABLES]
     given.append(settings.get("spark.driver.extraJavaOptions", ""))
@@ -96,7 +104,7 @@ def java_options(chosen: str | None, env: Mapping[str, str], settings: Mapping[s
     the process's environment; ``settings``: the session's Spark settings): map the
     archive where there is one, else write it at exit; ``""`` where it is off, chosen by
     the user, or the folder cannot be written."""
-    if _chosen_by_user(env, settings):
+    if _chosen_by_user(env, settings) or not _has_base_archive(env):
         return ""
     try:
         where = folder(chosen, env)
