@@ -244,8 +244,8 @@ def build_spark_session(
     if starting:
         settings.update(_quiet_start(settings, master, env.spark_log_level))
         shared = class_archive.java_options(env.class_archive, os.environ, settings)
-        given = settings.get("spark.driver.extraJavaOptions", "")
         if shared:
+            given = settings.get("spark.driver.extraJavaOptions", "")
             settings["spark.driver.extraJavaOptions"] = f"{given} {shared}".strip()
         if not _verbose(env.spark_log_level):
             conf = SparkConf().setAll(list(settings.items()))
